@@ -1,0 +1,111 @@
+"""Click commands for the Slurm side of hetsched.
+
+Standalone click objects, registered by ``hetsched/cli.py`` with
+``main.add_command(...)``: ``testbed`` (group), ``cluster``, ``submit``,
+``status``, ``watch``, ``replan``. They parse options, call the library and
+render; errors are HetschedError subclasses that the main entry point prints
+as one line with their exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from hetsched.testbed import DEFAULT_NODES, open_testbed
+
+DIR_HELP = "Testbed directory (configs, logs, state). Default: $HETSCHED_TESTBED or ./.testbed"
+
+
+def _default_dir() -> str:
+    return os.environ.get("HETSCHED_TESTBED", ".testbed")
+
+
+# ---------------------------------------------------------------------------
+# testbed
+
+
+@click.group("testbed")
+def testbed() -> None:
+    """Start and stop a real, loopback-only Slurm test cluster.
+
+    It runs munged, slurmctld and one slurmd per node on 127.0.0.1, on ports
+    derived from DIR, with typed fake GPUs. Point Slurm's commands and
+    hetsched at it with:
+
+        eval "$(hetsched testbed env --dir DIR)"
+    """
+
+
+@testbed.command("up")
+@click.option("--dir", "directory", default=_default_dir, show_default="$HETSCHED_TESTBED or "
+              "./.testbed", help=DIR_HELP)
+@click.option("--nodes", default=None, metavar="TYPE:NxG,...",
+              help=f"GPU type : nodes x GPUs per node [default: {DEFAULT_NODES}, or what DIR "
+              "last ran with].")
+@click.option("--port-base", type=click.IntRange(1024, 65000), default=None,
+              help="First of the ports used (slurmctld; slurmd take the next ones). "
+              "Default: derived from DIR.")
+@click.option("--lua/--no-lua", default=None,
+              help="Enable JobSubmitPlugins=lua with slurm_plugins/job_submit.lua.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for every node to become idle.")
+def testbed_up(directory: str, nodes: str | None, port_base: int | None, lua: bool | None,
+               timeout: float) -> None:
+    """Start the testbed (idempotent) and wait until all nodes are idle."""
+    tb = open_testbed(directory, nodes=nodes, port_base=port_base, lua=lua)
+    tb.up(timeout_s=timeout)
+    n = len(tb.node_confs)
+    click.echo(f"testbed up in {tb.dir}: {n} nodes ({tb.nodes_spec}), slurmctld port "
+               f"{tb.port_base}{', job_submit/lua' if tb.lua else ''}", err=True)
+    click.echo(f'use it with: eval "$(hetsched testbed env --dir {tb.dir})"', err=True)
+
+
+@testbed.command("down")
+@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
+def testbed_down(directory: str) -> None:
+    """Cancel the testbed's jobs and stop every daemon it started."""
+    tb = open_testbed(directory)
+    stopped = tb.down()
+    click.echo(f"stopped {len(stopped)} daemons in {tb.dir}" if stopped
+               else f"nothing running in {tb.dir}", err=True)
+
+
+@testbed.command("status")
+@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def testbed_status(directory: str, as_json: bool) -> None:
+    """Show the testbed's daemons and node states. Exit 1 when not (fully) up."""
+    tb = open_testbed(directory)
+    info = tb.status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"testbed {info['dir']} ({info['nodes']}, port {info['port_base']}): "
+                   f"{'up' if info['up'] else 'not up'}")
+        procs = info["processes"]
+        assert isinstance(procs, dict)
+        for name, pid in procs.items():
+            click.echo(f"  {name:<16} {'pid ' + str(pid) if pid else 'stopped'}")
+        states = info.get("node_states")
+        if isinstance(states, dict):
+            for node, state in sorted(states.items()):
+                click.echo(f"  node {node:<11} {state}")
+        elif states:
+            click.echo(f"  nodes: {states}")
+    sys.exit(0 if info["up"] else 1)
+
+
+@testbed.command("env")
+@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
+def testbed_env(directory: str) -> None:
+    """Print `export` lines (SLURM_CONF, HETSCHED_STATE, ...) for `eval`."""
+    tb = open_testbed(directory)
+    if not Path(tb.conf).exists():
+        click.echo(f"# no testbed in {tb.dir}; run `hetsched testbed up --dir {tb.dir}`",
+                   err=True)
+    click.echo(tb.env_lines(), nl=False)

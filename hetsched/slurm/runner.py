@@ -1,0 +1,174 @@
+"""The one place in hetsched that runs external commands.
+
+Every command is an argument list (never a shell string), runs with a
+timeout, and is retried a bounded number of times with exponential backoff
+when Slurm reports a *transient* failure (the controller is restarting, a
+socket timed out). Errors quote the command's own stderr so the user sees
+Slurm's message, not ours.
+
+Non-idempotent commands (``sbatch``) must not be retried blindly: a "Socket
+timed out" may mean the job *was* submitted and only the reply was lost. The
+caller passes ``retry_on=SAFE_TRANSIENT`` for those, which only retries when
+the controller was never reached.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsched.errors import HetschedError
+
+#: stderr fragments meaning "try again later": the controller is busy or restarting.
+TRANSIENT = re.compile(
+    r"Socket timed out|Unable to contact slurm controller|Connection refused"
+    r"|Zero Bytes were transmitted|Transport endpoint is not connected"
+    r"|Resource temporarily unavailable|temporarily unable to accept"
+    r"|Connection timed out|Communication connection failure"
+    r"|Slurm backup controller in standby mode|Unable to establish controller",
+    re.IGNORECASE,
+)
+#: transient failures where the request certainly never reached slurmctld,
+#: so retrying a non-idempotent command cannot duplicate it.
+SAFE_TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Connection refused|Unable to establish controller",
+    re.IGNORECASE,
+)
+
+
+class CommandError(HetschedError):
+    """An external command failed; the message quotes its stderr."""
+
+    exit_code = 3
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 note: str = "") -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.note = note
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        tail = " ".join(line.strip() for line in self.stderr.strip().splitlines()[-3:])
+        what = f"`{' '.join(self.argv[:3])}{' ...' if len(self.argv) > 3 else ''}`"
+        code = "timed out" if self.returncode is None else f"exited {self.returncode}"
+        msg = f"{what} {code}"
+        if tail:
+            msg += f": {tail}"
+        if self.note:
+            msg += f" ({self.note})"
+        return msg
+
+    @property
+    def transient(self) -> bool:
+        return self.returncode is None or bool(TRANSIENT.search(self.stderr))
+
+
+class SlurmUnavailable(CommandError):
+    """Slurm kept failing transiently after every retry (controller down?)."""
+
+    exit_code = 4
+
+
+@dataclass
+class Result:
+    """Outcome of one command (after retries)."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    attempts: int
+
+
+@dataclass
+class Runner:
+    """Runs commands with timeouts and bounded retries; counts what it ran.
+
+    ``env`` entries are added to the inherited environment (e.g. ``SLURM_CONF``).
+    ``counts`` records how many times each program ran, which is how the
+    monitor's "one squeue per cycle" promise is measured.
+    """
+
+    env: Mapping[str, str] | None = None
+    timeout_s: float = 30.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    counts: Counter[str] = field(default_factory=Counter)
+    sleep: Callable[[float], None] = field(default_factory=lambda: time.sleep)
+
+    def _env(self) -> dict[str, str] | None:
+        if not self.env:
+            return None
+        e = dict(os.environ)
+        e.update(self.env)
+        return e
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout_s: float | None = None,
+            retries: int | None = None, retry_on: re.Pattern[str] | None = TRANSIENT,
+            input: str | None = None, output_path: str | Path | None = None) -> Result:
+        """Run ``argv``; retry transient failures matching ``retry_on``.
+
+        ``output_path`` sends stdout/stderr to a file instead of pipes: used
+        for daemons, which fork and could keep a pipe open forever.
+        Raises CommandError (non-zero exit with ``check``), SlurmUnavailable
+        (transient failures outlasted the retries) or CommandError for a
+        program that is not installed.
+        """
+        argv = [str(a) for a in argv]
+        if not argv or any("\0" in a for a in argv):
+            raise CommandError(argv, -1, "", "empty command or NUL byte in an argument")
+        tries = 1 + max(0, self.retries if retries is None else retries)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        delay = self.backoff_s
+        t0 = time.monotonic()
+        last: CommandError | None = None
+        for attempt in range(1, tries + 1):
+            self.counts[Path(argv[0]).name] += 1
+            try:
+                if output_path is not None:
+                    with open(output_path, "ab") as out:
+                        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                              stderr=subprocess.STDOUT, timeout=timeout,
+                                              env=self._env(), check=False)
+                    stdout = stderr = ""
+                else:
+                    proc = subprocess.run(argv, input=input, capture_output=True, text=True,
+                                          timeout=timeout, env=self._env(), check=False,
+                                          stdin=None if input is not None else subprocess.DEVNULL)
+                    stdout, stderr = proc.stdout, proc.stderr
+            except FileNotFoundError:
+                raise CommandError(argv, -1, "", f"{argv[0]!r} is not installed or not on PATH"
+                                   ) from None
+            except subprocess.TimeoutExpired as e:
+                err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+                last = CommandError(argv, None, err, f"no answer within {timeout:g} s")
+                if retry_on is None or retry_on.pattern != TRANSIENT.pattern:
+                    # a timed-out non-idempotent command may have taken effect
+                    raise last from None
+            else:
+                if proc.returncode == 0 or not check:
+                    return Result(argv, proc.returncode, stdout, stderr,
+                                  time.monotonic() - t0, attempt)
+                last = CommandError(argv, proc.returncode, stderr or stdout)
+                if retry_on is None or not retry_on.search(stderr or stdout):
+                    raise last
+            if attempt < tries:
+                self.sleep(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+        assert last is not None
+        raise SlurmUnavailable(last.argv, last.returncode, last.stderr,
+                               f"still failing after {tries} attempts; is slurmctld up?")
+
+    def total(self) -> int:
+        """Commands run so far (each retry counts)."""
+        return sum(self.counts.values())
