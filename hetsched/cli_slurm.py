@@ -16,6 +16,9 @@ from pathlib import Path
 
 import click
 
+from hetsched.slurm.client import CliSlurmClient, make_client
+from hetsched.slurm.inventory import load_inventory
+from hetsched.slurm.runner import Runner
 from hetsched.testbed import DEFAULT_NODES, open_testbed
 
 DIR_HELP = "Testbed directory (configs, logs, state). Default: $HETSCHED_TESTBED or ./.testbed"
@@ -109,3 +112,55 @@ def testbed_env(directory: str) -> None:
         click.echo(f"# no testbed in {tb.dir}; run `hetsched testbed up --dir {tb.dir}`",
                    err=True)
     click.echo(tb.env_lines(), nl=False)
+
+
+# ---------------------------------------------------------------------------
+# cluster
+
+
+def _client(backend: str = "cli") -> CliSlurmClient:
+    """The Slurm client for CLI commands (reads SLURM_CONF from the environment)."""
+    client, note = make_client(Runner(), backend)
+    if backend != "cli":
+        click.echo(note, err=True)
+    return client
+
+
+def _partition(partition: str | None) -> str | None:
+    return partition or os.environ.get("HETSCHED_PARTITION") or None
+
+
+@click.command("cluster")
+@click.option("--partition", "-p", default=None,
+              help="Slurm partition. Default: $HETSCHED_PARTITION, else all nodes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
+@click.option("--nodes/--no-nodes", "show_nodes", default=True, show_default=True,
+              help="Also list each node.")
+@click.option("--backend", type=click.Choice(["cli", "pyslurm"]), default="cli",
+              show_default=True, help="pyslurm is used for reads only if it matches Slurm.")
+def cluster(partition: str | None, as_json: bool, show_nodes: bool, backend: str) -> None:
+    """Show a partition's GPU mix by type, node states and free GPUs (from sinfo)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    inv = load_inventory(_client(backend), _partition(partition))
+    if as_json:
+        click.echo(json.dumps(inv.to_dict(), indent=2))
+        return
+    console = Console()
+    t = Table(title=f"partition {inv.cluster.partition or '(all)'}")
+    for col in ("GPU type", "nodes", "GPUs", "usable", "free", "node states"):
+        t.add_column(col, justify="left" if col in ("GPU type", "node states") else "right")
+    for r in inv.by_type():
+        t.add_row(r.gpu_type, str(r.nodes), str(r.gpus), str(r.usable), str(r.free),
+                  ", ".join(f"{k}:{v}" for k, v in sorted(r.states.items())))
+    console.print(t)
+    if show_nodes:
+        nt = Table(title="nodes")
+        for col in ("node", "GPU type", "GPUs", "free", "state"):
+            nt.add_column(col)
+        for n in inv.cluster.nodes:
+            nt.add_row(n.name, n.gpu_type, str(n.gpus), str(inv.free.get(n.name, 0)), n.state)
+        console.print(nt)
+    for s in inv.skipped:
+        click.echo(f"note: {s}", err=True)

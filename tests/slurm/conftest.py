@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from slurm_helpers import wait_for
 
-from hetsched.slurm.client import CliSlurmClient, JobInfo
+from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.runner import Runner
 from hetsched.testbed import Testbed
 
@@ -66,17 +66,3 @@ def _reset(testbed: Testbed, client: CliSlurmClient) -> None:
     client.runner.run(["scontrol", "update", "nodename=ALL", "state=resume"], check=False)
     wait_for(lambda: not [j for j in client.jobs() if not j.finished], 20, "queue to drain")
     testbed.wait_idle(30)
-
-
-def wait_for(cond: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.3) -> None:
-    """Poll ``cond()`` until true; fail the test naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(every_s)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def job_states(client: CliSlurmClient, leader: str) -> list[JobInfo]:
-    return [j for j in client.jobs() if j.leader == leader]

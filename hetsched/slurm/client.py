@@ -1,0 +1,464 @@
+"""The SlurmClient protocol and its backends.
+
+``CliSlurmClient`` (the default) calls Slurm's commands through
+:class:`~hetsched.slurm.runner.Runner`. JSON output is parsed defensively:
+Slurm 22.05 (openapi v0.0.38) gives ``"job_state": "RUNNING"`` and plain
+integers, 23.02+ (data_parser) gives ``"job_state": ["RUNNING"]`` and
+``{"set": true, "number": 5}`` wrappers; both are accepted.
+
+Read-only status of every job comes from *one* ``squeue --json`` call, so a
+monitor cycle costs one command whatever the number of jobs.
+
+``sacct`` is used only when accounting is enabled; otherwise the details of a
+finished job come from ``scontrol show job`` (kept for ``MinJobAge``) and,
+once Slurm has forgotten the job, from hetsched's own state store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from hetsched.slurm.runner import SAFE_TRANSIENT, CommandError, Runner
+
+#: Slurm job states after which a job will not run again (unless requeued).
+FINISHED_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED",
+})
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "STAGE_OUT",
+                           "SIGNALING", "STOPPED", "RESV_DEL_HOLD"})
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One Slurm job, or one component of a heterogeneous job.
+
+    ``job_id`` is the component's own id; ``het_job_id`` the leader's id (0
+    when not a hetjob); ``het_offset`` the component index.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    partition: str = ""
+    comment: str = ""
+    admin_comment: str = ""
+    het_job_id: str = ""
+    het_offset: int | None = None
+    exit_code: int | None = None
+    gres: str = ""
+    restarts: int = 0
+
+    @property
+    def leader(self) -> str:
+        """The id users and hetsched know the job by (the hetjob leader's)."""
+        return self.het_job_id if self.het_job_id and self.het_job_id != "0" else self.job_id
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as sinfo reports it."""
+
+    name: str
+    state: str  # idle, mixed, allocated, drained, draining, down, completing, ...
+    gres: dict[str, int]  # GPU type -> count configured
+    gres_used: dict[str, int]  # GPU type -> count allocated
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    reason: str = ""
+
+    @property
+    def free_gpus(self) -> dict[str, int]:
+        if self.state in ("down", "drained", "draining", "fail", "failing", "unknown",
+                          "future", "inval"):
+            return {t: 0 for t in self.gres}
+        return {t: max(0, n - self.gres_used.get(t, 0)) for t, n in self.gres.items()}
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """What hetsched needs from Slurm. Every method may raise CommandError."""
+
+    def jobs(self) -> list[JobInfo]:
+        """All jobs Slurm still knows (one call): the monitor's only status query."""
+        ...
+
+    def nodes(self, partition: str | None = None) -> list[NodeInfo]:
+        """Nodes of ``partition`` (all when None) with state and GPU use."""
+        ...
+
+    def submit(self, script_path: str | Path, *, extra_args: Sequence[str] = ()) -> str:
+        """``sbatch --parsable`` a script file; returns the (leader) job id."""
+        ...
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        """Cancel jobs (all in one call); unknown ids are not an error."""
+        ...
+
+    def requeue(self, job_ids: Iterable[str]) -> None:
+        """Requeue running jobs (they restart from their checkpoint)."""
+        ...
+
+    def job_detail(self, job_id: str) -> list[JobInfo]:
+        """Components of one job, also after it ended ([] when Slurm forgot it)."""
+        ...
+
+    def version(self) -> str:
+        """Slurm's version, e.g. ``22.05.8``."""
+        ...
+
+
+# ---------------------------------------------------------------------------
+# defensive JSON helpers (22.05 vs 23.02+)
+
+
+def _num(v: Any) -> int | None:
+    """Plain int, or 23.02's ``{"set": bool, "infinite": bool, "number": n}``."""
+    if isinstance(v, Mapping):
+        if not v.get("set", True) or v.get("infinite"):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _str(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, list):
+        return ",".join(_str(x) for x in v)
+    if isinstance(v, Mapping):  # e.g. 23.02 "nodes" objects
+        return _str(v.get("name") or v.get("nodes") or "")
+    return str(v)
+
+
+def _states(v: Any) -> list[str]:
+    if isinstance(v, list):
+        return [str(x).upper() for x in v]
+    if isinstance(v, str) and v:
+        return [s.upper() for s in re.split(r"[+,]", v) if s]
+    return []
+
+
+_GRES_RE = re.compile(r"gpu:([A-Za-z0-9_.-]+):(\d+)")
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """``gpu:a100:2(S:0-1),gpu:t4:1`` -> {"a100": 2, "t4": 1}; untyped GPUs are "gpu"."""
+    out: dict[str, int] = {}
+    for item in re.split(r",(?![^()]*\))", text or ""):
+        item = item.strip()
+        m = _GRES_RE.match(item)
+        if m:
+            out[m.group(1).lower()] = out.get(m.group(1).lower(), 0) + int(m.group(2))
+            continue
+        m2 = re.match(r"gpu:(\d+)", item)
+        if m2:
+            out["gpu"] = out.get("gpu", 0) + int(m2.group(1))
+    return out
+
+
+def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
+    """One element of ``squeue --json``'s ``jobs`` list, either layout."""
+    states = _states(j.get("job_state"))
+    het = _num(j.get("het_job_id"))
+    off = _num(j.get("het_job_offset"))
+    exit_code = j.get("exit_code")
+    if isinstance(exit_code, Mapping):  # 23.02: {"status": [..], "return_code": {...}}
+        exit_code = _num(exit_code.get("return_code"))
+    else:
+        exit_code = _num(exit_code)
+    gres = _str(j.get("tres_per_node")) or _str(j.get("gres_detail"))
+    return JobInfo(
+        job_id=str(_num(j.get("job_id")) or ""),
+        name=_str(j.get("name")),
+        state=states[0] if states else "UNKNOWN",
+        reason=_str(j.get("state_reason")),
+        nodes=_str(j.get("nodes")),
+        partition=_str(j.get("partition")),
+        comment=_str(j.get("comment")),
+        admin_comment=_str(j.get("admin_comment")),
+        het_job_id=str(het) if het else "",
+        het_offset=off if het else None,
+        exit_code=exit_code,
+        gres=gres,
+        restarts=_num(j.get("restart_cnt")) or 0,
+    )
+
+
+_NODE_STATE_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
+
+
+def node_state(base: Any, flags: Any) -> str:
+    """Reduce Slurm's base state + flags to one word the planner understands.
+
+    A drained or not-responding node must not count as usable, whatever its
+    base state: that is what keeps ``Cluster.gpus`` honest.
+    """
+    states = _states(base) + _states(flags)
+    s = set(states)
+    if "DOWN" in s or "NOT_RESPONDING" in s:
+        return "down"
+    if "FAIL" in s:
+        return "fail"
+    if "DRAIN" in s:
+        return "drained" if ("IDLE" in s or "DOWN" in s) else "draining"
+    for word in ("MIXED", "ALLOCATED", "IDLE", "COMPLETING", "FUTURE", "UNKNOWN", "PLANNED"):
+        if word in s:
+            return word.lower() if word != "UNKNOWN" else "unknown"
+    return (states[0].lower() if states else "unknown")
+
+
+def parse_node_json(n: Mapping[str, Any]) -> NodeInfo:
+    """One element of ``sinfo --json``'s ``nodes`` list, either layout."""
+    return NodeInfo(
+        name=_str(n.get("name") or n.get("hostname")),
+        state=node_state(n.get("state"), n.get("state_flags")),
+        gres=parse_gres(_str(n.get("gres"))),
+        gres_used=parse_gres(_str(n.get("gres_used"))),
+        partitions=tuple(str(p) for p in (n.get("partitions") or [])),
+        cpus=_num(n.get("cpus")) or 0,
+        reason=_str(n.get("reason")),
+    )
+
+
+def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show job --oneliner`` output -> one dict per record."""
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        rec: dict[str, str] = {}
+        # values never contain "=" followed by a key, but may contain spaces
+        # (e.g. Comment=a b); split on " Key=" boundaries
+        for m in re.finditer(r"(?:^|\s)([A-Za-z/:_]+)=(.*?)(?=\s[A-Za-z/:_]+=|$)", line):
+            rec[m.group(1)] = m.group(2)
+        records.append(rec)
+    return records
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CliSlurmClient:
+    """SlurmClient backed by the Slurm command-line tools."""
+
+    runner: Runner = field(default_factory=Runner)
+    _accounting: bool | None = None
+    _version: str | None = None
+
+    def jobs(self) -> list[JobInfo]:
+        # squeue --json in 22.05 lists all jobs, finished ones included, and
+        # ignores most filters: filter here.
+        res = self.runner.run(["squeue", "--json"])
+        try:
+            data = json.loads(res.stdout)
+        except ValueError:
+            raise CommandError(res.argv, 0, res.stdout[:200],
+                               "squeue --json did not print JSON") from None
+        jobs = data.get("jobs") if isinstance(data, Mapping) else None
+        if not isinstance(jobs, list):
+            raise CommandError(res.argv, 0, "", "squeue --json: no 'jobs' list in the output")
+        return [parse_job_json(j) for j in jobs if isinstance(j, Mapping)]
+
+    def nodes(self, partition: str | None = None) -> list[NodeInfo]:
+        res = self.runner.run(["sinfo", "--json"])
+        try:
+            data = json.loads(res.stdout)
+        except ValueError:
+            raise CommandError(res.argv, 0, res.stdout[:200],
+                               "sinfo --json did not print JSON") from None
+        nodes = data.get("nodes") if isinstance(data, Mapping) else None
+        if not isinstance(nodes, list):
+            raise CommandError(res.argv, 0, "", "sinfo --json: no 'nodes' list in the output")
+        out = [parse_node_json(n) for n in nodes if isinstance(n, Mapping)]
+        if partition:
+            out = [n for n in out if partition in n.partitions]
+        return out
+
+    def partitions(self) -> list[str]:
+        """Partition names (default first)."""
+        res = self.runner.run(["sinfo", "-h", "-o", "%P"])
+        names = [p.strip() for p in res.stdout.split() if p.strip()]
+        names.sort(key=lambda p: 0 if p.endswith("*") else 1)
+        return [p.rstrip("*") for p in names]
+
+    def submit(self, script_path: str | Path, *, extra_args: Sequence[str] = ()) -> str:
+        # only retry when the controller was never reached: a lost reply to a
+        # successful sbatch must not become a second job (the caller checks).
+        res = self.runner.run(["sbatch", "--parsable", *extra_args, str(script_path)],
+                              retry_on=SAFE_TRANSIENT)
+        first = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+        job_id = first.split(";")[0].strip()
+        if not job_id.isdigit():
+            raise CommandError(res.argv, 0, res.stderr or res.stdout,
+                               "sbatch --parsable printed no job id")
+        return job_id
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        ids = [str(i) for i in job_ids]
+        if not ids:
+            return
+        res = self.runner.run(["scancel", *ids], check=False)
+        if res.returncode != 0 and "Invalid job id" not in res.stderr:
+            raise CommandError(res.argv, res.returncode, res.stderr)
+
+    def requeue(self, job_ids: Iterable[str]) -> None:
+        ids = [str(i) for i in job_ids]
+        if ids:
+            self.runner.run(["scontrol", "requeue", ",".join(ids)])
+
+    def accounting_enabled(self) -> bool:
+        """Whether sacct can answer (AccountingStorageType is not ``none``)."""
+        if self._accounting is None:
+            cfg = self.config()
+            self._accounting = cfg.get("AccountingStorageType", "accounting_storage/none") \
+                != "accounting_storage/none"
+        return self._accounting
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as a dict."""
+        res = self.runner.run(["scontrol", "show", "config"])
+        cfg: dict[str, str] = {}
+        for line in res.stdout.splitlines():
+            if " = " in line:
+                k, _, v = line.partition(" = ")
+                cfg[k.strip()] = v.strip()
+        return cfg
+
+    def job_detail(self, job_id: str) -> list[JobInfo]:
+        if self.accounting_enabled():
+            res = self.runner.run(["sacct", "-j", str(job_id), "-X", "-P", "-n",
+                                   "-o", "JobID,JobName,State,ExitCode,NodeList,Partition"],
+                                  check=False)
+            if res.returncode == 0 and res.stdout.strip():
+                out = []
+                for line in res.stdout.strip().splitlines():
+                    jid, name, state, code, nodes, part = (line.split("|") + [""] * 6)[:6]
+                    leader, _, off = jid.partition("+")
+                    out.append(JobInfo(
+                        job_id=jid, name=name, state=(state.split() or ["UNKNOWN"])[0],
+                        nodes=nodes, partition=part, het_job_id=leader if off else "",
+                        het_offset=int(off) if off.isdigit() else None,
+                        exit_code=int(code.split(":")[0]) if code[:1].isdigit() else None))
+                return out
+        res = self.runner.run(["scontrol", "show", "job", "--oneliner", str(job_id)],
+                              check=False)
+        if res.returncode != 0:
+            if "Invalid job id" in res.stderr:
+                return []
+            raise CommandError(res.argv, res.returncode, res.stderr)
+        out = []
+        for r in parse_scontrol_records(res.stdout):
+            code = r.get("ExitCode", "")
+            out.append(JobInfo(
+                job_id=r.get("JobId", ""), name=r.get("JobName", ""),
+                state=r.get("JobState", "UNKNOWN"), reason=r.get("Reason", ""),
+                nodes=r.get("NodeList", "") if r.get("NodeList") != "(null)" else "",
+                partition=r.get("Partition", ""), comment=r.get("Comment", ""),
+                het_job_id=r.get("HetJobId", ""),
+                het_offset=int(r["HetJobOffset"]) if r.get("HetJobOffset", "").isdigit()
+                else None,
+                exit_code=int(code.split(":")[0]) if code[:1].isdigit() else None,
+                gres=r.get("TresPerNode", ""),
+                restarts=int(r["Restarts"]) if r.get("Restarts", "").isdigit() else 0))
+        return out
+
+    def version(self) -> str:
+        if self._version is None:
+            res = self.runner.run(["sinfo", "--version"])
+            m = re.search(r"(\d+\.\d+(?:\.\d+)?)", res.stdout)
+            self._version = m.group(1) if m else res.stdout.strip()
+        return self._version
+
+    def ping(self) -> bool:
+        """Whether slurmctld answers right now (no retries)."""
+        res = self.runner.run(["scontrol", "ping"], check=False, retries=0)
+        return res.returncode == 0 and "UP" in res.stdout
+
+
+# ---------------------------------------------------------------------------
+# optional pyslurm backend (reads only)
+
+
+def pyslurm_status(slurm_version: str) -> tuple[bool, str]:
+    """Whether an installed pyslurm can be used for reads, and why (not).
+
+    pyslurm's major.minor must equal the cluster's Slurm major.minor: it is
+    compiled against one Slurm ABI. No pyslurm release can submit a
+    heterogeneous job, so writes always go through the CLI.
+    """
+    try:
+        import pyslurm  # type: ignore[import-not-found]
+    except ImportError:
+        return False, ("pyslurm is not installed; using the Slurm CLI (PyPI only has pyslurm "
+                       "25.11.x, which needs Slurm 25.11 headers, and old 17/18 releases)")
+    except Exception as e:  # a pyslurm built for another Slurm fails to load its .so
+        return False, f"pyslurm is installed but does not load ({e}); using the Slurm CLI"
+    pv = str(getattr(pyslurm, "__version__", "") or getattr(pyslurm, "version", lambda: "")())
+    want = ".".join(slurm_version.split(".")[:2])
+    have = ".".join(pv.split(".")[:2])
+    if not have or have != want:
+        return False, (f"pyslurm {pv or '(unknown version)'} does not match Slurm "
+                       f"{slurm_version}; using the Slurm CLI")
+    if not hasattr(pyslurm, "Jobs") or not hasattr(pyslurm, "Nodes"):
+        return False, f"pyslurm {pv} lacks the Jobs/Nodes API (needs >= 23.2); using the CLI"
+    return True, f"pyslurm {pv} matches Slurm {slurm_version}; used for reads"
+
+
+@dataclass
+class PyslurmReadClient(CliSlurmClient):
+    """Reads via pyslurm (>= 23.2 API), writes via the CLI.
+
+    Only chosen by :func:`make_client` when :func:`pyslurm_status` says the
+    versions match; not exercised on the 22.05 testbed (no pyslurm builds
+    against 22.05).
+    """
+
+    def jobs(self) -> list[JobInfo]:  # pragma: no cover - needs a matching pyslurm
+        import pyslurm
+
+        out = []
+        for j in pyslurm.Jobs.load().values():
+            out.append(JobInfo(
+                job_id=str(j.id), name=str(j.name or ""), state=str(j.state or "UNKNOWN"),
+                reason=str(j.state_reason or ""), nodes=str(j.nodes or ""),
+                partition=str(j.partition or ""), comment=str(j.comment or ""),
+                admin_comment=str(getattr(j, "admin_comment", "") or ""),
+                het_job_id=str(j.het_job_id or ""),
+                het_offset=j.het_job_offset if j.het_job_id else None,
+                exit_code=getattr(j, "exit_code", None)))
+        return out
+
+
+def make_client(runner: Runner | None = None, backend: str = "cli") -> tuple[CliSlurmClient, str]:
+    """The client to use and a one-line note saying which backend and why.
+
+    ``backend``: ``cli`` (default), ``pyslurm`` (reads via pyslurm when it
+    matches, else the CLI with the reason), or ``auto`` (same as pyslurm).
+    """
+    cli = CliSlurmClient(runner or Runner())
+    if backend == "cli":
+        return cli, "backend: Slurm CLI"
+    ok, why = pyslurm_status(cli.version())
+    if ok:
+        return PyslurmReadClient(cli.runner), why
+    return cli, why
