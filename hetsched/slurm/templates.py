@@ -1,0 +1,204 @@
+"""Render the sbatch scripts in ``job_templates/`` (Jinja2).
+
+Autoescaping is off (this is a shell script, not HTML), so safety comes from
+filters, and it is *enforced*: every ``{{ value }}`` must pass through one of
+
+* ``name``  – validated against ``[A-Za-z0-9._-]+`` (job, node, GPU type, ...);
+* ``word``  – validated, no whitespace, quotes or shell metacharacters (values
+  composed from names, used in ``#SBATCH`` lines, which sbatch parses itself);
+* ``int``   – a validated non-negative integer;
+* ``q``     – ``shlex.quote`` of any string (commands, paths, workload names).
+
+Each filter returns a marker type; the environment's ``finalize`` refuses to
+emit anything else, so a template edit that forgets a filter fails loudly
+instead of writing an unquoted value into a script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from hetsched.errors import InputError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+WORD_RE = re.compile(r"^[A-Za-z0-9._:/=,%+@-]+$")
+
+
+class TemplateValueError(InputError):
+    """A value cannot be placed in a script safely (bad name, unquoted value)."""
+
+
+class _Safe(str):
+    """A string a filter has validated or quoted."""
+
+
+def _name(v: Any) -> _Safe:
+    s = str(v)
+    if not NAME_RE.match(s):
+        raise TemplateValueError("sbatch template", f"{s!r} is not a valid name; use letters, "
+                                 "digits, '.', '_' or '-'")
+    return _Safe(s)
+
+
+def _word(v: Any) -> _Safe:
+    s = str(v)
+    if not WORD_RE.match(s):
+        raise TemplateValueError("sbatch template", f"{s!r} contains spaces or shell "
+                                 "characters; only letters, digits and ._:/=,%+@- are allowed "
+                                 "here (paths for logs/state must not contain spaces)")
+    return _Safe(s)
+
+
+def _int(v: Any) -> _Safe:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TemplateValueError("sbatch template", f"{v!r} is not a non-negative integer")
+    return _Safe(str(v))
+
+
+def _q(v: Any) -> _Safe:
+    return _Safe(shlex.quote(str(v)))
+
+
+def _finalize(v: Any) -> Any:
+    if isinstance(v, _Safe):
+        return v
+    if v is None or v == "":  # empty output of a skipped branch
+        return ""
+    raise TemplateValueError("sbatch template", f"value {str(v)[:40]!r} reached the script "
+                             "without a name/word/int/q filter")
+
+
+def templates_dir() -> Path:
+    """``$HETSCHED_TEMPLATES``, else the repository's ``job_templates/``."""
+    env = os.environ.get("HETSCHED_TEMPLATES")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "job_templates"
+
+
+def environment(directory: Path | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
+        autoescape=False,  # shell, not HTML: the filters do the quoting
+        undefined=jinja2.StrictUndefined, finalize=_finalize, keep_trailing_newline=True,
+    )
+    env.filters.update({"name": _name, "word": _word, "int": _int, "q": _q})
+    return env
+
+
+def hetsched_executable() -> str:
+    """The ``hetsched`` command the job steps run (absolute when found on PATH)."""
+    return shutil.which("hetsched") or "hetsched"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One hetjob component: the workers of one (GPU type, node) group."""
+
+    gpu_type: str
+    node: str
+    gpus: int
+    local_batches: tuple[int, ...]
+
+    @property
+    def tasks(self) -> int:
+        return self.gpus
+
+
+def components(workers: Sequence[Mapping[str, Any]]) -> list[Component]:
+    """Group a segment's workers by (GPU type, node), in first-seen order.
+
+    Rank order in the job is component order, then worker order: that is
+    the order of ``HETSCHED_LOCAL_BATCHES``.
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for w in workers:
+        key = (str(w["gpu_type"]), str(w["node"]))
+        groups.setdefault(key, []).append(int(w["local_batch"]))
+    return [Component(t, n, len(b), tuple(b)) for (t, n), b in groups.items()]
+
+
+@dataclass(frozen=True)
+class Script:
+    """A rendered script and what it asks for."""
+
+    text: str
+    components: list[Component]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+def submission_comment(plan_id: str, job: str, segment: int) -> str:
+    """The tag in ``--comment`` that identifies a hetsched submission in Slurm."""
+    return f"hetsched:{plan_id}:{job}:{segment}"
+
+
+def render_hetjob(plan_id: str, job: Mapping[str, Any], segment: int = 0, *,
+                  plan_path: str | Path, log_dir: str | Path, partition: str | None = None,
+                  pin_nodes: bool = True, hetsched: str | None = None,
+                  directory: Path | None = None) -> Script:
+    """The hetjob script for segment ``segment`` of one job of a plan (JSON contract)."""
+    segs = job.get("segments") or []
+    if segment >= len(segs):
+        raise TemplateValueError("plan", f"job {job.get('name')!r} has no segment {segment}")
+    workers = segs[segment].get("workers") or []
+    if not workers:
+        raise TemplateValueError("plan", f"job {job.get('name')!r} segment {segment} has no "
+                                 "workers")
+    comps = components(workers)
+    spec = job.get("spec") or {}
+    cmd = spec.get("command")
+    command = shlex.join([str(a) for a in cmd]) if isinstance(cmd, list) else (
+        str(cmd) if cmd else "")
+    batches = [b for c in comps for b in c.local_batches]
+    ctx = {
+        "plan_id": plan_id, "job": job["name"], "segment": segment,
+        "components": [
+            {"gpu_type": c.gpu_type, "node": c.node if pin_nodes else "", "gpus": c.gpus,
+             "tasks": c.tasks} for c in comps],
+        "partition": partition or "",
+        "comment": submission_comment(plan_id, str(job["name"]), segment),
+        "log_dir": str(log_dir),
+        "workload": str(spec.get("workload", "")),
+        "global_batch": int(spec.get("global_batch") or sum(batches)),
+        "local_batches": ",".join(str(b) for b in batches),
+        "gpu_types": ",".join(c.gpu_type for c in comps for _ in c.local_batches),
+        "rank_nodes": ",".join(c.node for c in comps for _ in c.local_batches),
+        "command": command,
+        "entrypoint": str(spec.get("entrypoint") or ""),
+        "het_groups": ",".join(str(i) for i in range(len(comps))),
+        "hetsched": hetsched or hetsched_executable(),
+        "plan_path": str(plan_path),
+    }
+    text = environment(directory).get_template("hetjob.sbatch.j2").render(**ctx)
+    return Script(text, comps)
+
+
+def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: str | Path,
+                 log_dir: str | Path, partition: str | None = None, node: str | None = None,
+                 extra_args: Sequence[str] = (), hetsched: str | None = None,
+                 directory: Path | None = None) -> Script:
+    """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``."""
+    safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
+    ctx = {
+        "job_name": f"hetsched-probe-{safe_w}-{gpu_type}", "workload": workload,
+        "gpu_type": gpu_type, "partition": partition or "", "node": node or "",
+        "comment": f"hetsched:probe:{safe_w}:{gpu_type}", "log_dir": str(log_dir),
+        "batches": ",".join(str(int(b)) for b in batches), "out": str(out),
+        "extra_args": [str(a) for a in extra_args],
+        "hetsched": hetsched or hetsched_executable(),
+    }
+    text = environment(directory).get_template("probe.sbatch.j2").render(**ctx)
+    return Script(text, [Component(gpu_type, node or "", 1, (max(batches, default=1),))])
