@@ -16,9 +16,12 @@ from pathlib import Path
 
 import click
 
+from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient, make_client
-from hetsched.slurm.inventory import load_inventory
+from hetsched.slurm.inventory import load_cluster_from_slurm, load_inventory
 from hetsched.slurm.runner import Runner
+from hetsched.slurm.submit import submit
+from hetsched.store import Store, open_store
 from hetsched.testbed import DEFAULT_NODES, open_testbed
 
 DIR_HELP = "Testbed directory (configs, logs, state). Default: $HETSCHED_TESTBED or ./.testbed"
@@ -164,3 +167,92 @@ def cluster(partition: str | None, as_json: bool, show_nodes: bool, backend: str
         console.print(nt)
     for s in inv.skipped:
         click.echo(f"note: {s}", err=True)
+
+
+# ---------------------------------------------------------------------------
+# submit
+
+
+def _store(path: str | None) -> Store:
+    return open_store(path)
+
+
+STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state/hetsched/state.db"
+
+
+def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
+                    partition: str | None, backend: str = "cli") -> dict[str, object]:
+    """A plan dict from plan.json, or from jobs.yaml by planning first."""
+    p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        from hetsched.planning import make_plan
+        from hetsched.spec import load_cluster, load_jobs
+        from hetsched.throughput import load_throughputs
+
+        if not throughputs:
+            raise InputError("--throughputs", f"{path} is a jobs file: planning it needs "
+                             "--throughputs CSV (profiles)")
+        jobs = load_jobs(p)
+        table = load_throughputs(throughputs)
+        cl = load_cluster(cluster_file) if cluster_file else load_cluster_from_slurm(
+            _client(backend), _partition(partition))
+        return make_plan(jobs, cl, table, policy=policy, jobs_source=str(p)).to_dict()
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    except (OSError, ValueError) as e:
+        raise InputError(path, f"not a readable plan JSON file: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a JSON object (a plan from `hetsched plan`)")
+    return data
+
+
+@click.command("submit")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print the sbatch scripts; touch neither Slurm "
+              "nor the state file.")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--partition", "-p", default=None,
+              help="Partition for the jobs. Default: $HETSCHED_PARTITION, else Slurm's default.")
+@click.option("--pin-nodes/--any-node", default=True, show_default=True,
+              help="Pin each component to the plan's node (--nodelist), or let Slurm pick "
+              "any node with that GPU type.")
+@click.option("--throughputs", "-t", default=None, type=click.Path(dir_okay=False),
+              help="Profiles CSV; needed when PLAN_FILE is a jobs.yaml.")
+@click.option("--policy", default="auto", show_default=True,
+              help="Policy for planning a jobs.yaml.")
+@click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
+              help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
+def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition: str | None,
+               pin_nodes: bool, throughputs: str | None, policy: str,
+               cluster_file: str | None) -> None:
+    """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
+
+    Each job's first segment becomes one heterogeneous job: one component per
+    (GPU type, node) group with --gres=gpu:TYPE:N and one srun step across
+    them. All or nothing: if an sbatch fails, what this run submitted is
+    cancelled. Re-running after a crash does not submit twice. Later segments
+    are submitted by `hetsched replan`.
+
+    Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
+    queued), 4 Slurm unreachable, 6 state file unusable.
+    """
+    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition)
+    part = _partition(partition)
+    if dry_run:
+        res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
+                     source=plan_file)
+        for name, script in res.scripts.items():
+            click.echo(f"# ---- {name} ({len(script.components)} components) ----")
+            click.echo(script.text, nl=False)
+        click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
+                   "nothing submitted", err=True)
+        return
+    with _store(state_path) as st:
+        res = submit(plan, st, _client(), partition=part, pin_nodes=pin_nodes,
+                     source=plan_file, progress=lambda m: click.echo(m, err=True))
+    for name, jid in res.skipped:
+        click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
+    click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "
+               "already there")

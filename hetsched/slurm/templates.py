@@ -97,8 +97,12 @@ def environment(directory: Path | None = None) -> jinja2.Environment:
 
 
 def hetsched_executable() -> str:
-    """The ``hetsched`` command the job steps run (absolute when found on PATH)."""
-    return shutil.which("hetsched") or "hetsched"
+    """The ``hetsched`` command job steps run: ``$HETSCHED_EXECUTABLE``, else from PATH.
+
+    The override lets the testbed, demos and tests run a stand-in before the
+    runtime exists on the nodes.
+    """
+    return os.environ.get("HETSCHED_EXECUTABLE") or shutil.which("hetsched") or "hetsched"
 
 
 @dataclass(frozen=True)

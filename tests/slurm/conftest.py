@@ -36,6 +36,13 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     try:
         tb.up(timeout_s=60)
         os.environ.update(tb.env())  # CLI commands run in-process read these
+        # job steps run this stand-in for `hetsched run` (the runtime is another issue)
+        stub = tb.dir / "fake-hetsched"
+        stub.write_text("#!/bin/bash\necho \"fake hetsched $* rank=$SLURM_PROCID\"\n"
+                        "exec sleep \"${HETSCHED_TEST_SLEEP:-120}\"\n")
+        stub.chmod(0o755)
+        old.setdefault("HETSCHED_EXECUTABLE", os.environ.get("HETSCHED_EXECUTABLE"))
+        os.environ["HETSCHED_EXECUTABLE"] = str(stub)
         yield tb
     finally:
         tb.down()

@@ -17,3 +17,46 @@ def wait_for(cond: Callable[[], object], timeout_s: float, what: str,
             return
         time.sleep(every_s)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+Worker = tuple[str, str, int]  # (node, gpu_type, local_batch)
+
+
+def plan_dict(plan_id: str | None, jobs: dict[str, list[list[Worker]]],
+              policy: str = "test") -> dict:
+    """A plan in the JSON contract: job -> segments -> workers."""
+    out_jobs = []
+    for name, segs in jobs.items():
+        t = 0.0
+        segments = []
+        for ws in segs:
+            segments.append({"start_s": t, "end_s": t + 100.0, "workers": [
+                {"node": n, "gpu_type": g, "gpu": i, "local_batch": b}
+                for i, (n, g, b) in enumerate(ws)]})
+            t += 100.0
+        gb = sum(b for _, _, b in segs[0]) if segs else 1
+        out_jobs.append({"name": name, "weight": 1.0, "arrival_s": 0.0, "start_s": 0.0,
+                         "end_s": t, "spec": {"name": name, "workload": "resnet-18",
+                                              "global_batch": gb, "command": ["true"]},
+                         "segments": segments})
+    plan = {"version": 1, "policy": policy,
+            "objective": {"weighted_jct_s": 1.0, "avg_jct_s": 1.0, "makespan_s": 1.0},
+            "lower_bound": {"weighted_jct_s": 1.0}, "jobs": out_jobs}
+    if plan_id:
+        plan["plan_id"] = plan_id
+    return plan
+
+
+def invoke(cmd: object, args: list[str]) -> tuple[int, str]:
+    """Run a click command as the lead's ``main`` would: a HetschedError becomes
+    one line of output and its exit code (standalone commands let it propagate)."""
+    from click.testing import CliRunner
+
+    from hetsched.errors import HetschedError
+
+    res = CliRunner().invoke(cmd, args)  # type: ignore[arg-type]
+    if isinstance(res.exception, HetschedError):
+        return res.exception.exit_code, res.output + str(res.exception)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.output
