@@ -317,8 +317,8 @@ class Store:
                 "INSERT INTO submissions (plan_id, job, segment, state, script_hash, "
                 "script_path, workers, created, updated) VALUES (?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT (plan_id, job, segment) DO UPDATE SET state = excluded.state, "
-                "script_hash = excluded.script_hash, script_path = excluded.script_path, "
-                "workers = excluded.workers, updated = excluded.updated",
+                "slurm_id = NULL, script_hash = excluded.script_hash, "
+                "script_path = excluded.script_path, workers = excluded.workers, updated = excluded.updated",
                 (plan_id, job, segment, SUBMITTING, script_hash, script_path,
                  json.dumps(workers), now, now))
         sub = self.submission(plan_id, job, segment)

@@ -56,6 +56,7 @@ class JobInfo:
     exit_code: int | None = None
     gres: str = ""
     restarts: int = 0
+    start_time: int = 0  # epoch seconds; 0 when not started
 
     @property
     def leader(self) -> str:
@@ -199,6 +200,7 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         exit_code=exit_code,
         gres=gres,
         restarts=_num(j.get("restart_cnt")) or 0,
+        start_time=_num(j.get("start_time")) or 0,
     )
 
 

@@ -32,7 +32,7 @@ from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
 from hetsched.slurm.templates import Script, render_hetjob, submission_comment
 from hetsched.spec import NAME_RE
-from hetsched.store import SUBMITTING, Store
+from hetsched.store import SUBMITTING, SUPERSEDED, Store
 
 #: hetsched's own states that mean "handed to Slurm and possibly still there"
 LIVE_STATES = ACTIVE_STATES | {SUBMITTING}
@@ -184,7 +184,7 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
     for i, name in enumerate(order):
         seg, script = scripts[name]
         prev = pending_intents[name]
-        if prev is not None and prev.slurm_id:
+        if prev is not None and prev.slurm_id and prev.state != SUPERSEDED:
             result.skipped.append((name, prev.slurm_id))
             continue
         tag = submission_comment(pid, name, seg)

@@ -1,0 +1,36 @@
+# hetsched: the two commands a fresh machine needs are `make demo` and `make test`.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+EXAMPLES := examples
+STAMP := .deps.stamp
+
+.PHONY: deps demo test lint bench clean
+
+# Installs what hetsched needs: Python packages (torch pinned to the CPU build
+# on these machines) and, when root on Debian, Slurm and munge for the testbed.
+$(STAMP): pyproject.toml
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v slurmctld >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			slurmctld slurmd slurm-client munge >/dev/null; fi
+	$(PIP) install -q 'torch==2.13.0' || $(PIP) install -q torch
+	$(PIP) install -q -e '.[test]'
+	@touch $(STAMP)
+
+deps: $(STAMP)
+
+demo: $(STAMP)
+	hetsched plan $(EXAMPLES)/jobs.yaml --cluster $(EXAMPLES)/cluster.yaml \
+		--throughputs $(EXAMPLES)/gavel_throughputs.csv --gantt plan-gantt.png --out plan.json
+
+test: $(STAMP)
+	$(PYTHON) -m pytest -q
+
+lint: $(STAMP)
+	ruff check hetsched tests bench
+	mypy hetsched
+
+bench: $(STAMP)
+	$(PYTHON) bench/bench_planner.py
+
+clean:
+	rm -rf $(STAMP) .pytest_cache .hypothesis build *.egg-info plan.json plan-gantt.png

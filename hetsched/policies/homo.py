@@ -1,0 +1,86 @@
+"""Sched_Homo (Zhang et al., the homogeneous scheduler Hare compares against).
+
+Heterogeneity-oblivious: it believes every GPU is the same average GPU. With
+that model it orders jobs by Smith's rule and sizes them with the same greedy
+as Optimus, then takes GPUs in the order the cluster lists them, whatever
+their type, and splits batches equally. No job preemption: running jobs are
+never moved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.policies.base import Policy, Snapshot, register
+from hetsched.policies.common import greedy_grow
+from hetsched.problem import PlanningProblem
+
+
+def _oblivious_counts(p: PlanningProblem, i: int, k: int, free: np.ndarray) -> np.ndarray:
+    """k GPUs taken in cluster order (types as the node list has them), allowed types only."""
+    n = np.zeros(p.T, dtype=int)
+    left = k
+    for t in p.type_order():
+        if p.allowed[i, t] and left:
+            take = int(min(free[t], left))
+            n[t] += take
+            left -= take
+    return n if left == 0 else np.zeros(p.T, dtype=int)
+
+
+@register
+class Homo(Policy):
+    name = "homo"
+    paper = "Zhang et al. (Sched_Homo), heterogeneity-oblivious baseline of Hare"
+    summary = "Treats all GPUs as one average type; greedy sizes, cluster-order GPUs, equal shares"
+    shares = "equal"
+    preemptive = False
+    placement = "oblivious"
+
+    def __init__(self) -> None:
+        pass
+
+    def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
+        p = problem
+        J = len(snap.jobs)
+        X = np.zeros((J, p.T), dtype=int)
+        # the homogeneous model: per job, the mean step-time line over its allowed types
+        a = np.array([p.a[i][p.allowed[i]].mean() for i in snap.jobs])
+        c = np.array([p.c[i][p.allowed[i]].mean() for i in snap.jobs])
+        capmin = np.array([p.cap[i][p.allowed[i]].min() for i in snap.jobs])
+        B = p.B[snap.jobs]
+
+        def it_homo(r: int, k: int) -> float:
+            if k <= 0 or B[r] / k > capmin[r] or k > B[r]:
+                return np.inf
+            return float(a[r] + c[r] * np.ceil(B[r] / k))
+
+        def kmin(r: int) -> int:
+            return int(max(p.lo[snap.jobs[r]], np.ceil(B[r] / capmin[r])))
+
+        key = np.array([p.weight[i] / (snap.remaining[r] * it_homo(r, kmin(r)))
+                        for r, i in enumerate(snap.jobs)])
+        free = snap.free.copy()
+        rows = []
+        for r in np.argsort(-key, kind="stable"):
+            i = int(snap.jobs[r])
+            n = _oblivious_counts(p, i, kmin(int(r)), free)
+            if n.sum() == 0:
+                continue
+            X[r] = n
+            free -= n
+            rows.append(int(r))
+        if not rows:
+            return X
+        # greedy growth on the homogeneous model, GPUs in cluster order
+        def it(i: int, n: np.ndarray) -> float:
+            r = int(np.nonzero(snap.jobs == i)[0][0])
+            return it_homo(r, int(n.sum()))
+
+        def pick(i: int, f: np.ndarray) -> int:
+            for t in p.type_order():
+                if p.allowed[i, t] and f[t] > 0:
+                    return t
+            return -1
+
+        return greedy_grow(p, snap, rows, X, free, it, pick)

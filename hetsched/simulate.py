@@ -1,0 +1,332 @@
+"""The one evaluator: turns a policy's per-event decisions into a timed Plan.
+
+Reset events are job arrivals and completions. At each one the policy is
+asked for GPU counts per type per job; the evaluator places them on concrete
+GPUs (packing onto few nodes), computes each job's integer batch shares and
+iteration time from the model, charges the restart cost when a running job's
+worker set changes, and advances time to the next event. Every policy goes
+through this same code, so their objectives are comparable.
+
+Dynamic mode (default) weighs two candidates at each event: the policy's
+fresh allocation of all GPUs, and "keep": running jobs stay put and only free
+GPUs are allocated to waiting jobs. The fresh one is taken only if its
+predicted weighted completion time, restart costs included, is lower; so a
+running job is moved only when that pays off. ``static`` (and non-preemptive
+policies) always keep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsched.errors import PlanningError
+from hetsched.lower_bound import lower_bound
+from hetsched.model import balanced_shares, comm_time, equal_shares, step_time
+from hetsched.plan import JobPlan, Plan, Segment, Worker
+from hetsched.policies.base import Policy, Snapshot
+from hetsched.problem import PlanningProblem
+
+EPS = 1e-9
+
+
+@dataclass
+class Timing:
+    batches: list[int]
+    compute_s: float
+    comm_s: float
+
+    @property
+    def iteration_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+class Evaluator:
+    """Exact per-placement timing (integer shares, real node layout), cached."""
+
+    def __init__(self, problem: PlanningProblem) -> None:
+        self.p = problem
+        gpus = problem.cluster.gpus
+        tindex = {t: k for k, t in enumerate(problem.types)}
+        self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
+        nodes = sorted({g.node for g in gpus}, key=[g.node for g in gpus].index)
+        nindex = {n: k for k, n in enumerate(nodes)}
+        self.gpu_node = np.array([nindex[g.node] for g in gpus], dtype=int)
+        self.nodes = nodes
+        self._cache: dict[tuple[int, tuple[int, ...], bool, str], Timing] = {}
+
+    def timing(self, i: int, gpu_ids: list[int], shares: str) -> Timing:
+        p = self.p
+        types = tuple(sorted(int(self.gpu_type[g]) for g in gpu_ids))
+        single = len({int(self.gpu_node[g]) for g in gpu_ids}) == 1
+        key = (i, types, single, shares)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        a = [float(p.a[i, t]) for t in types]
+        c = [float(p.c[i, t]) for t in types]
+        caps = [int(p.cap[i, t]) for t in types]
+        B = int(p.B[i])
+        b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
+        sync = max(float(p.sync[i, t]) for t in types)
+        comm = comm_time(len(types), float(p.model_mb[i]), p.bandwidth(single), sync)
+        tm = Timing(b, step_time(a, c, b), comm)
+        self._cache[key] = tm
+        return tm
+
+    def workers(self, i: int, gpu_ids: list[int], shares: str) -> tuple[list[Worker], Timing]:
+        """Workers in type order matching the cached batch vector."""
+        tm = self.timing(i, gpu_ids, shares)
+        order = sorted(gpu_ids, key=lambda g: (int(self.gpu_type[g]), g))
+        gpus = self.p.cluster.gpus
+        ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index, b)
+              for g, b in zip(order, tm.batches, strict=True)]
+        return ws, tm
+
+
+class Placer:
+    """Maps per-type counts to concrete GPUs."""
+
+    def __init__(self, ev: Evaluator) -> None:
+        self.ev = ev
+
+    def place(self, counts: dict[int, np.ndarray], free: np.ndarray,
+              current: dict[int, list[int]], oblivious: bool = False) -> dict[int, list[int]]:
+        ev = self.ev
+        free = free.copy()
+        out: dict[int, list[int]] = {}
+        pending: list[int] = []
+        # 1. jobs whose counts are unchanged keep exactly their GPUs
+        for i, n in counts.items():
+            cur = current.get(i, [])
+            if cur and all(free[g] for g in cur) and np.array_equal(self._counts(cur), n):
+                out[i] = list(cur)
+                free[cur] = False
+            elif n.sum() > 0:
+                pending.append(i)
+        pending.sort(key=lambda i: -int(counts[i].sum()))
+        for i in pending:
+            chosen: list[int] = []
+            cur = current.get(i, [])
+            for t, need in enumerate(counts[i]):
+                need = int(need)
+                if need == 0:
+                    continue
+                # 2. reuse this job's own GPUs of the type (no data to move there)
+                mine = [g for g in cur if free[g] and ev.gpu_type[g] == t][:need]
+                for g in mine:
+                    free[g] = False
+                chosen += mine
+                need -= len(mine)
+                if need:
+                    got = self._take(t, need, free, oblivious,
+                                     prefer_nodes={int(ev.gpu_node[g]) for g in chosen})
+                    chosen += got
+            out[i] = sorted(chosen)
+        return out
+
+    def _counts(self, gpu_ids: list[int]) -> np.ndarray:
+        return np.bincount(self.ev.gpu_type[gpu_ids], minlength=self.ev.p.T)
+
+    def _take(self, t: int, need: int, free: np.ndarray, oblivious: bool,
+              prefer_nodes: set[int]) -> list[int]:
+        ev = self.ev
+        cand = np.nonzero(free & (ev.gpu_type == t))[0]
+        if len(cand) < need:
+            raise AssertionError("policy allocated more GPUs than are free")
+        if oblivious:
+            got = [int(g) for g in cand[:need]]
+        else:
+            by_node: dict[int, list[int]] = {}
+            for g in cand:
+                by_node.setdefault(int(ev.gpu_node[g]), []).append(int(g))
+            # best fit: the node already used, else the smallest node that fits
+            # the whole need, else fill from the fullest nodes down
+            fits = [n for n, gs in by_node.items() if len(gs) >= need]
+            pref = [n for n in fits if n in prefer_nodes]
+            if pref:
+                order = pref[:1]
+            elif fits:
+                order = [min(fits, key=lambda n: (len(by_node[n]), n))]
+            else:
+                order = sorted(by_node, key=lambda n: (-len(by_node[n]), n))
+            got = []
+            for n in order:
+                take = by_node[n][: need - len(got)]
+                got += take
+                if len(got) == need:
+                    break
+        free[got] = False
+        return got
+
+
+def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray) -> None:
+    if X.shape != (len(snap.jobs), problem.T):
+        raise AssertionError(f"{policy.name}: allocation has shape {X.shape}")
+    if (X < 0).any() or (X.sum(axis=0) > snap.free).any():
+        raise AssertionError(f"{policy.name}: allocation exceeds the free GPUs")
+    for r, i in enumerate(snap.jobs):
+        k = X[r].sum()
+        if k and (k < problem.lo[i] or k > problem.hi[i] or (X[r][~problem.allowed[i]] > 0).any()):
+            raise AssertionError(f"{policy.name}: job {problem.jobs[i].name} got {X[r]} "
+                                 f"outside its bounds [{problem.lo[i]}, {problem.hi[i]}]")
+
+
+def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
+             restart_cost_s: float = 60.0) -> Plan:
+    """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
+    started_clock = time.perf_counter()
+    p = problem
+    S = p.S
+    ev = Evaluator(p)
+    placer = Placer(ev)
+    K = len(p.cluster.gpus)
+    owner = np.full(K, -1, dtype=int)
+    alloc: dict[int, list[int]] = {}
+    remaining = p.iters.astype(float).copy()
+    ready_at = np.zeros(S)
+    has_run = np.zeros(S, dtype=bool)
+    done = np.zeros(S, dtype=bool)
+    plans = [JobPlan(j.name, j.weight, j.arrival_s, spec=j.to_dict()) for j in p.jobs]
+    open_seg: dict[int, Segment] = {}
+    timing: dict[int, Timing] = {}
+    oblivious = policy.placement == "oblivious"
+    keep_only = static or not policy.preemptive
+
+    order = np.argsort(p.arrival, kind="stable")
+    next_arr = 0
+    t = float(p.arrival[order[0]])
+
+    def counts_of(gs: list[int]) -> np.ndarray:
+        return np.bincount(ev.gpu_type[gs], minlength=p.T) if gs else np.zeros(p.T, dtype=int)
+
+    def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
+            ) -> dict[int, list[int]]:
+        if not jobs or not free_mask.any():
+            return {}
+        ja = np.array(jobs, dtype=int)
+        snap = Snapshot(
+            t=t, jobs=ja, remaining=remaining[ja].copy(),
+            free=np.bincount(ev.gpu_type[free_mask], minlength=p.T),
+            current=np.array([counts_of(cur.get(i, [])) for i in jobs]).reshape(len(jobs), p.T),
+            waited=t - p.arrival[ja],
+        )
+        X = np.asarray(policy.allocate(p, snap), dtype=int)
+        _validate(p, policy, snap, X)
+        counts = {int(i): X[r] for r, i in enumerate(jobs)}
+        return placer.place(counts, free_mask, cur, oblivious)
+
+    def predicted(i: int, gs: list[int], moved: bool) -> float:
+        tm = ev.timing(i, gs, policy.shares)
+        start = t + (restart_cost_s if moved and has_run[i] else 0.0)
+        if not moved:
+            start = max(t, ready_at[i])
+        return start + remaining[i] * tm.iteration_s
+
+    def score(cand: dict[int, list[int]], jobs: list[int]) -> float:
+        ends = {i: predicted(i, gs, sorted(gs) != sorted(alloc.get(i, [])))
+                for i, gs in cand.items() if gs}
+        first_free = min(ends.values(), default=t)
+        total = 0.0
+        for i in jobs:
+            if i in ends:
+                total += p.weight[i] * ends[i]
+            else:  # waits at least until some GPUs free up, then runs on its best GPUs
+                best = p.iter_time(i, _best_counts(p, i))[0]
+                total += p.weight[i] * (first_free + remaining[i] * best)
+        return total
+
+    while not done.all():
+        while next_arr < S and p.arrival[order[next_arr]] <= t + EPS:
+            next_arr += 1
+        active = [int(i) for i in order[:next_arr] if not done[i]]
+        if active:
+            running = [i for i in active if alloc.get(i)]
+            waiting = [i for i in active if not alloc.get(i)]
+            free_mask = owner < 0
+            keep = dict(alloc)
+            keep.update(ask(waiting, free_mask, {}))
+            new = keep
+            if not keep_only and running:
+                fresh = ask(active, np.ones(K, dtype=bool), alloc)
+                diff = [i for i in active if sorted(fresh.get(i, [])) != sorted(keep.get(i, []))]
+                if diff and score(fresh, diff) < score(keep, diff) - 1e-6:
+                    new = fresh
+            # apply the decision
+            for i in active:
+                old, nw = alloc.get(i, []), sorted(new.get(i, []))
+                if sorted(old) == nw:
+                    continue
+                now = t
+                if i in open_seg:
+                    seg = open_seg.pop(i)
+                    seg.end_s = now
+                    plans[i].segments.append(seg)
+                    owner[old] = -1
+                alloc.pop(i, None)
+                if nw:
+                    ws, tm = ev.workers(i, nw, policy.shares)
+                    rc = restart_cost_s if has_run[i] else 0.0
+                    ready_at[i] = now + rc
+                    open_seg[i] = Segment(start_s=now, end_s=now, workers=ws,
+                                          iteration_s=tm.iteration_s, compute_s=tm.compute_s,
+                                          comm_s=tm.comm_s, restart_s=rc)
+                    timing[i] = tm
+                    alloc[i] = nw
+                    owner[nw] = i
+                    has_run[i] = True
+        # advance to the next event
+        fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s for i in alloc}
+        t_arr = float(p.arrival[order[next_arr]]) if next_arr < S else np.inf
+        t_fin = min(fin.values(), default=np.inf)
+        t_next = min(t_arr, t_fin)
+        if not np.isfinite(t_next):
+            stuck = [p.jobs[i].name for i in range(S) if not done[i]]
+            raise PlanningError(f"policy {policy.name!r} cannot place job(s) "
+                                f"{', '.join(stuck[:5])}: no GPUs were allocated and no event "
+                                "is left that would free any")
+        for i in list(alloc):
+            tm = timing[i]
+            ran = max(0.0, t_next - max(t, ready_at[i]))
+            seg = open_seg[i]
+            if fin[i] <= t_next + EPS * max(1.0, t_next):
+                seg.iterations += remaining[i]
+                seg.end_s = fin[i]
+                remaining[i] = 0.0
+                done[i] = True
+                plans[i].segments.append(open_seg.pop(i))
+                owner[alloc.pop(i)] = -1
+            else:
+                it = ran / tm.iteration_s
+                seg.iterations += it
+                remaining[i] -= it
+        t = t_next
+
+    ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
+    plan = Plan(
+        policy=policy.name, jobs=plans, lower_bound_s=lower_bound(p),
+        params=policy.get_params(), static=static, restart_cost_s=restart_cost_s,
+        cluster={"name": p.cluster.name, "gpus": {t: int(n) for t, n in
+                                                  zip(p.types, p.n_type, strict=True)}},
+        fairness_ref=ref,
+    )
+    plan.planning_time_s = time.perf_counter() - started_clock
+    return plan
+
+
+def _best_counts(p: PlanningProblem, i: int) -> np.ndarray:
+    """A job's min_gpus on its fastest allowed type (for waiting-time estimates)."""
+    rate = p.per_gpu_rate(i)
+    n = np.zeros(p.T, dtype=int)
+    need = int(p.lo[i])
+    for t in np.argsort(-rate):
+        if not p.allowed[i, t]:
+            continue
+        take = min(need, int(p.n_type[t]))
+        n[t] += take
+        need -= take
+        if need == 0:
+            break
+    return n

@@ -1,0 +1,409 @@
+"""Job specs and cluster descriptions: validated dataclasses and their file formats.
+
+Every loader raises :class:`~hetsched.errors.InputError` naming the file, the
+job or field, and what would be valid. Nothing here does I/O beyond reading the
+one file it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hostlist
+import yaml
+
+from hetsched.errors import InputError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+# Node states as Slurm reports them, reduced to what the planner needs.
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job of the batch.
+
+    ``iterations`` is what the planner schedules: epochs times the number of
+    global batches per epoch (the last, partial batch counts as a full step).
+    """
+
+    name: str
+    workload: str
+    dataset_size: int
+    epochs: float
+    global_batch: int
+    weight: float = 1.0
+    arrival_s: float = 0.0
+    model_size_mb: float = 0.0
+    min_gpus: int = 1
+    max_gpus: int | None = None
+    gpu_types: tuple[str, ...] | None = None
+    requested_gpus: int | None = None
+    command: tuple[str, ...] | None = None
+    entrypoint: str | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.dataset_size / self.global_batch)
+
+    @property
+    def iterations(self) -> float:
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def requested(self) -> int:
+        """GPU count asked for by baselines that take a fixed size (FIFO, SRTF, Homo)."""
+        if self.requested_gpus is not None:
+            return self.requested_gpus
+        return self.min_gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "workload": self.workload,
+            "dataset_size": self.dataset_size,
+            "epochs": self.epochs,
+            "global_batch": self.global_batch,
+            "weight": self.weight,
+            "arrival_s": self.arrival_s,
+        }
+        if self.model_size_mb:
+            d["model_size_mb"] = self.model_size_mb
+        if self.min_gpus != 1:
+            d["min_gpus"] = self.min_gpus
+        if self.max_gpus is not None:
+            d["max_gpus"] = self.max_gpus
+        if self.gpu_types is not None:
+            d["gpu_types"] = list(self.gpu_types)
+        if self.requested_gpus is not None:
+            d["requested_gpus"] = self.requested_gpus
+        if self.command is not None:
+            d["command"] = list(self.command)
+        if self.entrypoint is not None:
+            d["entrypoint"] = self.entrypoint
+        return d
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of the partition: one GPU type, a GPU count, and its Slurm state."""
+
+    name: str
+    gpu_type: str
+    gpus: int
+    gpu_memory_gb: float | None = None
+    state: str = "idle"
+
+    @property
+    def usable(self) -> bool:
+        return self.state in USABLE_STATES
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU: its node, its type, and its index within the node."""
+
+    node: str
+    gpu_type: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A partition's GPU mix and network.
+
+    Bandwidths are in Gbit/s; ``intra_node_gbps`` applies when all workers of
+    a job sit on one node (PCIe/NVLink), ``inter_node_gbps`` otherwise.
+    """
+
+    nodes: tuple[Node, ...]
+    intra_node_gbps: float = 300.0
+    inter_node_gbps: float = 10.0
+    name: str = "cluster"
+    partition: str | None = None
+    gpus: tuple[GPU, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gpus = tuple(
+            GPU(n.name, n.gpu_type, i) for n in self.nodes if n.usable for i in range(n.gpus)
+        )
+        object.__setattr__(self, "gpus", gpus)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu_type for n in self.nodes if n.usable}))
+
+    def count_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            if n.usable:
+                out[n.gpu_type] = out.get(n.gpu_type, 0) + n.gpus
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partition": self.partition,
+            "network": {
+                "intra_node_gbps": self.intra_node_gbps,
+                "inter_node_gbps": self.inter_node_gbps,
+            },
+            "nodes": [
+                {
+                    "names": n.name,
+                    "gpu_type": n.gpu_type,
+                    "gpus": n.gpus,
+                    **({"gpu_memory_gb": n.gpu_memory_gb} if n.gpu_memory_gb else {}),
+                    **({"state": n.state} if n.state != "idle" else {}),
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------
+# Loading
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file, turning every failure into one InputError line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(p), "file not found") from None
+    except IsADirectoryError:
+        raise InputError(str(p), "is a directory, expected a YAML file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(str(p), f"cannot read: {e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(str(p), f"not valid YAML: {problem}", where) from None
+
+
+class _Fields:
+    """Typed access to one mapping of a spec file, with precise errors."""
+
+    def __init__(self, data: Any, source: str, where: str, known: Sequence[str]) -> None:
+        if not isinstance(data, Mapping):
+            raise InputError(source, f"expected a mapping, got {type(data).__name__}", where)
+        unknown = sorted(set(map(str, data)) - set(known))
+        if unknown:
+            raise InputError(
+                source,
+                f"unknown field {unknown[0]!r}; valid fields: {', '.join(known)}",
+                where,
+            )
+        self.data = data
+        self.source = source
+        self.where = where
+
+    def _err(self, key: str, msg: str) -> InputError:
+        return InputError(self.source, msg, f"{self.where}: {key}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def str_(self, key: str, default: str | None = None, pattern: re.Pattern[str] | None = None,
+             valid: str = "") -> str:
+        if not self.has(key):
+            if default is not None:
+                return default
+            raise self._err(key, "missing required field")
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise self._err(key, f"expected a string, got {type(v).__name__}")
+        s = str(v)
+        if pattern is not None and not pattern.match(s):
+            raise self._err(key, f"{s!r} is not valid; expected {valid or pattern.pattern}")
+        return s
+
+    def num(self, key: str, default: float | None = None, *, minimum: float | None = None,
+            strict: bool = False, integer: bool = False) -> float:
+        if not self.has(key):
+            if default is not None:
+                return default
+            raise self._err(key, "missing required field")
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._err(key, f"expected a number, got {v!r}")
+        if not math.isfinite(float(v)):
+            raise self._err(key, f"expected a finite number, got {v!r}")
+        if integer and float(v) != int(v):
+            raise self._err(key, f"expected a whole number, got {v!r}")
+        if minimum is not None:
+            if strict and not v > minimum:
+                raise self._err(key, f"must be > {minimum:g}, got {v!r}")
+            if not strict and not v >= minimum:
+                raise self._err(key, f"must be >= {minimum:g}, got {v!r}")
+        return float(v)
+
+    def int_(self, key: str, default: int | None = None, *, minimum: int | None = None) -> int:
+        return int(self.num(key, None if default is None else float(default), minimum=minimum,
+                            integer=True))
+
+
+JOB_FIELDS = (
+    "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
+    "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
+    "entrypoint",
+)
+
+
+def parse_job(data: Any, source: str, index: int) -> Job:
+    """Validate one job mapping from a jobs file."""
+    name_hint = data.get("name") if isinstance(data, Mapping) else None
+    where = f"job {name_hint!r}" if isinstance(name_hint, str) else f"jobs[{index}]"
+    f = _Fields(data, source, where, JOB_FIELDS)
+    name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
+    workload = f.str_("workload")
+    if not workload.strip():
+        raise f._err("workload", "must not be empty")
+    dataset_size = f.int_("dataset_size", minimum=1)
+    epochs = f.num("epochs", minimum=0, strict=True)
+    global_batch = f.int_("global_batch", minimum=1)
+    weight = f.num("weight", 1.0, minimum=0, strict=True)
+    arrival_s = f.num("arrival_s", 0.0, minimum=0)
+    model_size_mb = f.num("model_size_mb", 0.0, minimum=0)
+    min_gpus = f.int_("min_gpus", 1, minimum=1)
+    max_gpus = f.int_("max_gpus", minimum=1) if f.has("max_gpus") else None
+    if max_gpus is not None and max_gpus < min_gpus:
+        raise f._err("max_gpus", f"must be >= min_gpus ({min_gpus}), got {max_gpus}")
+    requested = f.int_("requested_gpus", minimum=1) if f.has("requested_gpus") else None
+    gpu_types: tuple[str, ...] | None = None
+    if f.has("gpu_types"):
+        raw = data["gpu_types"]
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not raw or not all(isinstance(t, str) for t in raw):
+            raise f._err("gpu_types", "expected a non-empty list of GPU type names")
+        gpu_types = tuple(t.lower() for t in raw)
+    command: tuple[str, ...] | None = None
+    if f.has("command"):
+        raw = data["command"]
+        if isinstance(raw, str):
+            try:
+                argv = shlex.split(raw)
+            except ValueError as e:
+                raise f._err("command", f"cannot split into arguments: {e}") from None
+        elif isinstance(raw, list) and all(isinstance(a, (str, int, float)) for a in raw):
+            argv = [str(a) for a in raw]
+        else:
+            raise f._err("command", "expected a string or a list of arguments")
+        if not argv:
+            raise f._err("command", "must not be empty")
+        command = tuple(argv)
+    entrypoint = None
+    if f.has("entrypoint"):
+        entrypoint = f.str_("entrypoint", pattern=ENTRYPOINT_RE, valid="'module.path:function'")
+    if command is not None and entrypoint is not None:
+        raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    return Job(
+        name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
+        global_batch=global_batch, weight=weight, arrival_s=arrival_s,
+        model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
+        gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
+    )
+
+
+def parse_jobs(data: Any, source: str) -> list[Job]:
+    """Validate a whole jobs document: ``{jobs: [...]}`` or a bare list."""
+    if isinstance(data, Mapping):
+        unknown = sorted(set(map(str, data)) - {"jobs"})
+        if unknown:
+            raise InputError(source, f"unknown top-level key {unknown[0]!r}; expected 'jobs'")
+        data = data.get("jobs")
+    if data is None:
+        raise InputError(source, "no jobs: expected a list under 'jobs:'")
+    if not isinstance(data, list):
+        raise InputError(source, f"'jobs' must be a list, got {type(data).__name__}")
+    if not data:
+        raise InputError(source, "no jobs: the 'jobs' list is empty")
+    jobs = [parse_job(item, source, i) for i, item in enumerate(data)]
+    seen: set[str] = set()
+    for j in jobs:
+        if j.name in seen:
+            raise InputError(source, "duplicate job name; names must be unique", f"job {j.name!r}")
+        seen.add(j.name)
+    return jobs
+
+
+def load_jobs(path: str | Path) -> list[Job]:
+    """Load and validate a jobs YAML file."""
+    return parse_jobs(read_yaml(path), str(path))
+
+
+NODE_FIELDS = ("names", "name", "gpu_type", "gpus", "gpu_memory_gb", "state")
+CLUSTER_FIELDS = ("name", "partition", "network", "nodes")
+NETWORK_FIELDS = ("intra_node_gbps", "inter_node_gbps")
+
+
+def expand_hostlist(expr: str, source: str, where: str) -> list[str]:
+    """Expand Slurm hostlist syntax (``a100-[1-4,7]``) with python-hostlist."""
+    try:
+        names = hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist as e:
+        raise InputError(source, f"bad hostlist {expr!r}: {e}; expected e.g. 'gpu-[1-4]'",
+                         where) from None
+    for n in names:
+        if not NAME_RE.match(n):
+            raise InputError(source, f"bad node name {n!r}: letters, digits, '.', '_', '-' only",
+                             where)
+    return names
+
+
+def parse_cluster(data: Any, source: str) -> Cluster:
+    """Validate a cluster document (see docs/formats.md)."""
+    f = _Fields(data, source, "cluster", CLUSTER_FIELDS)
+    net_raw = data.get("network") or {}
+    net = _Fields(net_raw, source, "network", NETWORK_FIELDS)
+    intra = net.num("intra_node_gbps", 300.0, minimum=0, strict=True)
+    inter = net.num("inter_node_gbps", 10.0, minimum=0, strict=True)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise InputError(source, "empty partition: expected a non-empty list under 'nodes:'")
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw_nodes):
+        nf = _Fields(item, source, f"nodes[{i}]", NODE_FIELDS)
+        if nf.has("names") == nf.has("name"):
+            raise InputError(source, "give 'names' (hostlist, e.g. gpu-[1-4]) or 'name'",
+                             f"nodes[{i}]")
+        expr = nf.str_("names" if nf.has("names") else "name")
+        gpu_type = nf.str_("gpu_type", pattern=GPU_TYPE_RE,
+                           valid="a GPU type name such as a100, v100, t4").lower()
+        gpus = nf.int_("gpus", minimum=1)
+        mem = nf.num("gpu_memory_gb", minimum=0, strict=True) if nf.has("gpu_memory_gb") else None
+        state = nf.str_("state", "idle").lower()
+        for name in expand_hostlist(expr, source, f"nodes[{i}]"):
+            if name in seen:
+                raise InputError(source, f"node {name!r} is listed twice", f"nodes[{i}]")
+            seen.add(name)
+            nodes.append(Node(name=name, gpu_type=gpu_type, gpus=gpus, gpu_memory_gb=mem,
+                              state=state))
+    cluster = Cluster(
+        nodes=tuple(nodes), intra_node_gbps=intra, inter_node_gbps=inter,
+        name=f.str_("name", "cluster"),
+        partition=f.str_("partition") if f.has("partition") else None,
+    )
+    if not cluster.gpus:
+        raise InputError(source, "empty partition: no node is up (all are down or drained)")
+    return cluster
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Load and validate a cluster YAML file."""
+    return parse_cluster(read_yaml(path), str(path))

@@ -1,0 +1,278 @@
+"""Throughput profiles: the CSV format, the affine step-time fit, and Gavel import.
+
+A profile row says: workload W on GPU type G at local batch b took
+``step_time_s`` per training step (forward + backward, no synchronisation) and,
+optionally, ``sync_time_s`` for the gradient exchange measured on that type.
+Per (workload, GPU type) the planner fits ``t(b) = a + c*b`` by non-negative
+least squares (the papers' Fig. 2 shows step time is affine in the batch).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from hetsched.errors import InputError
+
+CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
+OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    workload: str
+    gpu_type: str
+    local_batch: int
+    step_time_s: float
+    sync_time_s: float | None = None
+    max_local_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """Fitted step time ``a + c*b`` for local batch ``1 <= b <= max_batch``.
+
+    ``max_batch`` is the memory cap: the largest profiled local batch unless a
+    ``max_local_batch`` column gave one. ``sync_s`` is the mean measured
+    synchronisation time (0 when none was profiled).
+    """
+
+    a: float
+    c: float
+    max_batch: int
+    sync_s: float = 0.0
+    points: int = 1
+    rel_rmse: float = 0.0
+
+    def step_time(self, b: float) -> float:
+        return self.a + self.c * b
+
+    def throughput(self, b: float) -> float:
+        """Samples per second at local batch b."""
+        return b / (self.a + self.c * b)
+
+    @property
+    def peak_throughput(self) -> float:
+        """Best samples/s on one GPU: at the largest batch, since b/(a+cb) grows with b."""
+        return self.throughput(self.max_batch)
+
+
+def fit_affine(batches: np.ndarray, times: np.ndarray) -> tuple[float, float, float]:
+    """Non-negative least-squares fit of ``t = a + c*b``; returns (a, c, relative RMSE).
+
+    One distinct batch gives a line through the origin (a = 0): with one point
+    the intercept is not identifiable, and a = 0 is the paper's proportional model.
+    """
+    b = np.asarray(batches, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if len(np.unique(b)) < 2:
+        c = float(np.mean(t / b))
+        a = 0.0
+    else:
+        A = np.column_stack([np.ones_like(b), b])
+        (a, c), _ = nnls(A, t)
+        a, c = float(a), float(c)
+        if c <= 0:  # flat or decreasing measurements: fall back to proportional
+            c = float(np.mean(t / b))
+            a = 0.0
+    pred = a + c * b
+    rel = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
+    return a, c, rel
+
+
+class ThroughputTable:
+    """Fitted step-time models keyed by (workload, gpu_type)."""
+
+    def __init__(self, rows: Iterable[ProfileRow], source: str = "<profiles>") -> None:
+        self.source = source
+        groups: dict[tuple[str, str], list[ProfileRow]] = {}
+        for r in rows:
+            groups.setdefault((r.workload, r.gpu_type), []).append(r)
+        self.rows = groups
+        self.fits: dict[tuple[str, str], StepFit] = {}
+        for key, rs in groups.items():
+            b = np.array([r.local_batch for r in rs], dtype=float)
+            t = np.array([r.step_time_s for r in rs], dtype=float)
+            a, c, rel = fit_affine(b, t)
+            syncs = [r.sync_time_s for r in rs if r.sync_time_s is not None]
+            caps = [r.max_local_batch for r in rs if r.max_local_batch is not None]
+            cap = min(caps) if caps else int(b.max())
+            self.fits[key] = StepFit(a=a, c=c, max_batch=cap,
+                                     sync_s=float(np.mean(syncs)) if syncs else 0.0,
+                                     points=len(rs), rel_rmse=rel)
+
+    @property
+    def workloads(self) -> list[str]:
+        return sorted({w for w, _ in self.fits})
+
+    @property
+    def gpu_types(self) -> list[str]:
+        return sorted({g for _, g in self.fits})
+
+    def get(self, workload: str, gpu_type: str) -> StepFit | None:
+        return self.fits.get((workload, gpu_type))
+
+    def types_for(self, workload: str) -> list[str]:
+        return sorted(g for w, g in self.fits if w == workload)
+
+    def all_rows(self) -> list[ProfileRow]:
+        return [r for key in sorted(self.rows) for r in self.rows[key]]
+
+
+def parse_csv(text: str, source: str) -> list[ProfileRow]:
+    """Parse the throughput CSV (see docs/formats.md) with line-precise errors."""
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None:
+        raise InputError(source, "empty file; expected a header line "
+                         f"'{','.join(CSV_COLUMNS)}[,sync_time_s][,max_local_batch]'")
+    header = [h.strip() for h in reader.fieldnames]
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise InputError(source, f"missing column {missing[0]!r}; the header must contain "
+                         f"{', '.join(CSV_COLUMNS)} (optional: {', '.join(OPTIONAL_COLUMNS)})",
+                         "line 1")
+    unknown = [c for c in header if c not in CSV_COLUMNS + OPTIONAL_COLUMNS]
+    if unknown:
+        raise InputError(source, f"unknown column {unknown[0]!r}; valid columns: "
+                         f"{', '.join(CSV_COLUMNS + OPTIONAL_COLUMNS)}", "line 1")
+    rows: list[ProfileRow] = []
+    for lineno, raw in enumerate(reader, start=2):
+        rec = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in raw.items()
+               if k is not None}
+        where = f"line {lineno}"
+
+        def num(col: str, integer: bool = False, optional: bool = False,
+                _rec: dict[str, str | None] = rec, _where: str = where) -> float | None:
+            v = _rec.get(col)
+            if v is None or v == "":
+                if optional:
+                    return None
+                raise InputError(source, f"column {col!r} is empty", _where)
+            try:
+                x = float(v)
+            except ValueError:
+                raise InputError(source, f"column {col!r}: {v!r} is not a number",
+                                 _where) from None
+            if not math.isfinite(x) or x <= 0:
+                raise InputError(source, f"column {col!r}: must be a positive number, got {v!r}",
+                                 _where)
+            if integer and x != int(x):
+                raise InputError(source, f"column {col!r}: must be a whole number, got {v!r}",
+                                 _where)
+            return x
+
+        workload = rec.get("workload") or ""
+        gpu_type = (rec.get("gpu_type") or "").lower()
+        if not workload:
+            raise InputError(source, "column 'workload' is empty", where)
+        if not re.match(r"^[A-Za-z0-9_-]+$", gpu_type):
+            raise InputError(source, f"column 'gpu_type': {gpu_type!r} is not a GPU type name",
+                             where)
+        lb = num("local_batch", integer=True)
+        st = num("step_time_s")
+        assert lb is not None and st is not None
+        sync = num("sync_time_s", optional=True)
+        cap = num("max_local_batch", integer=True, optional=True)
+        rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
+                               int(cap) if cap is not None else None))
+    if not rows:
+        raise InputError(source, "no profile rows after the header")
+    return rows
+
+
+def load_throughputs(path: str | Path) -> ThroughputTable:
+    """Load a throughput CSV file into a fitted table."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(p), "file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(str(p), f"cannot read: {e}") from None
+    return ThroughputTable(parse_csv(text, str(p)), str(p))
+
+
+def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> None:
+    """Write profile rows in the CSV format the planner reads."""
+    rows = list(rows)
+    has_sync = any(r.sync_time_s is not None for r in rows)
+    has_cap = any(r.max_local_batch is not None for r in rows)
+    cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
+        ["max_local_batch"] if has_cap else [])
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(cols)
+    for r in rows:
+        line: list[object] = [r.workload, r.gpu_type, r.local_batch, f"{r.step_time_s:.6g}"]
+        if has_sync:
+            line.append("" if r.sync_time_s is None else f"{r.sync_time_s:.6g}")
+        if has_cap:
+            line.append("" if r.max_local_batch is None else r.max_local_batch)
+        w.writerow(line)
+
+
+# ---------------------------------------------------------------------------
+# Gavel import
+
+_GAVEL_NAME = re.compile(r"^(?P<model>.+?) \(batch size (?P<bs>\d+)\)$")
+
+
+def workload_key(model: str) -> str:
+    """Gavel model name to a workload key usable in CSV and job specs: 'ResNet-18' -> 'resnet-18'."""
+    return re.sub(r"[^a-z0-9_-]+", "-", model.lower()).strip("-")
+
+
+def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
+    """Convert Gavel's throughput JSON (iterations/s per job type and GPU) to profile rows.
+
+    Only isolated single-GPU measurements are used: the ``null`` entry (no
+    co-located job) at scale factor 1 of the consolidated GPU types. Job types
+    without a ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model
+    and are skipped.
+    """
+    rows: list[ProfileRow] = []
+    for gpu_type, jobs in sorted(data.items()):
+        if gpu_type.endswith("_unconsolidated") or not isinstance(jobs, dict):
+            continue
+        for key, entry in jobs.items():
+            try:
+                name, scale = ast.literal_eval(key)
+            except (ValueError, SyntaxError):
+                raise InputError(source, f"unexpected job key {key!r}; expected "
+                                 "\"('Model (batch size N)', scale)\"", gpu_type) from None
+            if scale != 1:
+                continue
+            m = _GAVEL_NAME.match(name)
+            if not m or not isinstance(entry, dict) or entry.get("null") is None:
+                continue
+            its_per_s = float(entry["null"])
+            if its_per_s <= 0:
+                continue
+            rows.append(ProfileRow(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
+                                   1.0 / its_per_s))
+    if not rows:
+        raise InputError(source, "no usable single-GPU measurements found")
+    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.local_batch))
+    return rows
+
+
+def load_gavel(path: str | Path) -> list[ProfileRow]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(str(p), "file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(str(p), f"not a readable Gavel throughput JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(str(p), "expected a JSON object keyed by GPU type")
+    return gavel_to_rows(data, str(p))
