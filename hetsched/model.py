@@ -10,12 +10,12 @@ runtime all call them.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 BITS_PER_MB = 8e6  # model sizes are in MB (10^6 bytes)
+CHUNK = 65536  # rows per vectorised water-filling batch
 
 
 class SharesError(ValueError):
@@ -53,6 +53,10 @@ def continuous_time_counts(a: np.ndarray, c: np.ndarray, cap: np.ndarray, N: np.
     """
     N = np.asarray(N, dtype=float)
     M, T = N.shape
+    if M > CHUNK:  # bound the (M, points, T) temporaries
+        Bv0 = np.broadcast_to(np.asarray(B, dtype=float), (M,))
+        return np.concatenate([continuous_time_counts(a, c, cap, N[k:k + CHUNK], Bv0[k:k + CHUNK])
+                               for k in range(0, M, CHUNK)])
     a = np.asarray(a, dtype=float)
     c = np.asarray(c, dtype=float)
     cap = np.asarray(cap, dtype=float)
@@ -213,7 +217,3 @@ def comm_time(workers: int, model_size_mb: float, bandwidth_gbps: float,
     if model_size_mb > 0:
         return allreduce_time(workers, model_size_mb, bandwidth_gbps)
     return measured_sync_s
-
-
-def ceil_div(x: int, y: int) -> int:
-    return -(-x // y) if y else math.inf  # type: ignore[return-value]

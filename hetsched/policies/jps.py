@@ -32,10 +32,11 @@ class JPS(Policy):
         "samples": "number of categories N to evaluate",
         "seed": "random seed of the sampler (plans are reproducible)",
         "matching": "P3 objective: 'raw', 'normalized' or 'both' (see has)",
+        "trim": "drop workers that slow their job down (see has)",
     }
 
     def __init__(self, *, alpha: float = 0.7, beta: float = 1.0, samples: int = 40,
-                 seed: int = 0, matching: str = "both") -> None:
+                 seed: int = 0, matching: str = "both", trim: bool = True) -> None:
         if not 0.0 <= alpha < 1.0:
             raise ValueError(f"alpha must be in [0, 1), got {alpha}")
         if not 0.0 <= beta <= 1.0:
@@ -46,6 +47,7 @@ class JPS(Policy):
             raise ValueError(f"matching must be one of {', '.join(MATCHINGS)}, got {matching!r}")
         self.alpha, self.beta, self.samples, self.seed = float(alpha), float(beta), int(samples), int(seed)
         self.matching = matching
+        self.trim = bool(trim)
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -59,7 +61,7 @@ class JPS(Policy):
             allrate = float((p.per_gpu_rate(i) * snap.free).sum())
             lat.append(snap.remaining[r] * p.B[i] / allrate if allrate > 0 else np.inf)
         rows = [rows[k] for k in np.argsort(lat, kind="stable")]
-        solver = CategorySolver(p, snap, rows, self.matching)
+        solver = CategorySolver(p, snap, rows, self.matching, self.trim)
         S = len(rows)
         n = count_compositions(solver.total, S)
         start = int(self.alpha * n)
