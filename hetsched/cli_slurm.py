@@ -12,13 +12,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from hetsched.errors import InputError
+from hetsched.errors import HetschedError, InputError
 from hetsched.slurm.client import CliSlurmClient, make_client
 from hetsched.slurm.inventory import load_cluster_from_slurm, load_inventory
+from hetsched.slurm.monitor import Cycle, Monitor, watch
+from hetsched.slurm.replan import (
+    ReplanLocked,
+    default_lock,
+    default_log,
+    file_logger,
+    latest_rows,
+    replan,
+    replan_lock,
+    result_json,
+)
 from hetsched.slurm.runner import Runner
 from hetsched.slurm.submit import submit
 from hetsched.store import Store, open_store
@@ -256,3 +268,157 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
         click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
     click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "
                "already there")
+
+
+# ---------------------------------------------------------------------------
+# status / watch
+
+
+def _spool(spool: str | None) -> str | None:
+    return spool or os.environ.get("HETSCHED_SPOOL") or None
+
+
+def _print_cycle_table(st: Store, cycle: Cycle) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="hetsched jobs")
+    for col in ("job", "plan", "Slurm id", "state", "GPUs"):
+        t.add_column(col)
+    for name, row in sorted(latest_rows(st).items()):
+        types: dict[str, int] = {}
+        for w in row.workers:
+            types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
+        t.add_row(name, row.plan_id, row.slurm_id or "-", cycle.jobs.get(name, row.state),
+                  " ".join(f"{k}x{v}" for k, v in sorted(types.items())))
+    Console().print(t)
+
+
+@click.command("status")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--partition", "-p", default=None, help="Partition to watch for node events.")
+@click.option("--spool", default=None, help="Spool directory for new jobs files "
+              "(default: $HETSCHED_SPOOL).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
+               as_json: bool) -> None:
+    """Show hetsched's jobs as Slurm sees them now (one squeue call) and new events."""
+    with _store(state_path) as st:
+        mon = Monitor(st, _client(), partition=_partition(partition), spool=_spool(spool))
+        cycle = mon.poll()
+        if as_json:
+            click.echo(json.dumps({"jobs": cycle.jobs, "commands": cycle.commands,
+                                   "events": [vars(e) for e in cycle.events]}, indent=2))
+            return
+        _print_cycle_table(st, cycle)
+        for ev in cycle.events:
+            click.echo(f"event {ev}")
+        pending = [e for e in st.events(unhandled_only=True)]
+        if pending:
+            click.echo(f"{len(pending)} reset events wait for `hetsched replan`")
+
+
+@click.command("watch")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--partition", "-p", default=None, help="Partition to watch for node events.")
+@click.option("--spool", default=None, help="Spool directory (default: $HETSCHED_SPOOL).")
+@click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Seconds between polls while things change.")
+@click.option("--max-interval", type=click.FloatRange(0.1), default=60.0, show_default=True,
+              help="Upper bound of the growing interval when nothing changes.")
+@click.option("--cycles", type=click.IntRange(1), default=None,
+              help="Stop after this many successful polls.")
+@click.option("--until-done", is_flag=True, help="Stop when no hetsched job is queued.")
+def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
+              interval: float, max_interval: float, cycles: int | None,
+              until_done: bool) -> None:
+    """Poll Slurm (one squeue per cycle, with backoff) and print reset events.
+
+    When slurmctld stops answering (restart, outage), watch waits with
+    exponential backoff and resumes; it does not exit. Events are recorded for
+    `hetsched replan`.
+    """
+    with _store(state_path) as st:
+        # no retries inside a cycle: watch's own backoff handles outages
+        client = CliSlurmClient(Runner(retries=0, timeout_s=30))
+        mon = Monitor(st, client, partition=_partition(partition), spool=_spool(spool))
+
+        def show(cycle: Cycle) -> None:
+            for ev in cycle.events:
+                click.echo(f"{time.strftime('%H:%M:%S')} {ev}")
+
+        def done(cycle: Cycle) -> bool:
+            return until_done and not mon.live()
+
+        watch(mon, interval_s=interval, max_interval_s=max_interval, cycles=cycles,
+              until=done, on_cycle=show, on_wait=lambda m: click.echo(m, err=True))
+
+
+# ---------------------------------------------------------------------------
+# replan
+
+
+def _table(throughputs: str | None, st: Store) -> object:
+    from hetsched.throughput import ProfileRow, ThroughputTable, load_throughputs
+
+    if throughputs:
+        return load_throughputs(throughputs)
+    rows = [ProfileRow(r["workload"], r["gpu_type"], int(r["local_batch"]),
+                       float(r["step_time_s"]), r["sync_time_s"]) for r in st.profiles()]
+    if not rows:
+        raise InputError("--throughputs", "replanning needs profiles: give --throughputs CSV "
+                         "(the state file has no profiles yet)")
+    return ThroughputTable(rows, source=f"{st.path}:profiles")
+
+
+@click.command("replan")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--throughputs", "-t", default=None, type=click.Path(dir_okay=False),
+              help="Profiles CSV (default: the state file's profiles table).")
+@click.option("--policy", default=None, help="Policy (default: the active plan's).")
+@click.option("--partition", "-p", default=None, help="Partition (default: $HETSCHED_PARTITION).")
+@click.option("--spool", default=None, help="Directory of new jobs files "
+              "(default: $HETSCHED_SPOOL); processed files move to SPOOL/done/.")
+@click.option("--force", is_flag=True, help="Replan even without reset events.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--wait", "wait_s", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Seconds to wait for another replan's lock before giving up (exit 75).")
+@click.option("--max-failures", type=click.IntRange(0), default=2, show_default=True,
+              help="Resubmit a failed job at most this many times.")
+@click.option("--log", "log_path", default=None,
+              help="Log file (default: STATE.files/replan.log).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--verbose", "-v", is_flag=True, help="Print even when nothing changed.")
+def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | None,
+               partition: str | None, spool: str | None, force: bool, dry_run: bool,
+               wait_s: float, max_failures: int, log_path: str | None, as_json: bool,
+               verbose: bool) -> None:
+    """Replan after reset events and bring Slurm in line (cron-safe).
+
+    Quiet unless something changed. Exit codes: 0 ok, 1 unexpected error,
+    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state file
+    unusable, 75 another replan holds the lock (skipped). Example crontab:
+
+        * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan -t p.csv
+    """
+    with _store(state_path) as st:
+        log = file_logger(log_path or default_log(st))
+        try:
+            with replan_lock(default_lock(st), wait_s=wait_s):
+                table = _table(throughputs, st)
+                res = replan(st, _client(), table, policy=policy,
+                             partition=_partition(partition), spool=_spool(spool),
+                             force=force, dry_run=dry_run, max_failures=max_failures, log=log)
+        except ReplanLocked as e:
+            log(str(e))
+            if verbose:
+                click.echo(str(e), err=True)
+            sys.exit(e.exit_code)
+        except HetschedError as e:
+            log(f"error (exit {e.exit_code}): {e}")
+            raise
+        log(res.summary())
+    if as_json:
+        click.echo(result_json(res))
+    elif res.changed or res.status == "dry-run" or verbose:
+        click.echo(res.summary())

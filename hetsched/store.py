@@ -357,11 +357,12 @@ class Store:
 
     # -- events --------------------------------------------------------------
     def add_event(self, kind: str, *, job: str | None = None, node: str | None = None,
-                  slurm_id: str | None = None, detail: str = "") -> int:
+                  slurm_id: str | None = None, detail: str = "", handled: bool = False) -> int:
+        """Record an event; ``handled`` ones are for the record only (not reset events)."""
         with self.tx() as c:
-            cur = c.execute("INSERT INTO events (at, kind, job, node, slurm_id, detail) "
-                            "VALUES (?,?,?,?,?,?)",
-                            (time.time(), kind, job, node, slurm_id, detail))
+            cur = c.execute("INSERT INTO events (at, kind, job, node, slurm_id, detail, "
+                            "handled) VALUES (?,?,?,?,?,?,?)",
+                            (time.time(), kind, job, node, slurm_id, detail, int(handled)))
         return int(cur.lastrowid or 0)
 
     def events(self, unhandled_only: bool = False, limit: int = 1000) -> list[dict[str, Any]]:

@@ -131,10 +131,8 @@ class Monitor:
             cycle.checked_nodes = True
         cycle.events += self._spool_events()
         for ev in cycle.events:
-            eid = self.store.add_event(ev.kind, job=ev.job, node=ev.node, slurm_id=ev.slurm_id,
-                                       detail=ev.detail)
-            if ev.kind not in RESET_KINDS:
-                self.store.mark_handled([eid])
+            self.store.add_event(ev.kind, job=ev.job, node=ev.node, slurm_id=ev.slurm_id,
+                                 detail=ev.detail, handled=ev.kind not in RESET_KINDS)
         self.cycles += 1
         cycle.commands = self._runner_total() - c0
         cycle.seconds = time.monotonic() - t0

@@ -165,7 +165,7 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
     scripts = render_plan(plan, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=only, segment_of=segment_of)
     if not allow_active_elsewhere:
-        _refuse_active_elsewhere(store, pid, set(scripts))
+        _refuse_active_elsewhere(store, client, pid, set(scripts))
     log_dir.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
         _atomic_write(plan_path, json.dumps(plan, indent=2, sort_keys=True) + "\n")
@@ -213,13 +213,24 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
             progress(f"submitted {name} as Slurm job {jid}")
     if result.submitted:
         store.add_event("submitted", detail=json.dumps(
-            {"plan_id": pid, "jobs": dict(result.submitted)}))
+            {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
     return result
 
 
-def _refuse_active_elsewhere(store: Store, pid: str, names: set[str]) -> None:
-    for sub in store.submissions():
-        if sub.plan_id != pid and sub.job in names and sub.state in LIVE_STATES:
+def _refuse_active_elsewhere(store: Store, client: SlurmClient, pid: str,
+                             names: set[str]) -> None:
+    """A job queued under another plan must be changed by replan, not submitted twice.
+
+    The store may be stale (no poll since the job ended), so candidates are
+    checked against one squeue before refusing.
+    """
+    cands = [s for s in store.submissions()
+             if s.plan_id != pid and s.job in names and s.state in LIVE_STATES]
+    if not cands:
+        return
+    live = {j.leader for j in client.jobs() if not j.finished}
+    for sub in cands:
+        if sub.slurm_id in live or (sub.slurm_id is None and sub.state == SUBMITTING):
             raise InputError(
                 "plan", f"job {sub.job!r} is already queued under plan {sub.plan_id} "
                 f"(Slurm job {sub.slurm_id}); use `hetsched replan` to change it",
@@ -255,4 +266,5 @@ def _rollback(store: Store, client: SlurmClient, pid: str,
             store.delete_submission(row)
         store.delete_submission(failed_row)
     store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid,
-                                                          "cancelled": sorted(ids)}))
+                                                          "cancelled": sorted(ids)}),
+                    handled=True)

@@ -60,3 +60,26 @@ def invoke(cmd: object, args: list[str]) -> tuple[int, str]:
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise res.exception
     return res.exit_code, res.output
+
+
+def throughput_rows() -> list:
+    """Synthetic profiles for workload ``w`` on the testbed's a100/v100/t4."""
+    from hetsched.throughput import ProfileRow
+
+    return [ProfileRow("w", g, b, a + c * b) for g, a, c in
+            (("a100", 0.01, 0.001), ("v100", 0.02, 0.002), ("t4", 0.04, 0.004))
+            for b in (8, 16, 32, 64)]
+
+
+def make_testbed_plan(client: object, jobs_yaml: str, policy: str = "fifo") -> dict:
+    """Plan ``jobs_yaml`` (text) with the real planner on the testbed's inventory."""
+    import yaml
+
+    from hetsched.planning import make_plan
+    from hetsched.slurm.inventory import load_cluster_from_slurm
+    from hetsched.spec import parse_jobs
+    from hetsched.throughput import ThroughputTable
+
+    jobs = parse_jobs(yaml.safe_load(jobs_yaml), "test")
+    cluster = load_cluster_from_slurm(client, "gpu")  # type: ignore[arg-type]
+    return make_plan(jobs, cluster, ThroughputTable(throughput_rows()), policy=policy).to_dict()

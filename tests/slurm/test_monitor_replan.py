@@ -1,0 +1,208 @@
+"""Monitoring and replanning on the real testbed, with the faults from issue 4."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from slurm_helpers import invoke, make_testbed_plan, plan_dict, throughput_rows, wait_for
+
+from hetsched import cli_slurm
+from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.monitor import Monitor, watch
+from hetsched.slurm.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
+from hetsched.slurm.runner import Runner
+from hetsched.slurm.submit import submit
+from hetsched.store import open_store
+from hetsched.testbed import Testbed
+from hetsched.throughput import ThroughputTable
+
+pytestmark = pytest.mark.slurm
+
+TWO_JOBS = """jobs:
+  - {name: A, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [v100], min_gpus: 2, max_gpus: 2}
+  - {name: B, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [t4], min_gpus: 2, max_gpus: 2}
+"""
+
+
+def _table() -> ThroughputTable:
+    return ThroughputTable(throughput_rows())
+
+
+def _running(client: CliSlurmClient, ids: list[str]) -> bool:
+    states = {j.leader: j.state for j in client.jobs()}
+    return all(states.get(i) == "RUNNING" for i in ids)
+
+
+def test_one_squeue_per_cycle(testbed: Testbed, client: CliSlurmClient, clean_queue: None,
+                              tmp_path: Path) -> None:
+    plan = plan_dict("mon1", {f"m{i}": [[("v100-1", "v100", 4)]] for i in range(8)})
+    with open_store(tmp_path / "s.db") as st:
+        submit(plan, st, client, partition="gpu")
+        mon = Monitor(st, client, partition="gpu")
+        first = mon.poll()
+        assert first.checked_nodes and first.commands == 2  # squeue + baseline sinfo
+        wait_for(lambda: _running(client, [s.slurm_id for s in st.submissions()][:4]), 20,
+                 "four jobs to run")
+        second = mon.poll()
+        assert second.commands == 1 and not second.checked_nodes
+        assert sum(1 for s in second.jobs.values() if s == "RUNNING") == 4
+        assert sum(1 for s in second.jobs.values() if s == "PENDING") == 4
+        assert {e.kind for e in second.events} <= {"job-started"}
+
+
+def test_node_down_mid_run_replans_only_the_affected_job(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
+    plan = make_testbed_plan(client, TWO_JOBS)
+    with open_store(tmp_path / "s.db") as st:
+        res = submit(plan, st, client, partition="gpu")
+        ids = dict(res.submitted)
+        wait_for(lambda: _running(client, list(ids.values())), 20, "A and B to run")
+        mon = Monitor(st, client, partition="gpu")
+        mon.poll()  # baseline: both running, nodes recorded
+        a_node = next(j for j in plan["jobs"] if j["name"] == "A")["segments"][0]["workers"][0][
+            "node"]
+        testbed.stop_node(a_node)  # keep it down (ReturnToService=2 would revive it)
+        client.runner.run(["scontrol", "update", f"nodename={a_node}", "state=down",
+                           "reason=hetsched-test"])
+        r = replan(st, client, _table(), partition="gpu")
+        assert r.status == "replanned", r.summary()
+        assert "job-requeued" in r.reason or "job-failed" in r.reason
+        assert [j for j, _ in r.submitted] == ["A"]
+        assert r.cancelled == [("A", ids["A"])]
+        assert "B" in r.kept
+        new_a = dict(r.submitted)["A"]
+        wait_for(lambda: _running(client, [new_a, ids["B"]]), 20, "new A to run")
+        nodes = {j.leader: j.nodes for j in client.jobs() if j.state == "RUNNING"}
+        assert a_node not in nodes[new_a]
+        assert st.submission(r.new_plan_id, "A", 0).slurm_id == new_a
+        # B was not disturbed: same Slurm job, still running
+        assert {j.leader: j.state for j in client.jobs()}[ids["B"]] == "RUNNING"
+        # idempotent and quiet: nothing new happened
+        again = replan(st, client, _table(), partition="gpu")
+        assert again.status == "unchanged" and not again.changed
+        assert [e for e in st.events(unhandled_only=True)] == []
+
+
+def test_watch_survives_slurmctld_restart(testbed: Testbed, client: CliSlurmClient,
+                                          clean_queue: None, tmp_path: Path) -> None:
+    plan = plan_dict("wr1", {"w1": [[("t4-1", "t4", 4)]]})
+    with open_store(tmp_path / "s.db") as st:
+        jid = dict(submit(plan, st, client, partition="gpu").submitted)["w1"]
+        wait_for(lambda: _running(client, [jid]), 20, "job to run")
+    waits: list[str] = []
+    seen_after: list[float] = []
+    restarted = threading.Event()
+
+    def run_watch() -> None:
+        with open_store(tmp_path / "s.db") as st2:
+            mon = Monitor(st2, CliSlurmClient(Runner(env=testbed.env(), retries=0,
+                                                     timeout_s=20)), partition="gpu")
+
+            def until(cycle: object) -> bool:
+                if restarted.is_set():
+                    seen_after.append(time.monotonic())
+                return bool(seen_after)
+
+            watch(mon, interval_s=0.3, max_interval_s=1.0, until=until,
+                  on_wait=waits.append)
+
+    t = threading.Thread(target=run_watch, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    testbed.stop_controller()
+    # keep it down until watch has seen a failed poll (squeue itself retries ~10 s)
+    wait_for(lambda: waits, 40, "watch to notice slurmctld is down", every_s=0.5)
+    testbed.start_controller()
+    restarted.set()
+    t.join(timeout=90)
+    assert not t.is_alive(), "watch did not resume after slurmctld came back"
+    assert waits and "not answering" in waits[0]
+    assert seen_after
+    # the job survived the restart
+    assert {j.leader: j.state for j in client.jobs()}.get(jid) == "RUNNING"
+
+
+def test_two_replans_at_once(testbed: Testbed, tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    with open_store(state) as st:
+        lock = default_lock(st)
+    # another process holds the lock (a slow replan)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\nfrom hetsched.slurm.replan import replan_lock\n"
+         "with replan_lock(sys.argv[1]):\n    print('locked', flush=True)\n"
+         "    time.sleep(30)\n", str(lock)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        code, out = invoke(cli_slurm.replan_cmd, ["--state", str(state), "--wait", "0.5"])
+        assert code == EXIT_LOCKED and out == ""  # exits cleanly and quietly
+        assert 0.4 < time.monotonic() - t0 < 10
+        with pytest.raises(ReplanLocked, match=f"pid {holder.pid}"):
+            with replan_lock(lock):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel released the dead holder's lock: the next run gets it at once
+    with replan_lock(lock):
+        pass
+
+
+def test_completion_and_spool_events(testbed: Testbed, client: CliSlurmClient,
+                                     clean_queue: None, tmp_path: Path) -> None:
+    os.environ["HETSCHED_TEST_SLEEP"] = "1"  # the stand-in job step ends after 1 s
+    try:
+        plan = make_testbed_plan(client, TWO_JOBS)
+        with open_store(tmp_path / "s.db") as st:
+            ids = dict(submit(plan, st, client, partition="gpu").submitted)
+            mon = Monitor(st, client, partition="gpu")
+            mon.poll()
+            wait_for(lambda: all(s == "COMPLETED" for s in mon.poll().jobs.values())
+                     or not mon.live(), 30, "both jobs to complete")
+            kinds = [e["kind"] for e in st.events()]
+            assert kinds.count("job-completed") == 2
+            spool = tmp_path / "spool"
+            spool.mkdir()
+            (spool / "new.yaml").write_text(
+                "jobs:\n  - {name: C, workload: w, dataset_size: 20000, epochs: 1, "
+                "global_batch: 32, gpu_types: [a100], min_gpus: 1, max_gpus: 1}\n")
+            r = replan(st, client, _table(), partition="gpu", spool=spool)
+            assert r.status == "replanned", r.summary()
+            assert [j for j, _ in r.submitted] == ["C"]
+            assert sorted(r.done) == ["A", "B"]
+            assert (spool / "done" / "new.yaml").exists()
+            assert ids["A"] not in dict(r.submitted).values()
+    finally:
+        os.environ.pop("HETSCHED_TEST_SLEEP", None)
+
+
+def test_status_and_quiet_replan_cli(testbed: Testbed, client: CliSlurmClient,
+                                     clean_queue: None, tmp_path: Path) -> None:
+    state = str(tmp_path / "s.db")
+    plan = plan_dict("cli1", {"k1": [[("t4-1", "t4", 4)]]})
+    with open_store(state) as st:
+        submit(plan, st, client, partition="gpu")
+    code, out = invoke(cli_slurm.status_cmd, ["--state", state, "--json"])
+    assert code == 0 and '"k1"' in out and '"commands"' in out
+    code, out = invoke(cli_slurm.status_cmd, ["--state", state])
+    assert code == 0 and "k1" in out
+    tp = tmp_path / "tp.csv"
+    tp.write_text("workload,gpu_type,local_batch,step_time_s\n"
+                  + "".join(f"{r.workload},{r.gpu_type},{r.local_batch},{r.step_time_s}\n"
+                            for r in throughput_rows()))
+    code, out = invoke(cli_slurm.replan_cmd, ["--state", state, "-t", str(tp)])
+    assert (code, out) == (0, "")  # nothing happened: quiet
+    assert "nothing to do" in (Path(state + ".files") / "replan.log").read_text()
+    code, out = invoke(cli_slurm.watch_cmd, ["--state", state, "--cycles", "2",
+                                             "--interval", "0.1"])
+    assert code == 0
