@@ -70,12 +70,14 @@ def testbed() -> None:
               "Default: derived from DIR.")
 @click.option("--lua/--no-lua", default=None,
               help="Enable JobSubmitPlugins=lua with slurm_plugins/job_submit.lua.")
+@click.option("--spank", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Load this SPANK plugin (e.g. a built slurm_plugins/spank_hetsched.c).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for every node to become idle.")
 def testbed_up(directory: str, nodes: str | None, port_base: int | None, lua: bool | None,
-               timeout: float) -> None:
+               spank: str | None, timeout: float) -> None:
     """Start the testbed (idempotent) and wait until all nodes are idle."""
-    tb = open_testbed(directory, nodes=nodes, port_base=port_base, lua=lua)
+    tb = open_testbed(directory, nodes=nodes, port_base=port_base, lua=lua, spank=spank)
     tb.up(timeout_s=timeout)
     n = len(tb.node_confs)
     click.echo(f"testbed up in {tb.dir}: {n} nodes ({tb.nodes_spec}), slurmctld port "

@@ -99,7 +99,8 @@ class Testbed:
 
     def __init__(self, directory: str | Path, nodes: str = DEFAULT_NODES,
                  port_base: int | None = None, lua: bool = False,
-                 lua_script: str | Path | None = None) -> None:
+                 lua_script: str | Path | None = None,
+                 spank_plugin: str | Path | None = None) -> None:
         self.dir = Path(directory).expanduser().resolve()
         self.groups = parse_nodes(nodes)
         self.nodes_spec = ",".join(f"{g.gpu_type}:{g.count}x{g.gpus}" for g in self.groups)
@@ -107,6 +108,7 @@ class Testbed:
         self.lua = lua
         self.lua_script = Path(lua_script) if lua_script else (
             Path(__file__).resolve().parent.parent / "slurm_plugins" / "job_submit.lua")
+        self.spank_plugin = Path(spank_plugin).resolve() if spank_plugin else None
         self.etc = self.dir / "etc"
         self.run_dir = self.dir / "run"
         self.log_dir = self.dir / "log"
@@ -201,6 +203,8 @@ class Testbed:
         ]
         if self.lua:
             lines.append("JobSubmitPlugins=lua")
+        if self.spank_plugin:
+            lines.append(f"PlugStackConfig={self.etc}/plugstack.conf")
         for n in self.node_confs:
             cpus = max(2, 2 * n.gpus)
             lines.append(
@@ -243,15 +247,23 @@ class Testbed:
             if not self.lua_script.is_file():
                 raise TestbedError(f"--lua: {self.lua_script} not found")
             shutil.copyfile(self.lua_script, lua_dst)
+            # the GPU types per partition that job_submit.lua checks requests against
+            types = " ".join(sorted(g.gpu_type for g in self.groups))
+            (self.etc / "hetsched_gpu_types.conf").write_text(f"{PARTITION} {types}\n")
         elif lua_dst.exists():
             lua_dst.unlink()
+        if self.spank_plugin:
+            if not self.spank_plugin.is_file():
+                raise TestbedError(f"--spank: {self.spank_plugin} not found")
+            (self.etc / "plugstack.conf").write_text(f"required {self.spank_plugin}\n")
         key = self.munge_dir / "munge.key"
         if not key.exists():
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(1024))
         (self.dir / "testbed.json").write_text(json.dumps(
-            {"nodes": self.nodes_spec, "port_base": self.port_base, "lua": self.lua}) + "\n")
+            {"nodes": self.nodes_spec, "port_base": self.port_base, "lua": self.lua,
+             "spank": str(self.spank_plugin or "")}) + "\n")
 
     # -- processes ---------------------------------------------------------
     def _pidfiles(self) -> dict[str, Path]:
@@ -466,7 +478,8 @@ class Testbed:
 
 
 def open_testbed(directory: str | Path, nodes: str | None = None,
-                 port_base: int | None = None, lua: bool | None = None) -> Testbed:
+                 port_base: int | None = None, lua: bool | None = None,
+                 spank: str | None = None) -> Testbed:
     """A Testbed for DIR; unspecified options come from the DIR's saved config."""
     d = Path(directory).expanduser().resolve()
     saved: dict[str, object] = {}
@@ -480,4 +493,5 @@ def open_testbed(directory: str | Path, nodes: str | None = None,
         port_base=port_base if port_base is not None else (
             int(saved["port_base"]) if isinstance(saved.get("port_base"), int) else None),
         lua=lua if lua is not None else bool(saved.get("lua", False)),
+        spank_plugin=spank if spank is not None else (str(saved.get("spank") or "") or None),
     )
