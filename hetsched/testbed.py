@@ -15,6 +15,7 @@ signalled. Nothing here builds a shell string.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -329,18 +330,45 @@ class Testbed:
 
     def _stop(self, key: str, wait_s: float = 10.0) -> None:
         pidfile = self._pidfiles()[key]
-        pid = self._alive(pidfile, self._marker(key))
+        marker = self._marker(key)
+        pid = self._alive(pidfile, marker)
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self._alive(pidfile, self._marker(key)) is None:
-                break
-            time.sleep(0.1)
-        else:
+        # wait for the process itself: a daemon removes its pid file before it
+        # exits, and a late unlink would delete a restarted daemon's pid file
+        if not _wait_gone(pid, marker, wait_s):
             os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, marker, 5.0)
         pidfile.unlink(missing_ok=True)
+
+    def _stray_steps(self) -> list[int]:
+        """slurmstepd processes of this testbed (they outlive a stopped slurmd), and
+        their descendants (the job's tasks). Found by SLURM_CONF in their environment,
+        which they inherit from the slurmd this testbed started."""
+        want = f"SLURM_CONF={self.conf}".encode()
+        parent: dict[int, int] = {}
+        steps: list[int] = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                parent[int(d.name)] = ppid
+                if "(slurmstepd)" in stat and want in (d / "environ").read_bytes().split(b"\0"):
+                    steps.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        found = set(steps)
+        changed = True
+        while changed:  # descendants of those steps
+            changed = False
+            for pid, ppid in parent.items():
+                if ppid in found and pid not in found:
+                    found.add(pid)
+                    changed = True
+        return sorted(found)
 
     def up(self, timeout_s: float = 60.0,
            progress: Callable[[str], None] | None = None) -> None:
@@ -461,6 +489,15 @@ class Testbed:
             if procs.get(key):
                 self._stop(key)
                 stopped.append(key)
+        strays = self._stray_steps()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in strays:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            if sig == signal.SIGTERM and strays:
+                time.sleep(0.5)
+        if strays:
+            stopped.append(f"{len(strays)} job step processes")
         return stopped
 
     def status(self) -> dict[str, object]:
@@ -475,6 +512,20 @@ class Testbed:
             except CommandError as e:
                 info["node_states"] = str(e)
         return info
+
+
+def _wait_gone(pid: int, marker: str, wait_s: float) -> bool:
+    """Wait until ``pid`` no longer runs a command containing ``marker``."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return True
+        if marker not in cmd or not cmd:  # exited (zombie: empty cmdline) or pid reused
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def open_testbed(directory: str | Path, nodes: str | None = None,
