@@ -385,7 +385,7 @@ class Testbed:
         for n in self.node_confs:
             self._check_port(n.port, f"slurmd {n.name}")
         self._check_port(self.port_base, "slurmctld")
-        changed = bool(prev) and prev.get("nodes") != self.nodes_spec
+        changed = prev is not None and prev.get("nodes") != self.nodes_spec
         self._write_files()
         try:
             self._start_munged()
@@ -539,10 +539,11 @@ def open_testbed(directory: str | Path, nodes: str | None = None,
         saved = raw if isinstance(raw, dict) else {}
     except (OSError, ValueError):
         pass
+    saved_port = saved.get("port_base")
     return Testbed(
         d, nodes=nodes or str(saved.get("nodes") or DEFAULT_NODES),
         port_base=port_base if port_base is not None else (
-            int(saved["port_base"]) if isinstance(saved.get("port_base"), int) else None),
+            saved_port if isinstance(saved_port, int) else None),
         lua=lua if lua is not None else bool(saved.get("lua", False)),
         spank_plugin=spank if spank is not None else (str(saved.get("spank") or "") or None),
     )

@@ -409,7 +409,7 @@ def pyslurm_status(slurm_version: str) -> tuple[bool, str]:
     heterogeneous job, so writes always go through the CLI.
     """
     try:
-        import pyslurm  # type: ignore[import-not-found]
+        import pyslurm
     except ImportError:
         return False, ("pyslurm is not installed; using the Slurm CLI (PyPI only has pyslurm "
                        "25.11.x, which needs Slurm 25.11 headers, and old 17/18 releases)")

@@ -224,18 +224,18 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if not segs:
             continue
         ws = segs[0]["workers"]
-        row = rows.get(name)
-        if row is None or row.state in FAILED_STATES:
+        cur = rows.get(name)
+        if cur is None or cur.state in FAILED_STATES:
             to_submit.add(name)
-        elif row.state in RUNNING_STATES:
-            if len(ws) != len(row.workers):  # resized: restart from its checkpoint
+        elif cur.state in RUNNING_STATES:
+            if len(ws) != len(cur.workers):  # resized: restart from its checkpoint
                 to_submit.add(name)
-                to_cancel.append(row)
+                to_cancel.append(cur)
             else:
                 result.kept.append(name)
-        elif _workers_key(ws) != _workers_key(row.workers):
+        elif _workers_key(ws) != _workers_key(cur.workers):
             to_submit.add(name)
-            to_cancel.append(row)
+            to_cancel.append(cur)
         else:
             result.kept.append(name)
     if dry_run:

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hetsched.errors import HetschedError
 
@@ -134,6 +135,9 @@ class Runner:
         last: CommandError | None = None
         for attempt in range(1, tries + 1):
             self.counts[Path(argv[0]).name] += 1
+            proc: subprocess.CompletedProcess[Any]
+            stdout: str
+            stderr: str
             try:
                 if output_path is not None:
                     with open(output_path, "ab") as out:
