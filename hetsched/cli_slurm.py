@@ -55,6 +55,7 @@ def testbed() -> None:
     derived from DIR, with typed fake GPUs. Point Slurm's commands and
     hetsched at it with:
 
+    \b
         eval "$(hetsched testbed env --dir DIR)"
     """
 
@@ -401,6 +402,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state file
     unusable, 75 another replan holds the lock (skipped). Example crontab:
 
+    \b
         * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan -t p.csv
     """
     with _store(state_path) as st:

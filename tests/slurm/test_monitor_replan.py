@@ -207,3 +207,27 @@ def test_status_and_quiet_replan_cli(testbed: Testbed, client: CliSlurmClient,
     code, out = invoke(cli_slurm.watch_cmd, ["--state", state, "--cycles", "2",
                                              "--interval", "0.1"])
     assert code == 0
+
+
+def test_node_drained_and_back_events(testbed: Testbed, client: CliSlurmClient,
+                                      clean_queue: None, tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as st:
+        mon = Monitor(st, client, partition="gpu", node_every=1)
+        assert mon.poll().events == []  # baseline
+        client.runner.run(["scontrol", "update", "nodename=a100-2", "state=drain",
+                           "reason=hetsched-test"])
+        ev = mon.poll().events
+        assert [(e.kind, e.node) for e in ev] == [("node-drained", "a100-2")]
+        client.runner.run(["scontrol", "update", "nodename=a100-2", "state=resume"])
+        # right after resume the node is briefly NOT_RESPONDING until pinged
+        ev: list = []
+
+        def back() -> bool:
+            ev.extend(mon.poll().events)
+            return bool(ev)
+
+        wait_for(back, 15, "node-back event")
+        assert [(e.kind, e.node) for e in ev] == [("node-back", "a100-2")]
+        assert "2 a100 GPUs" in ev[0].detail
+        assert {e["kind"] for e in st.events(unhandled_only=True)} == {"node-drained",
+                                                                       "node-back"}
