@@ -14,7 +14,7 @@ from slurm_helpers import invoke, make_testbed_plan, plan_dict, throughput_rows,
 
 from hetsched import cli_slurm
 from hetsched.slurm.client import CliSlurmClient
-from hetsched.slurm.monitor import Monitor, watch
+from hetsched.slurm.monitor import Event, Monitor, watch
 from hetsched.slurm.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
 from hetsched.slurm.runner import Runner
 from hetsched.slurm.submit import submit
@@ -216,11 +216,11 @@ def test_node_drained_and_back_events(testbed: Testbed, client: CliSlurmClient,
         assert mon.poll().events == []  # baseline
         client.runner.run(["scontrol", "update", "nodename=a100-2", "state=drain",
                            "reason=hetsched-test"])
-        ev = mon.poll().events
-        assert [(e.kind, e.node) for e in ev] == [("node-drained", "a100-2")]
+        drained = mon.poll().events
+        assert [(e.kind, e.node) for e in drained] == [("node-drained", "a100-2")]
         client.runner.run(["scontrol", "update", "nodename=a100-2", "state=resume"])
         # right after resume the node is briefly NOT_RESPONDING until pinged
-        ev: list = []
+        ev: list[Event] = []
 
         def back() -> bool:
             ev.extend(mon.poll().events)
