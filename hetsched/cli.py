@@ -55,12 +55,14 @@ def _write(path: str, text: str) -> None:
 
 
 @main.command()
-@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path(dir_okay=False))
-@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False),
+# Input paths are plain strings (no click.Path(dir_okay=False)): click would answer a
+# directory with a three-line usage error; the loaders say it in one line.
+@click.argument("jobs_file", metavar="JOBS.yaml")
+@click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml",
               help="Cluster YAML (nodes, GPU types, bandwidths). Default: read the partition "
                    "from Slurm when one is reachable.")
 @click.option("--partition", help="Slurm partition to read when no --cluster is given.")
-@click.option("--throughputs", "tp_file", type=click.Path(dir_okay=False),
+@click.option("--throughputs", "tp_file", metavar="PROFILES.csv",
               help="Throughput CSV: workload,gpu_type,local_batch,step_time_s[,sync_time_s]"
                    "[,max_local_batch].")
 @click.option("--policy", default="auto", show_default=True,

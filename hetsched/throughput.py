@@ -146,10 +146,15 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
         raise InputError(source, f"unknown column {unknown[0]!r}; valid columns: "
                          f"{', '.join(CSV_COLUMNS + OPTIONAL_COLUMNS)}", "line 1")
     rows: list[ProfileRow] = []
-    for lineno, raw in enumerate(reader, start=2):
+    for raw in reader:
+        # the reader's own line count: DictReader skips blank lines, so counting rows
+        # would name the wrong line after one
+        where = f"line {reader.line_num}"
+        if None in raw:  # DictReader files surplus fields under None; they were dropped silently
+            raise InputError(source, f"{len(header) + len(raw[None])} fields, the header has "
+                             f"{len(header)}", where)
         rec = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in raw.items()
                if k is not None}
-        where = f"line {lineno}"
 
         def num(col: str, integer: bool = False, optional: bool = False,
                 _rec: dict[str, str | None] = rec, _where: str = where) -> float | None:

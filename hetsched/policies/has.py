@@ -192,9 +192,11 @@ class CategorySolver:
                 V = np.moveaxis(V, ax, 0).copy()
                 idx = np.moveaxis(idx, ax, 0).copy()
                 for k in range(1, V.shape[0]):
-                    worse = V[k] > V[k - 1]
-                    V[k][worse] = V[k - 1][worse]
-                    idx[k][worse] = idx[k - 1][worse]
+                    # V[k, ...] (not V[k]) stays a writable view when there is
+                    # one GPU type: V is then 1-D and V[k] would be a scalar copy.
+                    worse = V[k, ...] > V[k - 1, ...]
+                    np.copyto(V[k, ...], V[k - 1, ...], where=worse)
+                    np.copyto(idx[k, ...], idx[k - 1, ...], where=worse)
                 V = np.moveaxis(V, 0, ax)
                 idx = np.moveaxis(idx, 0, ax)
             self._best_sub[j] = (V.reshape(-1), idx.reshape(-1), states)
