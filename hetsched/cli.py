@@ -42,8 +42,13 @@ def main() -> None:
 
     \b
     hetsched plan jobs.yaml --cluster cluster.yaml --throughputs profiles.csv
+    hetsched submit plan.json           submit the plan as Slurm heterogeneous jobs
+    hetsched replan                     cron-safe: react to reset events, resubmit
+    hetsched status | watch             what Slurm runs for hetsched now
+    hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
-    hetsched convert gavel-throughputs  import Gavel's measured throughputs as CSV
+
+    Errors in the input print one line naming the file and field; exit code 2.
     """
 
 
@@ -112,7 +117,12 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     elif fmt == "yaml":
         click.echo(plan_yaml(result), nl=False)
     else:
-        render_plan(result, Console(), gantt=not no_gantt)
+        render_plan(result, _stdout_console(), gantt=not no_gantt)
+
+
+def _stdout_console() -> Console:
+    """A terminal console, or a wide one when piped (tables stay readable in logs)."""
+    return Console() if sys.stdout.isatty() else Console(width=140)
 
 
 def _load_cluster(cluster_file: str | None, partition: str | None):  # type: ignore[no-untyped-def]
@@ -120,12 +130,15 @@ def _load_cluster(cluster_file: str | None, partition: str | None):  # type: ign
 
     if cluster_file:
         return load_cluster(cluster_file)
-    try:
-        from hetsched.slurm.inventory import read_cluster  # type: ignore[import-not-found]
-    except ImportError:
-        raise InputError("--cluster", "no cluster file given and the Slurm inventory is not "
-                         "available; pass --cluster cluster.yaml (see examples/cluster.yaml)") from None
-    return read_cluster(partition=partition)
+    import shutil
+
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.slurm.inventory import load_cluster_from_slurm
+
+    if shutil.which("sinfo") is None:
+        raise InputError("--cluster", "no cluster file given and no Slurm here (sinfo not "
+                         "found); pass --cluster cluster.yaml (see examples/cluster.yaml)")
+    return load_cluster_from_slurm(CliSlurmClient(), partition)
 
 
 def _load_throughputs(tp_file: str | None):  # type: ignore[no-untyped-def]
@@ -168,7 +181,7 @@ def policies(fmt: str) -> None:
         extra = f"\n[dim]shares: {r['shares']}, moves running jobs: {r['preemptive']}[/dim]" \
             if r["shares"] != "-" else ""
         tab.add_row(r["name"], r["summary"] + extra, params or "-", r["paper"])
-    Console().print(tab)
+    _stdout_console().print(tab)
 
 
 @main.group()
@@ -219,14 +232,13 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
         click.echo(f"skipped {skipped} job(s) without a batch size (A3C, CycleGAN)", err=True)
 
 
-def _register_optional() -> None:
-    """Commands of the Slurm adapter, when that package is present."""
-    try:
-        from hetsched import cli_slurm  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    for name in getattr(cli_slurm, "COMMANDS", ()):
-        main.add_command(name)
+def _register_commands() -> None:
+    """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
+    from hetsched import cli_slurm
+
+    for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd):
+        main.add_command(cmd)
 
 
-_register_optional()
+_register_commands()

@@ -15,6 +15,8 @@ import numpy as np
 
 from hetsched.errors import InputError
 from hetsched.model import BITS_PER_MB, continuous_time_counts
+
+INF = float("inf")
 from hetsched.spec import Cluster, Job
 from hetsched.throughput import ThroughputTable
 
@@ -113,6 +115,15 @@ class PlanningProblem:
                                  f"on {self.hi[i]} GPUs); lower global_batch or allow more GPUs",
                                  where)
 
+        # plain-Python copies for the scalar fast path (iter_time1)
+        self._rows = [(self.a[i].tolist(), self.c[i].tolist(), self.cap[i].astype(float).tolist(),
+                       self.allowed[i].tolist()) for i in range(len(jobs))]
+        self._Bf = self.B.astype(float).tolist()
+        self._mb = self.model_mb.tolist()
+        self._sync = self.sync.tolist()
+        self._node_max = self.node_max.tolist()
+        self._it_cache: dict[tuple[int, tuple[int, ...]], float] = {}
+
     # ------------------------------------------------------------------
     @property
     def S(self) -> int:
@@ -161,6 +172,59 @@ class PlanningProblem:
         """Policy-side iteration time (compute + communication) for count rows N."""
         N = np.atleast_2d(N)
         return self.compute_time(i, N) + self.comm_estimate(i, N)
+
+    def iter_time1(self, i: int, n: tuple[int, ...]) -> float:
+        """Scalar, cached :meth:`iter_time` for one count vector (a tuple).
+
+        Greedy policies evaluate the same (job, counts) pairs at event after
+        event; plain Python on a handful of types beats a numpy call per pair
+        by two orders of magnitude, and the cache removes the repeats.
+        """
+        key = (i, n)
+        hit = self._it_cache.get(key)
+        if hit is not None:
+            return hit
+        a, c, cap, allowed = self._rows[i]
+        K = 0
+        used = []
+        for t, k in enumerate(n):
+            if k:
+                if not allowed[t]:
+                    self._it_cache[key] = INF
+                    return INF
+                K += k
+                used.append(t)
+        B = self._Bf[i]
+        if K == 0 or K > B:
+            self._it_cache[key] = INF
+            return INF
+
+        def g(T: float) -> float:
+            return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+
+        t0 = max(a[t] + c[t] for t in used)
+        comp = INF
+        prev, gprev = t0, g(t0)
+        if gprev >= B - 1e-9:
+            comp = t0
+        else:
+            for bp in sorted({a[t] + c[t] * cap[t] for t in used} | {a[t] + c[t] for t in used}):
+                if bp <= t0:
+                    continue
+                gb = g(bp)
+                if gb >= B - 1e-9:
+                    comp = prev + (B - gprev) * (bp - prev) / (gb - gprev)
+                    break
+                prev, gprev = bp, gb
+        if K > 1:
+            if self._mb[i] > 0:
+                single = len(used) == 1 and n[used[0]] <= self._node_max[used[0]]
+                bw = self.cluster.intra_node_gbps if single else self.cluster.inter_node_gbps
+                comp += 2.0 * (K - 1) / K * self._mb[i] * BITS_PER_MB / (bw * 1e9)
+            else:
+                comp += max(self._sync[i][t] for t in used)
+        self._it_cache[key] = comp
+        return comp
 
     def per_gpu_rate(self, i: int, local_batch: np.ndarray | float | None = None) -> np.ndarray:
         """Samples/s of one GPU of each type for job i (0 where not allowed).

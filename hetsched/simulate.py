@@ -249,7 +249,12 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             keep = dict(alloc)
             keep.update(ask(waiting, free_mask, {}))
             new = keep
-            if not keep_only and running:
+            # A fresh reallocation can only pay off if keeping would leave GPUs
+            # idle or jobs waiting; otherwise every move just costs a restart.
+            kept_gpus = sum(len(g) for g in keep.values())
+            idle = kept_gpus < K
+            queued = any(not keep.get(i) for i in active)
+            if not keep_only and running and (idle or queued):
                 fresh = ask(active, np.ones(K, dtype=bool), alloc)
                 diff = [i for i in active if sorted(fresh.get(i, [])) != sorted(keep.get(i, []))]
                 if diff and score(fresh, diff) < score(keep, diff) - 1e-6:
