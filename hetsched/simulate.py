@@ -235,7 +235,11 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 total += p.weight[i] * ends[i]
             else:  # waits at least until some GPUs free up, then runs on its best GPUs
                 best = p.iter_time(i, _best_counts(p, i))[0]
-                total += p.weight[i] * (first_free + remaining[i] * best)
+                # A job that has run pays the restart cost when it gets GPUs
+                # again; leaving it out made preempting a running job look
+                # free, so fresh plans preempted jobs whatever the cost.
+                rc = restart_cost_s if has_run[i] else 0.0
+                total += p.weight[i] * (first_free + rc + remaining[i] * best)
         return total
 
     while not done.all():
@@ -322,16 +326,13 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
 
 
 def _best_counts(p: PlanningProblem, i: int) -> np.ndarray:
-    """A job's min_gpus on its fastest allowed type (for waiting-time estimates)."""
-    rate = p.per_gpu_rate(i)
-    n = np.zeros(p.T, dtype=int)
-    need = int(p.lo[i])
-    for t in np.argsort(-rate):
-        if not p.allowed[i, t]:
-            continue
-        take = min(need, int(p.n_type[t]))
-        n[t] += take
-        need -= take
-        if need == 0:
-            break
-    return n
+    """The fewest of a job's fastest GPUs that hold its batch (for waiting-time estimates).
+
+    min_gpus alone on the fastest type often cannot hold the global batch
+    in memory: its iteration time was then inf, "keep" scored inf whenever
+    such a job waited, and any fresh plan won, preempting running jobs
+    whatever the restart cost.
+    """
+    from hetsched.policies.common import fastest_types, min_feasible
+
+    return min_feasible(p, i, p.n_type, fastest_types(p, i))

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from hetsched.policies.base import Policy, Snapshot, register
-from hetsched.policies.common import equal_iter_time
+from hetsched.policies.common import equal_iter_time, fastest_types, min_feasible
 from hetsched.problem import PlanningProblem
 
 
@@ -77,4 +77,14 @@ class AlloX(Policy):
             if X[r].sum() == 0 and need <= free[t]:
                 X[r, t] = need
                 free[t] -= need
+        # A job that no single GPU type can hold (its batch needs more memory
+        # than one type's GPUs have, or more than max_gpus of them) has no
+        # finite slot and was never started: the plan got stuck. It runs
+        # across types on the fewest GPUs that hold it, when they are free.
+        for r, i in enumerate(snap.jobs):
+            if X[r].sum() == 0 and not np.isfinite(ptime[r]).any():
+                n = min_feasible(p, int(i), free, fastest_types(p, int(i)))
+                if n.sum():
+                    X[r] = n
+                    free -= n
         return X

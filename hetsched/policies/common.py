@@ -11,11 +11,14 @@ from hetsched.problem import PlanningProblem
 INF = float("inf")
 
 
-def min_feasible(p: PlanningProblem, i: int, free: np.ndarray, order: np.ndarray) -> np.ndarray:
+def min_feasible(p: PlanningProblem, i: int, free: np.ndarray, order: np.ndarray,
+                 at_least: int | None = None) -> np.ndarray:
     """Fewest GPUs (taking types in ``order``) that meet min_gpus and hold the global batch.
 
+    ``at_least`` raises the GPU count to reach (default: the job's min_gpus).
     Returns zeros if the free GPUs cannot do it.
     """
+    lo = int(p.lo[i]) if at_least is None else max(int(p.lo[i]), int(at_least))
     n = np.zeros(p.T, dtype=int)
     room = free.copy()
     held = 0
@@ -23,14 +26,31 @@ def min_feasible(p: PlanningProblem, i: int, free: np.ndarray, order: np.ndarray
     for t in order:
         if not p.allowed[i, t]:
             continue
-        while room[t] > 0 and (k < p.lo[i] or held < p.B[i]) and k < p.hi[i]:
+        while room[t] > 0 and (k < lo or held < p.B[i]) and k < p.hi[i]:
             n[t] += 1
             room[t] -= 1
             held += int(p.cap[i, t])
             k += 1
-        if k >= p.lo[i] and held >= p.B[i]:
+        if k >= lo and held >= p.B[i]:
             return n
+    by_memory = largest_memory_types(p, i)
+    if [int(t) for t in order] != by_memory:
+        # Taking types in ``order`` (e.g. fastest first) can reach max_gpus
+        # before the GPUs taken hold the global batch (fast GPUs with little
+        # memory); such a job was never admitted, even alone on an idle
+        # cluster, and the plan failed. Largest memory first holds the batch
+        # on the fewest GPUs whenever any free set can (the check
+        # PlanningProblem makes on the whole cluster).
+        return min_feasible(p, i, free, by_memory, at_least)
     return np.zeros(p.T, dtype=int)
+
+
+def largest_memory_types(p: PlanningProblem, i: int) -> list[int]:
+    """GPU types by decreasing local-batch cap for job i, cached."""
+    cache = p.__dict__.setdefault("_by_memory", {})
+    if i not in cache:
+        cache[i] = [int(t) for t in np.argsort(-p.cap[i], kind="stable")]
+    return cache[i]
 
 
 def fastest_types(p: PlanningProblem, i: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsched.policies.base import Policy, Snapshot, register
-from hetsched.policies.common import equal_iter_time
+from hetsched.policies.common import equal_iter_time, min_feasible
 from hetsched.problem import PlanningProblem
 
 
@@ -42,16 +42,11 @@ def fixed_request(p: PlanningProblem, i: int, free: np.ndarray) -> np.ndarray:
                 best, best_t = n, tt
     if best.sum() or fits_some_type:
         return best
-    # no single type can ever hold it: fastest free GPUs across types
-    n = np.zeros(p.T, dtype=int)
-    k = 0
-    for t in np.argsort(-p.per_gpu_rate(i), kind="stable"):
-        if not p.allowed[i, t]:
-            continue
-        take = int(min(free[t], req - k))
-        n[t] += take
-        k += take
-    if k < req or np.isinf(equal_iter_time(p, i, n)):
+    # no single type can ever hold it: fastest free GPUs across types. Taking
+    # only `req` of them left a job whose batch needs more GPUs' memory than
+    # `req` waiting forever (the plan failed); take as many as hold the batch.
+    n = min_feasible(p, i, free, np.argsort(-p.per_gpu_rate(i), kind="stable"), at_least=req)
+    if n.sum() == 0 or np.isinf(equal_iter_time(p, i, n)):
         return np.zeros(p.T, dtype=int)
     return n
 

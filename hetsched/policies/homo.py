@@ -12,20 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from hetsched.policies.base import Policy, Snapshot, register
-from hetsched.policies.common import greedy_grow
+from hetsched.policies.common import greedy_grow, min_feasible
 from hetsched.problem import PlanningProblem
 
 
 def _oblivious_counts(p: PlanningProblem, i: int, k: int, free: np.ndarray) -> np.ndarray:
-    """k GPUs taken in cluster order (types as the node list has them), allowed types only."""
-    n = np.zeros(p.T, dtype=int)
-    left = k
-    for t in p.type_order():
-        if p.allowed[i, t] and left:
-            take = int(min(free[t], left))
-            n[t] += take
-            left -= take
-    return n if left == 0 else np.zeros(p.T, dtype=int)
+    """k GPUs taken in cluster order (types as the node list has them), allowed types only.
+
+    The homogeneous model sizes jobs with the smallest memory cap; when the
+    first k GPUs in cluster order still cannot hold the global batch (or the
+    model's k is out of reach), more GPUs are taken until they do. Without
+    that a job the model deems too big never started and the plan failed.
+    """
+    return min_feasible(p, i, free, np.array(p.type_order(), dtype=int), at_least=k)
 
 
 @register
@@ -56,7 +55,9 @@ class Homo(Policy):
             return float(a[r] + c[r] * np.ceil(B[r] / k))
 
         def kmin(r: int) -> int:
-            return int(max(p.lo[snap.jobs[r]], np.ceil(B[r] / capmin[r])))
+            # never above max_gpus (hi): the policy must stay within the job's bounds
+            i = snap.jobs[r]
+            return int(min(max(p.lo[i], np.ceil(B[r] / capmin[r])), p.hi[i]))
 
         key = np.array([p.weight[i] / (snap.remaining[r] * it_homo(r, kmin(r)))
                         for r, i in enumerate(snap.jobs)])

@@ -1,0 +1,107 @@
+"""The compact per-GPU task sequence of a pool plan: repeating patterns stored once.
+
+A GPU's sequence is a list of rows ``[job, round, task, start_s, end_s,
+sync_end_s, memory, evict]`` (``memory`` is ``"keep"`` or ``"evict"`` for the
+task's own model, ``evict`` the other jobs' models to drop after it). Long
+jobs make these sequences long but very regular, so the sequence is stored
+as *runs*: a pattern of L rows and a repeat count; repetition k (0-based)
+is the pattern with ``round + k * round_step`` and every time shifted by
+``k * period_s``. Patterns are found greedily (longest coverage first, L up to
+``MAX_PATTERN``); a row that repeats nothing is a run with ``repeat: 1``.
+Expanding the runs gives back the rows to within ``TIME_TOL`` seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+MAX_PATTERN = 8
+#: absolute tolerance (s) for "same time shift"; rows are written rounded to 1 us
+TIME_TOL = 2e-6
+COLUMNS = ["job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict"]
+
+
+def _r6(x: float) -> float:
+    return round(float(x), 6)
+
+
+def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.ndarray,
+                  end: np.ndarray, sync_end: np.ndarray, keep: list[bool],
+                  evict: list[list[str]]) -> list[dict[str, Any]]:
+    """Runs for one GPU's rows (already in start order)."""
+    n = len(job)
+    rnd_l = [int(x) for x in rnd]
+    task_l = [int(x) for x in task]
+    st, en, se = (np.asarray(x, dtype=float) for x in (start, end, sync_end))
+    st_l, en_l, se_l = st.tolist(), en.tolist(), se.tolist()
+    ident = [(job[k], task_l[k], keep[k], tuple(evict[k])) for k in range(n)]
+
+    def tol(x: float) -> float:
+        return TIME_TOL + 1e-12 * abs(x)
+
+    def reps(i: int, L: int) -> tuple[int, int, float]:
+        """How often rows i..i+L-1 repeat back to back (>= 1), with round step and period."""
+        if i + 2 * L > n:
+            return 1, 0, 0.0
+        d = rnd_l[i + L] - rnd_l[i]
+        period = st_l[i + L] - st_l[i]
+        if d < 1 or period <= 0:
+            return 1, 0, 0.0
+        k = 1
+        while i + (k + 1) * L <= n:
+            base = i + k * L
+            ok = True
+            for e in range(L):
+                a, b = i + e, base + e
+                if (ident[b] != ident[a] or rnd_l[b] != rnd_l[a] + k * d
+                        or abs(st_l[b] - st_l[a] - k * period) > tol(st_l[b])
+                        or abs(en_l[b] - en_l[a] - k * period) > tol(en_l[b])
+                        or abs(se_l[b] - se_l[a] - k * period) > tol(se_l[b])):
+                    ok = False
+                    break
+            if not ok:
+                break
+            k += 1
+        return k, d, period
+
+    runs: list[dict[str, Any]] = []
+    i = 0
+    while i < n:
+        best = (1, 1, 0, 0.0)  # (repeat, L, round_step, period)
+        for L in range(1, MAX_PATTERN + 1):
+            if i + 2 * L > n:
+                break
+            k, d, period = reps(i, L)
+            if k >= 2 and k * L > best[0] * best[1]:
+                best = (k, L, d, period)
+        k, L, d, period = best
+        rows = [[job[e], rnd_l[e], task_l[e], _r6(st_l[e]), _r6(en_l[e]), _r6(se_l[e]),
+                 "keep" if keep[e] else "evict", list(evict[e])] for e in range(i, i + L)]
+        run: dict[str, Any] = {"repeat": k, "tasks": rows}
+        if k > 1:
+            run["period_s"] = round(period, 9)
+            run["round_step"] = d
+        runs.append(run)
+        i += k * L
+    return runs
+
+
+def expand_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    """The rows a list of runs stands for, in order."""
+    out: list[list[Any]] = []
+    for run in runs:
+        k = int(run["repeat"])
+        period = float(run.get("period_s", 0.0))
+        d = int(run.get("round_step", 0))
+        for rep in range(k):
+            sh = rep * period
+            for row in run["tasks"]:
+                out.append([row[0], int(row[1]) + rep * d, int(row[2]), row[3] + sh, row[4] + sh,
+                            row[5] + sh, row[6], row[7]])
+    return out
+
+
+def count_rows(runs: list[dict[str, Any]]) -> int:
+    return sum(int(r["repeat"]) * len(r["tasks"]) for r in runs)
