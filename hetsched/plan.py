@@ -101,6 +101,8 @@ class Plan:
     fairness_ref: dict[str, float] = field(default_factory=dict)  # job -> equal-share JCT
     candidates: dict[str, float] = field(default_factory=dict)  # auto: policy -> objective
     mode: str = "space"
+    #: pool mode only: per-GPU task sequences (hetsched.pool.evaluator.tasks_section)
+    tasks: dict[str, Any] | None = None
 
     # -- objective -----------------------------------------------------
     @property
@@ -156,6 +158,8 @@ class Plan:
         }
         if self.candidates:
             body["candidates"] = {k: round(v, 6) for k, v in self.candidates.items()}
+        if self.tasks is not None:
+            body["tasks"] = self.tasks
         body["plan_id"] = plan_id(body)
         body["planning_time_s"] = round(self.planning_time_s, 6)
         return body
@@ -189,7 +193,8 @@ class Plan:
                    lower_bound_s=float(d["lower_bound"]["weighted_jct_s"]),
                    params=d.get("params", {}), static=bool(d.get("static", False)),
                    restart_cost_s=float(d.get("restart_cost_s", 60.0)),
-                   cluster=d.get("cluster", {}), mode=d.get("mode", "space"))
+                   cluster=d.get("cluster", {}), mode=d.get("mode", "space"),
+                   tasks=d.get("tasks"))
 
 
 def plan_id(body: dict[str, Any]) -> str:

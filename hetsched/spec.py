@@ -50,6 +50,9 @@ class Job:
     requested_gpus: int | None = None
     command: tuple[str, ...] | None = None
     entrypoint: str | None = None
+    #: GPU memory (GB) the job's model state needs resident (weights, gradients,
+    #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
+    memory_gb: float | None = None
 
     @property
     def steps_per_epoch(self) -> int:
@@ -90,6 +93,8 @@ class Job:
             d["command"] = list(self.command)
         if self.entrypoint is not None:
             d["entrypoint"] = self.entrypoint
+        if self.memory_gb is not None:
+            d["memory_gb"] = self.memory_gb
         return d
 
 
@@ -259,7 +264,7 @@ class _Fields:
 JOB_FIELDS = (
     "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
-    "entrypoint",
+    "entrypoint", "memory_gb",
 )
 
 
@@ -311,11 +316,13 @@ def parse_job(data: Any, source: str, index: int) -> Job:
         entrypoint = f.str_("entrypoint", pattern=ENTRYPOINT_RE, valid="'module.path:function'")
     if command is not None and entrypoint is not None:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    memory_gb = f.num("memory_gb", minimum=0, strict=True) if f.has("memory_gb") else None
     return Job(
         name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
         global_batch=global_batch, weight=weight, arrival_s=arrival_s,
         model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
         gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
+        memory_gb=memory_gb,
     )
 
 
