@@ -18,21 +18,24 @@ def min_feasible(p: PlanningProblem, i: int, free: np.ndarray, order: np.ndarray
     ``at_least`` raises the GPU count to reach (default: the job's min_gpus).
     Returns zeros if the free GPUs cannot do it.
     """
-    lo = int(p.lo[i]) if at_least is None else max(int(p.lo[i]), int(at_least))
-    n = np.zeros(p.T, dtype=int)
-    room = free.copy()
-    held = 0
+    n = [0] * p.T
+    _, _, cap, allowed = p._rows[i]
+    lo, hi, B = int(p.lo[i]), int(p.hi[i]), p._Bf[i]
+    if at_least is not None:
+        lo = max(lo, int(at_least))
+    held = 0.0
     k = 0
     for t in order:
-        if not p.allowed[i, t]:
+        if not allowed[t]:
             continue
-        while room[t] > 0 and (k < lo or held < p.B[i]) and k < p.hi[i]:
+        room = int(free[t])
+        while room > 0 and (k < lo or held < B) and k < hi:
             n[t] += 1
-            room[t] -= 1
-            held += int(p.cap[i, t])
+            room -= 1
+            held += cap[t]
             k += 1
-        if k >= lo and held >= p.B[i]:
-            return n
+        if k >= lo and held >= B:
+            return np.array(n, dtype=int)
     by_memory = largest_memory_types(p, i)
     if [int(t) for t in order] != by_memory:
         # Taking types in ``order`` (e.g. fastest first) can reach max_gpus
@@ -53,9 +56,12 @@ def largest_memory_types(p: PlanningProblem, i: int) -> list[int]:
     return cache[i]
 
 
-def fastest_types(p: PlanningProblem, i: int) -> np.ndarray:
-    """GPU types from fastest to slowest for job i (peak per-GPU throughput)."""
-    return np.argsort(-p.per_gpu_rate(i), kind="stable")
+def fastest_types(p: PlanningProblem, i: int) -> list[int]:
+    """GPU types from fastest to slowest for job i (peak per-GPU throughput), cached."""
+    cache = p.__dict__.setdefault("_fastest", {})
+    if i not in cache:
+        cache[i] = [int(t) for t in np.argsort(-p.per_gpu_rate(i), kind="stable")]
+    return cache[i]
 
 
 def objective_rows(p: PlanningProblem, snap: Snapshot, X: np.ndarray) -> np.ndarray:
@@ -72,15 +78,18 @@ def objective_rows(p: PlanningProblem, snap: Snapshot, X: np.ndarray) -> np.ndar
 
 def smith_priority(p: PlanningProblem, snap: Snapshot) -> np.ndarray:
     """Smith's rule key (higher first): weight over remaining time on the job's minimal set."""
-    key = np.zeros(len(snap.jobs))
-    order_all = np.arange(p.T)
+    cache = p.__dict__.setdefault("_minimal_time", {})
+    base = np.empty(len(snap.jobs))
     for r, i in enumerate(snap.jobs):
-        n = min_feasible(p, int(i), p.n_type.copy(), fastest_types(p, int(i)))
-        if n.sum() == 0:
-            n = min_feasible(p, int(i), p.n_type.copy(), order_all)
-        t = p.iter_time(int(i), n[None, :])[0] * snap.remaining[r]
-        key[r] = p.weight[i] / t if t > 0 else INF
-    return key
+        i = int(i)
+        if i not in cache:
+            n = min_feasible(p, i, p.n_type, fastest_types(p, i))
+            if n.sum() == 0:
+                n = min_feasible(p, i, p.n_type, list(range(p.T)))
+            cache[i] = p.iter_time1(i, tuple(int(v) for v in n)) if n.sum() else INF
+        base[r] = cache[i]
+    with np.errstate(divide="ignore"):
+        return p.weight[snap.jobs] / (base * snap.remaining)
 
 
 def admit(p: PlanningProblem, snap: Snapshot, priority: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -152,34 +161,51 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
 
 
 def iter_time_fn(p: PlanningProblem, shares: str):  # type: ignore[no-untyped-def]
-    """The policy-side iteration-time estimate matching a policy's share mode."""
+    """The policy-side iteration-time estimate matching a policy's share mode (scalar, cached)."""
     if shares == "equal":
-        return lambda i, n: equal_iter_time(p, i, n)
-    return lambda i, n: float(p.iter_time(i, n[None, :])[0])
+        cache = p.__dict__.setdefault("_equal_cache", {})
+
+        def eq(i: int, n: tuple[int, ...]) -> float:
+            key = (i, n)
+            if key not in cache:
+                cache[key] = equal_iter_time(p, i, np.array(n, dtype=int))
+            return cache[key]
+
+        return eq
+    return p.iter_time1
 
 
 def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarray,
                 free: np.ndarray, it, type_pick) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Optimus' greedy: repeatedly add one GPU to the job with the largest JCT gain.
 
-    ``X`` holds the admitted rows' starting counts (modified in place), ``it``
-    is the iteration-time estimate, ``type_pick(i, free)`` the type a job
-    would get next. Lazy re-evaluation keeps it O(K log S) gain updates.
+    ``X`` holds the admitted rows' starting counts (modified in place), ``it(i,
+    counts_tuple)`` is the iteration-time estimate, ``type_pick(i, free)`` the
+    type a job would get next. Lazy re-evaluation keeps it O(K log S) gain
+    updates; plain lists and tuples because this loop runs at every event.
     """
     import heapq
 
+    jobs = [int(i) for i in snap.jobs]
+    wrem = (p.weight[snap.jobs] * snap.remaining).tolist()
+    hi = p.hi.tolist()
+    cnt = {r: [int(v) for v in X[r]] for r in rows}
+    fl = [int(v) for v in free]
+
     def gain(r: int) -> tuple[float, int]:
-        i = int(snap.jobs[r])
-        if X[r].sum() >= p.hi[i]:
+        i = jobs[r]
+        x = cnt[r]
+        if sum(x) >= hi[i]:
             return 0.0, -1
-        t = type_pick(i, free)
+        t = type_pick(i, fl)
         if t < 0:
             return 0.0, -1
-        cur = it(i, X[r])
-        nxt = X[r].copy()
-        nxt[t] += 1
-        g = p.weight[i] * snap.remaining[r] * (cur - it(i, nxt))
-        return (g if np.isfinite(g) else 0.0), t
+        cur = it(i, tuple(x))
+        x[t] += 1
+        nxt = it(i, tuple(x))
+        x[t] -= 1
+        g = wrem[r] * (cur - nxt)
+        return (g if g == g and g != INF else 0.0), t
 
     heap = []
     for r in rows:
@@ -187,7 +213,8 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
         if g > 0:
             heap.append((-g, r, t))
     heapq.heapify(heap)
-    while heap and free.sum() > 0:
+    left = sum(fl)
+    while heap and left > 0:
         _, r, t = heapq.heappop(heap)
         g, t2 = gain(r)  # re-evaluate: free GPUs may have changed
         if g <= 0:
@@ -195,16 +222,22 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
         if heap and g < -heap[0][0] - 1e-12:
             heapq.heappush(heap, (-g, r, t2))
             continue
-        X[r, t2] += 1
-        free[t2] -= 1
+        cnt[r][t2] += 1
+        fl[t2] -= 1
+        left -= 1
         g, t3 = gain(r)
         if g > 0:
             heapq.heappush(heap, (-g, r, t3))
+    for r in rows:
+        X[r] = cnt[r]
+    free[:] = fl
     return X
 
 
 def best_free_type(p: PlanningProblem, i: int, free: np.ndarray) -> int:
     """The free GPU type with the highest throughput for job i, or -1."""
-    rate = np.where((free > 0) & p.allowed[i], p.per_gpu_rate(i), -1.0)
-    t = int(np.argmax(rate))
-    return t if rate[t] > 0 else -1
+    allowed = p._rows[i][3]
+    for t in fastest_types(p, i):
+        if free[t] > 0 and allowed[t]:
+            return t
+    return -1

@@ -74,9 +74,10 @@ class Homo(Policy):
         if not rows:
             return X
         # greedy growth on the homogeneous model, GPUs in cluster order
-        def it(i: int, n: np.ndarray) -> float:
-            r = int(np.nonzero(snap.jobs == i)[0][0])
-            return it_homo(r, int(n.sum()))
+        row_of = {int(i): r for r, i in enumerate(snap.jobs)}
+
+        def it(i: int, n: tuple[int, ...]) -> float:
+            return it_homo(row_of[i], sum(n))
 
         def pick(i: int, f: np.ndarray) -> int:
             for t in p.type_order():
