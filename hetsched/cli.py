@@ -86,9 +86,16 @@ def _write(path: str, text: str) -> None:
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,
               help="Accepted for symmetry: planning never touches Slurm.")
+@click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
+              help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
+                   "by task (Hare; policies hare, fifo, srtf, homo, allox, auto).")
+@click.option("--task-iterations", type=click.IntRange(min=1), default=None,
+              help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
+                   "costs < 1% of a task).")
 def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_file: str | None,
          policy: str, params: tuple[str, ...], static: bool, restart_cost: float, fmt: str,
-         out: str | None, gantt_png: str | None, no_gantt: bool, dry_run: bool) -> None:
+         out: str | None, gantt_png: str | None, no_gantt: bool, dry_run: bool,
+         mode: str = "space", task_iterations: int | None = None) -> None:
     """Compute which GPUs each job gets, when, and each worker's local batch.
 
     Prints per job its GPUs by node, the local batch of each worker, predicted
@@ -107,15 +114,25 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     kv = dict(parse_param(p) for p in params)
     progress = (lambda m: err_console.print(f"[dim]{m}[/dim]")) if fmt == "table" else None
     result = make_plan(jobs, cluster, table, policy, kv, static=static,
-                       restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress)
+                       restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress,
+                       mode=mode, task_iterations=task_iterations)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
-        png_gantt(result, gantt_png)
+        if result.mode == "pool":
+            from hetsched.render import png_gantt_pool
+
+            png_gantt_pool(result, gantt_png)
+        else:
+            png_gantt(result, gantt_png)
     if fmt == "json":
         click.echo(result.to_json())
     elif fmt == "yaml":
         click.echo(plan_yaml(result), nl=False)
+    elif result.mode == "pool":
+        from hetsched.render import render_pool_plan
+
+        render_pool_plan(result, _stdout_console(), gantt=not no_gantt)
     else:
         render_plan(result, _stdout_console(), gantt=not no_gantt)
 

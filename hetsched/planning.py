@@ -21,12 +21,24 @@ AUTO_CANDIDATES = ("has", "jps", "optimus-lb", "optimus", "srtf", "fifo", "allox
 def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy: str = "auto",
               params: dict[str, Any] | None = None, *, static: bool = False,
               restart_cost_s: float = 60.0, jobs_source: str = "jobs",
-              progress: Callable[[str], None] | None = None) -> Plan:
+              progress: Callable[[str], None] | None = None, mode: str = "space",
+              task_iterations: int | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best of AUTO_CANDIDATES.
 
+    ``mode='pool'`` plans task-level sharing of the whole pool instead
+    (Hare; :mod:`hetsched.pool`, docs/pool.md); ``task_iterations`` is its task size.
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     """
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source)
+    if mode == "pool":  # pool mode (issue 3) lives in its own package
+        from hetsched.pool import plan_pool
+
+        if static:
+            raise PlanningError("--static applies to space mode; pool mode plans every task")
+        return plan_pool(problem, policy, params, task_iterations=task_iterations,
+                         progress=progress)
+    if mode != "space":
+        raise PlanningError(f"unknown mode {mode!r}; expected space or pool")
     return plan_problem(problem, policy, params, static=static, restart_cost_s=restart_cost_s,
                         progress=progress)
 

@@ -176,3 +176,135 @@ def png_gantt(plan: Plan, path: str | Path) -> None:
         raise InputError(str(path), f"cannot write the PNG: {e}") from None
     finally:
         plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Pool mode (issue 3): per-GPU views of the plan's ``tasks`` section
+
+JOB_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _pool_rows(plan: Plan) -> list[tuple[str, list[list[Any]]]]:
+    """(GPU label, expanded task rows) per GPU of a pool plan."""
+    from hetsched.pool.compact import expand_runs
+
+    tasks = plan.tasks or {}
+    return [(f"{g['node']}/{g['gpu']}", expand_runs(g["runs"])) for g in tasks.get("gpus", [])]
+
+
+def text_gantt_pool(plan: Plan, width: int = 72, max_gpus: int = 48) -> Text:
+    """One row per GPU; each column shows the job that used the GPU most in that time slice.
+
+    Letters stand for jobs (legend below; they repeat after 62 jobs), '.' is idle.
+    """
+    rows = _pool_rows(plan)
+    out = Text()
+    if not rows:
+        return out
+    t0 = min(j.arrival_s for j in plan.jobs)
+    t1 = max(j.end_s for j in plan.jobs)
+    span = max(t1 - t0, 1e-9)
+    mark = {j.name: JOB_MARKS[k % len(JOB_MARKS)] for k, j in enumerate(plan.jobs)}
+    color = {j.name: PALETTE[k % len(PALETTE)] for k, j in enumerate(plan.jobs)}
+    label_w = min(24, max(len(lbl) for lbl, _ in rows))
+    out.append(f"{'':{label_w}} |{fmt_s(0):<{width // 2}}{fmt_s(span):>{width - width // 2}}|\n",
+               style="dim")
+    for lbl, tasks in rows[:max_gpus]:
+        busy: list[dict[str, float]] = [{} for _ in range(width)]
+        for r in tasks:
+            a = (float(r[3]) - t0) / span * width
+            b = (float(r[4]) - t0) / span * width
+            for x in range(max(0, int(a)), min(width, int(b) + 1)):
+                cover = min(b, x + 1) - max(a, x)
+                if cover > 0:
+                    busy[x][r[0]] = busy[x].get(r[0], 0.0) + cover
+        out.append(f"{lbl[:label_w]:<{label_w}} |", style="bold")
+        for cell in busy:
+            if not cell:
+                out.append(".", style="dim")
+            else:
+                job = max(cell, key=lambda k: cell[k])
+                out.append(mark[job], style=color[job])
+        out.append(f"| {len(tasks)} tasks\n")
+    if len(rows) > max_gpus:
+        out.append(f"{'':{label_w}}  ... {len(rows) - max_gpus} more GPUs (see --format json)\n",
+                   style="dim")
+    legend = ", ".join(f"{mark[j.name]}={j.name}" for j in plan.jobs[:len(JOB_MARKS)])
+    more = " (letters repeat)" if len(plan.jobs) > len(JOB_MARKS) else ""
+    out.append(f"{'':{label_w}}  '.' idle; {legend}{more}\n", style="dim")
+    return out
+
+
+def pool_summary_table(plan: Plan) -> Table:
+    """Pool-specific facts: task sizes, compaction, memory plan, bound method."""
+    tasks = plan.tasks or {}
+    tab = Table(show_header=False, box=None)
+    tab.add_column(style="bold")
+    tab.add_column()
+    jobs = tasks.get("jobs", {})
+    its = sorted({v["iterations_per_task"] for v in jobs.values()})
+    tab.add_row("tasks", f"{tasks.get('total_tasks', 0):,} ({tasks.get('stored_rows', 0):,} "
+                         "rows stored after pattern compaction)")
+    if its:
+        tab.add_row("iterations per task", f"{its[0]}" if len(its) == 1
+                    else f"{its[0]}..{its[-1]} (per job)")
+    mem = tasks.get("memory", {})
+    if mem:
+        tab.add_row("memory plan", f"{mem.get('warm_starts', 0):,} warm starts, "
+                                   f"{mem.get('model_loads', 0):,} model loads")
+    bound = plan.params.get("bound")
+    if bound:
+        tab.add_row("lower bound from", f"{bound} relaxation (alpha = {plan.params.get('alpha')})")
+    return tab
+
+
+def render_pool_plan(plan: Plan, console: Console, gantt: bool = True) -> None:
+    """Pool-mode table output: jobs, summary, pool facts and the per-GPU text Gantt."""
+    parts: list[Any] = [jobs_table(plan), summary_table(plan), pool_summary_table(plan)]
+    if gantt:
+        parts.append(text_gantt_pool(plan, width=max(40, min(100, console.width - 40))))
+    console.print(Group(*parts))
+
+
+def png_gantt_pool(plan: Plan, path: str | Path) -> None:
+    """Per-GPU Gantt chart of a pool plan: one bar per run of back-to-back tasks of a job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _pool_rows(plan)
+    colour = {j.name: k for k, j in enumerate(plan.jobs)}
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(12, max(3, 0.28 * len(rows) + 1.5)))
+    for y, (_, tasks) in enumerate(rows):
+        bars: dict[str, list[tuple[float, float]]] = {}
+        cur: list[Any] | None = None
+        for r in tasks:  # merge back-to-back tasks of one job into one bar
+            if cur is not None and cur[0] == r[0] and float(r[3]) - cur[2] < 1e-6:
+                cur[2] = float(r[4])
+                continue
+            if cur is not None:
+                bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
+            cur = [r[0], float(r[3]), float(r[4])]
+        if cur is not None:
+            bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
+        for job, spans in bars.items():
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=cmap(colour[job] % 20))
+    for jp in plan.jobs[:40]:
+        ax.barh(-10, 0, color=cmap(colour[jp.name] % 20), label=jp.name)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lbl for lbl, _ in rows], fontsize=7)
+    ax.set_ylim(-1, len(rows))
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{plan.policy} (pool): weighted JCT {plan.weighted_jct_s:,.0f} s, "
+                 f"makespan {plan.makespan_s:,.0f} s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise InputError(str(path), f"cannot write the PNG: {e}") from None
+    finally:
+        plt.close(fig)
