@@ -98,11 +98,16 @@ def scenario_a(out: dict, quick: bool) -> None:
         row: dict[str, object] = {}
         ref_t, ref = first_placement(prob, "exhaustive")
         row["exhaustive"] = {"time_s": ref_t, "objective": ref}
-        for name, params in [("has", {}), ("jps", {"samples": 20}), ("jps", {"samples": 40}),
-                             ("jps", {"samples": 60}), ("optimus", {}), ("optimus-lb", {})]:
+        for label, name, params in [
+                ("has", "has", {}),
+                ("has as in the paper (raw P3, no trim)", "has", {"matching": "raw", "trim": False}),
+                ("jps N=20", "jps", {"samples": 20}), ("jps N=40", "jps", {"samples": 40}),
+                ("jps N=60", "jps", {"samples": 60}),
+                ("jps N=40 as in the paper (raw P3, no trim)", "jps",
+                 {"samples": 40, "matching": "raw", "trim": False}),
+                ("optimus", "optimus", {}), ("optimus-lb", "optimus-lb", {})]:
             reps = [first_placement(prob, name, **params) for _ in range(1 if quick else 3)]
             dt = min(r[0] for r in reps)
-            label = name + (f" N={params['samples']}" if params else "")
             row[label] = {"time_s": dt, "objective": reps[0][1], "gap": reps[0][1] / ref - 1}
         full: dict[str, object] = {}
         plans = {}
