@@ -9,9 +9,10 @@ STAMP := .deps.stamp
 # Installs what hetsched needs: Python packages (torch pinned to the CPU build
 # on these machines) and, when root on Debian, Slurm and munge for the testbed.
 $(STAMP): pyproject.toml
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v slurmctld >/dev/null; then \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! { command -v slurmctld && command -v munged && [ -f /usr/include/slurm/spank.h ]; } >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			slurmctld slurmd slurm-client munge >/dev/null; fi
+			slurmctld slurmd slurm-client munge libslurm-dev gcc >/dev/null; fi
 	$(PIP) install -q 'torch==2.13.0' || $(PIP) install -q torch
 	$(PIP) install -q -e '.[test]'
 	@touch $(STAMP)
