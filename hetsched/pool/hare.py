@@ -99,7 +99,7 @@ def alpha(pp: PoolProblem) -> float:
         tc = pp.t_it[i][pp.ok[i]]
         a = max(a, float(tc.max() / tc.min()))
         ts = pp.s_it[i][pp.ok[i]]
-        if ts.min() > 0:
+        if ts.min() > 1e-12:
             a = max(a, float(ts.max() / ts.min()))
     return a
 
@@ -178,7 +178,7 @@ def lp_relaxation(pp: PoolProblem, n_intervals: int = LP_INTERVALS,
             ln = hi - lo
             row = []
             for t in types:
-                v = pulp.LpVariable(f"z_{i}_{t}_{k}", lowBound=0)
+                v = prob.add_variable(f"z_{i}_{t}_{k}", lowBound=0)
                 z[(i, t, k)] = v
                 row.append((v, t))
                 work_terms.append(v)
@@ -191,7 +191,7 @@ def lp_relaxation(pp: PoolProblem, n_intervals: int = LP_INTERVALS,
                 if rate < 1.0:
                     prob += pulp.lpSum(v for v, _ in row) <= rate
         prob += pulp.lpSum(work_terms) == 1
-        c = pulp.LpVariable(f"C_{i}", lowBound=float(a[i] + L[i] / scale))
+        c = prob.add_variable(f"C_{i}", lowBound=float(a[i] + L[i] / scale))
         prob += c >= pulp.lpSum(v * lo for v, lo in mbt_terms) + float(L[i] / scale / 2.0)
         C.append(c)
     for (t, k), terms in cap_terms.items():

@@ -1,0 +1,56 @@
+"""Hypothesis invariants of every pool-mode policy on random instances (issue 3)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pool_helpers import check_plan, instances
+
+from hetsched.pool import POOL_AUTO, plan_pool
+from hetsched.pool.evaluator import evaluate_tasks_section
+from hetsched.pool.problem import PoolProblem
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("policy", POOL_AUTO)
+@SETTINGS
+@given(p=instances(), n=st.sampled_from([None, 1, 3]))
+def test_policy_plans_are_valid(policy: str, p, n) -> None:  # type: ignore[no-untyped-def]
+    """No overlap on a GPU, round barriers with sync, no task before arrival,
+    objective recomputed from the tasks = reported one, lower bound <= objective."""
+    plan = plan_pool(p, policy, task_iterations=n)
+    pp = PoolProblem(p, task_iterations=n)
+    obj = check_plan(pp, plan)
+    assert obj == pytest.approx(plan.weighted_jct_s, rel=1e-6, abs=1e-4)
+    d = plan.to_dict()
+    assert d["objective"]["weighted_jct_s"] == pytest.approx(obj, rel=1e-6, abs=1e-4)
+    assert evaluate_tasks_section(pp, d["tasks"]).objective == pytest.approx(obj, rel=1e-6,
+                                                                             abs=1e-4)
+    assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
+    # the foundation's keys keep their meaning: JCT = end - arrival, workers listed
+    for j in d["jobs"]:
+        assert j["jct_s"] == pytest.approx(j["end_s"] - j["arrival_s"], abs=1e-5)
+        assert j["segments"] and j["segments"][0]["workers"]
+
+
+@SETTINGS
+@given(p=instances(max_jobs=4))
+def test_auto_is_never_worse_than_a_candidate(p) -> None:  # type: ignore[no-untyped-def]
+    auto = plan_pool(p, "auto")
+    for name, v in auto.candidates.items():
+        assert auto.weighted_jct_s <= v * (1 + 1e-9) + 1e-9, name
+    assert auto.policy == f"auto:{auto.params['chosen']}"
+
+
+@SETTINGS
+@given(p=instances(max_jobs=4), n=st.sampled_from([1, 2]))
+def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: ignore[no-untyped-def]
+    from hetsched.pool.hare import fluid_relaxation, lp_relaxation
+
+    pp = PoolProblem(p, task_iterations=n)
+    best = min(plan_pool(p, pol, task_iterations=n).weighted_jct_s for pol in POOL_AUTO)
+    assert lp_relaxation(pp).value <= best * (1 + 1e-7) + 1e-6
+    assert fluid_relaxation(pp).value <= best * (1 + 1e-9) + 1e-6
