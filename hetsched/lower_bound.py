@@ -1,21 +1,29 @@
 """A valid lower bound on total weighted JCT for space sharing.
 
-Two relaxations; the bound is the larger of the two.
+Both bounds below are relaxations, so no plan can beat them; the reported bound
+is the larger. They use the planner's model with two optimistic twists that
+make them bounds on what the evaluator can produce: continuous (not integer)
+batch shares, and the all-reduce at intra-node bandwidth whenever a job's GPUs
+could fit in one node.
 
-1. *Alone on the cluster.* Job i cannot finish sooner than if it had every
-   GPU it may use (up to ``max_gpus``) from its arrival, with no communication
-   and with the ``>= 1 sample per worker`` rule dropped. Its best iteration
-   time is then the water-filling time over all those GPUs.
+1. *Alone on the cluster.* Job i cannot finish before ``a_i + iters_i *
+   min_x iter_i(x)``: its best iteration time over every allocation ``x`` of
+   GPU counts per type (communication included) that it may use.
 
-2. *One fluid machine.* Let ``r_i(g)`` be the peak samples/s of job i on GPU g
-   (at its memory cap: ``b/(a+cb)`` grows with b, so no share does better) and
-   ``R_i = sum_g r_i(g)``. Measure a job's progress as ``x_i = rate_i / R_i``;
-   it needs ``p_i = samples_i / R_i`` units. Whatever the schedule, at any
-   moment ``sum_i x_i <= kappa = sum_g max_i r_i(g)/R_i`` (each GPU serves one
-   job). So the cluster is at most one machine of speed kappa, and Smith's
-   rule (WSPT) on ``p_i / kappa`` gives a lower bound on ``sum w_i C_i`` of
-   any preemptive schedule without release dates; subtracting
-   ``sum w_i a_i`` turns it into a bound on weighted JCT.
+2. *Priced capacity (a fluid single machine).* Give each GPU type a price
+   ``pi_t >= 0``. At any moment the running jobs hold at most
+   ``Cap = sum_t pi_t n_t`` worth of GPUs. Running on ``x``, job i finishes
+   ``1 / (iter_i(x) * pi.x)`` iterations per unit of priced GPU time, so it
+   needs at least ``E_i = iters_i * min_x iter_i(x) * pi.x`` of it in total.
+   The cluster is thus at most one machine of speed ``Cap`` on which job i
+   needs ``E_i``; Smith's rule (WSPT) on ``E_i / Cap`` bounds ``sum w_i C_i``
+   for any schedule (release dates only make it worse), and subtracting
+   ``sum w_i a_i`` bounds the weighted JCT. Every price vector gives a valid
+   bound; we take the best of a few (one per GPU, and each type's speed).
+
+The minima over ``x`` are taken over the lattice of count vectors when it is
+small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation
+(no communication, no one-sample minimum, peak per-GPU rates) replaces them.
 """
 
 from __future__ import annotations
@@ -24,10 +32,22 @@ import numpy as np
 
 from hetsched.problem import PlanningProblem
 
+LATTICE_MAX = 400_000  # count vectors per job for the exact minima
+
+
+def _lattice(p: PlanningProblem, i: int) -> np.ndarray | None:
+    """All per-type count vectors job i may use (0..min(n_t, hi) of allowed types)."""
+    dims = [int(min(p.n_type[t], p.hi[i])) + 1 if p.allowed[i, t] else 1 for t in range(p.T)]
+    size = int(np.prod(dims))
+    if size > LATTICE_MAX:
+        return None
+    X = np.array(np.unravel_index(np.arange(size), dims)).T
+    k = X.sum(axis=1)
+    return X[(k >= p.lo[i]) & (k <= p.hi[i])]
+
 
 def best_iteration_time(p: PlanningProblem, i: int) -> float:
     """Fastest conceivable step of job i: all its allowed GPUs, b in [0, cap], no comm."""
-    # per-GPU arrays of the allowed types
     types = np.nonzero(p.allowed[i])[0]
     a = np.repeat(p.a[i, types], p.n_type[types])
     c = np.repeat(p.c[i, types], p.n_type[types])
@@ -39,7 +59,7 @@ def best_iteration_time(p: PlanningProblem, i: int) -> float:
         per = np.clip((T - a) / c, 0.0, cap)
         return float(np.sort(per)[::-1][:m].sum())  # best m GPUs at this T
 
-    lo, hi = 0.0, float((a + c * B).min())  # one GPU could do it all in this time, if memory allowed
+    lo, hi = 0.0, float((a + c * B).min())
     while samples(hi) < B:
         hi *= 2.0
     for _ in range(80):
@@ -51,19 +71,43 @@ def best_iteration_time(p: PlanningProblem, i: int) -> float:
     return lo
 
 
+def _wspt(w: np.ndarray, ptime: np.ndarray) -> float:
+    """Smith's rule: the least sum of weighted completion times on one machine."""
+    order = np.argsort(-(w / np.maximum(ptime, 1e-300)), kind="stable")
+    return float((w[order] * np.cumsum(ptime[order])).sum())
+
+
 def lower_bound(p: PlanningProblem) -> float:
     S = p.S
     w = p.weight
-    alone = np.array([p.iters[i] * best_iteration_time(p, i) for i in range(S)])
-    lb_alone = float((w * alone).sum())
-
-    r = np.array([p.per_gpu_rate(i) for i in range(S)])  # (S, T) per-GPU peak rate
-    R = (r * p.n_type[None, :]).sum(axis=1)
-    samples = p.iters * p.B
-    proc = samples / R
-    kappa = float(((r / R[:, None]).max(axis=0) * p.n_type).sum())
-    ptime = proc / kappa
-    order = np.argsort(-(w / ptime), kind="stable")
-    completion = np.cumsum(ptime[order])
-    lb_fluid = float((w[order] * completion).sum() - (w * p.arrival).sum())
+    prices = [np.ones(p.T)]
+    speed = np.array([np.mean([p.per_gpu_rate(i)[t] / p.per_gpu_rate(i).max()
+                               for i in range(S) if p.allowed[i, t]] or [0.0])
+                      for t in range(p.T)])
+    if speed.max() > 0:
+        prices.append(speed)
+    best_iter = np.empty(S)
+    E = np.empty((len(prices), S))
+    for i in range(S):
+        X = _lattice(p, i)
+        if X is not None and len(X):
+            it = p.iter_time(i, X)
+            best_iter[i] = it.min()
+            for k, pi in enumerate(prices):
+                E[k, i] = p.iters[i] * float(np.min(it * (X @ pi)))
+        else:
+            best_iter[i] = best_iteration_time(p, i)
+            r = p.per_gpu_rate(i)  # peak samples/s per GPU of each type
+            for k, pi in enumerate(prices):
+                if (p.allowed[i] & (pi <= 0)).any():
+                    E[k, i] = 0.0  # a free GPU type: no priced work is needed
+                    continue
+                per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
+                E[k, i] = p.iters[i] * p.B[i] / per_price.max()
+    lb_alone = float((w * p.iters * best_iter).sum())
+    lb_fluid = 0.0
+    for k, pi in enumerate(prices):
+        cap = float(pi @ p.n_type)
+        if cap > 0:
+            lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
     return max(lb_alone, lb_fluid)

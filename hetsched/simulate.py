@@ -263,29 +263,33 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 diff = [i for i in active if sorted(fresh.get(i, [])) != sorted(keep.get(i, []))]
                 if diff and score(fresh, diff) < score(keep, diff) - 1e-6:
                     new = fresh
-            # apply the decision
-            for i in active:
-                old, nw = alloc.get(i, []), sorted(new.get(i, []))
-                if sorted(old) == nw:
-                    continue
-                now = t
+            # apply the decision: release every changed job's GPUs first, so a
+            # job that leaves a GPU never clears the ownership of the job that
+            # takes it over in the same event
+            changed = [i for i in active if sorted(alloc.get(i, [])) != sorted(new.get(i, []))]
+            for i in changed:
                 if i in open_seg:
                     seg = open_seg.pop(i)
-                    seg.end_s = now
+                    seg.end_s = t
                     plans[i].segments.append(seg)
-                    owner[old] = -1
+                    owner[alloc[i]] = -1
                 alloc.pop(i, None)
-                if nw:
-                    ws, tm = ev.workers(i, nw, policy.shares)
-                    rc = restart_cost_s if has_run[i] else 0.0
-                    ready_at[i] = now + rc
-                    open_seg[i] = Segment(start_s=now, end_s=now, workers=ws,
-                                          iteration_s=tm.iteration_s, compute_s=tm.compute_s,
-                                          comm_s=tm.comm_s, restart_s=rc)
-                    timing[i] = tm
-                    alloc[i] = nw
-                    owner[nw] = i
-                    has_run[i] = True
+            for i in changed:
+                nw = sorted(new.get(i, []))
+                if not nw:
+                    continue
+                if (owner[nw] >= 0).any():
+                    raise AssertionError(f"{policy.name}: GPU given to two jobs at t={t}")
+                ws, tm = ev.workers(i, nw, policy.shares)
+                rc = restart_cost_s if has_run[i] else 0.0
+                ready_at[i] = t + rc
+                open_seg[i] = Segment(start_s=t, end_s=t, workers=ws,
+                                      iteration_s=tm.iteration_s, compute_s=tm.compute_s,
+                                      comm_s=tm.comm_s, restart_s=rc)
+                timing[i] = tm
+                alloc[i] = nw
+                owner[nw] = i
+                has_run[i] = True
         # advance to the next event
         fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s for i in alloc}
         t_arr = float(p.arrival[order[next_arr]]) if next_arr < S else np.inf
