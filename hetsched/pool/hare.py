@@ -54,9 +54,22 @@ only delays the job's next round (line 10).
 
 Line 12 takes "the GPU with the earliest available time". That is blind to
 how fast the GPU is for the task; ``pick=finish`` takes instead the GPU on which
-the task *finishes* first (same time when all GPUs are alike). ``pick=best``
-(default) runs both and keeps the better plan. The paper's alpha(2+alpha)
-guarantee is proven for ``available``.
+the task *finishes* first (same time when all GPUs are alike). A task keeps
+the GPU its predecessor in the job used when that is no worse (warm model,
+compact plan). The paper's alpha(2+alpha) guarantee is proven for
+``available`` with the paper's MIQP order, which we do not solve.
+
+Orders. On these workloads the relaxation is often degenerate — when the
+pool has room, every job can run at full speed in it, so its H says nothing
+about priorities — and Algorithm 1 is only as good as its order. ``order=best``
+(default) therefore runs Algorithm 1 over several orders and keeps the
+lowest objective: ``relaxation`` (the H above, with both GPU rules),
+``priority`` / ``work`` (a time-driven list simulation that always places the
+ready round of the job with the largest weight per remaining critical path /
+per remaining GPU-work), and ``seeded:allox`` / ``seeded:srtf`` (rounds in
+the start order of those job-level schedules, i.e. their left shift under
+relaxed sync). The plan's params say which order won; docs/pool.md reports
+every variant.
 """
 
 from __future__ import annotations
@@ -337,8 +350,13 @@ def relaxation_order(pp: PoolProblem, x_hat: list[np.ndarray]) -> tuple[list[int
     return J[order].tolist(), Rr[order].tolist()
 
 
-def priority_order(pp: PoolProblem) -> tuple[list[int], list[int]]:
-    """A second order for Algorithm 1: weighted shortest remaining critical path first.
+def priority_order(pp: PoolProblem, size: str = "path") -> tuple[list[int], list[int]]:
+    """A second order for Algorithm 1: weighted shortest remaining job first.
+
+    ``size="path"`` measures what is left of a job by its critical path (right
+    when the pool has room: a job's wait is its own length), ``size="work"`` by
+    its GPU-seconds on its fastest type (Smith's rule, right when the pool is
+    congested: a job's cost to the others is the capacity it takes).
 
     Simulates the list scheduler in time: whenever a GPU can take work, the
     ready round (previous round synchronised, job arrived) of the job with the
@@ -348,6 +366,8 @@ def priority_order(pp: PoolProblem) -> tuple[list[int], list[int]]:
     it), so its H carries no priority information; this order does.
     """
     _, d, _, _ = _job_consts(pp)
+    if size == "work":  # GPU-seconds per iteration on the fastest allowed type
+        d = pp.P * np.where(pp.ok, pp.t_it, np.inf).min(axis=1)
     T = pp.T
     heaps: list[list[float]] = [[] for _ in range(T)]
     for t in pp.gpu_type.tolist():
@@ -395,6 +415,23 @@ def priority_order(pp: PoolProblem) -> tuple[list[int], list[int]]:
         if r + 1 < R[i]:
             heapq.heappush(pending, (done, i))
     return out_j, out_r
+
+
+def seeded_order(pp: PoolProblem, seed: TaskSchedule) -> tuple[list[int], list[int]]:
+    """Rounds in the start order of a feasible schedule (its round starts act as x_hat).
+
+    Algorithm 1 over this order is a left shift of ``seed`` under relaxed
+    scale-fixed sync: GPUs are no longer held through a round's barrier, and
+    a GPU idles where the seed let a later round wait for it (the reservation
+    a work-conserving priority order cannot make).
+    """
+    key = np.concatenate([[0], np.cumsum(pp.R)[:-1]])[seed.job] + seed.rnd
+    first = np.full(int(pp.R.sum()), np.inf)
+    np.minimum.at(first, key, np.asarray(seed.start, dtype=float))
+    J = np.repeat(np.arange(pp.S), pp.R)
+    Rr = np.concatenate([np.arange(int(r)) for r in pp.R])
+    order = np.lexsort((J, Rr, first))
+    return J[order].tolist(), Rr[order].tolist()
 
 
 def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
@@ -479,7 +516,7 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
 
 
 PICKS = ("finish", "available")
-ORDERS = ("relaxation", "priority")
+ORDERS = ("relaxation", "priority", "work")
 
 
 @dataclass
@@ -490,25 +527,39 @@ class HareResult:
 
 
 def hare_from(pp: PoolProblem, rel: Relaxation, pick: str = "best",
-              order: str = "best") -> HareResult:
+              order: str = "best", seeds: dict[str, TaskSchedule] | None = None) -> HareResult:
     """Algorithm 1 for each requested order x GPU rule; keeps the lowest objective."""
     from hetsched.pool.evaluator import evaluate
 
     if pick not in PICKS + ("best",):
         raise InputError("--param pick", f"{pick!r} is not valid; expected finish, available "
                          "or best")
-    if order not in ORDERS + ("best",):
+    if order not in ORDERS + ("seeded", "best"):
         raise InputError("--param order", f"{order!r} is not valid; expected relaxation, "
-                         "priority or best")
+                         "priority, work, seeded or best")
     best: TaskSchedule | None = None
     best_v = math.inf
     objectives: dict[str, float] = {}
-    for o in (ORDERS if order == "best" else (order,)):
-        if o == "relaxation":
+    if order in ("best", "seeded") and seeds is None:
+        from hetsched.pool.baselines import allox, srtf
+
+        seeds = {"allox": allox(pp), "srtf": srtf(pp)}
+    todo: list[tuple[str, Any]] = [(o, None) for o in ORDERS] if order == "best" else (
+        [] if order == "seeded" else [(order, None)])
+    if order in ("best", "seeded"):
+        todo += [(f"seeded:{k}", v) for k, v in (seeds or {}).items()]
+    for o, seed in todo:
+        if seed is not None:
+            J, Rr = seeded_order(pp, seed)
+        elif o == "relaxation":
             J, Rr = relaxation_order(pp, rel.x_hat)
         else:
-            J, Rr = priority_order(pp)
-        for rule in (PICKS if pick == "best" else (pick,)):
+            J, Rr = priority_order(pp, "path" if o == "priority" else "work")
+        # the paper's "earliest available GPU" is tried with the paper's order only: with
+        # the priority orders it is dominated by "earliest finish" on heterogeneous pools
+        rules = PICKS if pick == "best" and o == "relaxation" else (
+            ("finish",) if pick == "best" else (pick,))
+        for rule in rules:
             s = _run_rounds(pp, J, Rr, rule, "hare")
             v = evaluate(pp, s).objective
             objectives[f"{o}/{rule}"] = v
