@@ -29,6 +29,7 @@ to the gang fastest GPU first (longest-processing-time rule), so a round of
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,7 +164,7 @@ class GangEngine:
             self.done[i] = True
         del self.running[i]
 
-    def run(self, decide) -> None:  # type: ignore[no-untyped-def]
+    def run(self, decide: Callable[[GangEngine], None]) -> None:
         pp = self.pp
         order = np.argsort(pp.arrival, kind="stable")
         nxt = 0

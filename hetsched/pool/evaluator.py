@@ -150,7 +150,7 @@ def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> dict[str,
         if len(idx) == 0:
             continue
         seq = [int(j) for j in np.asarray(s.job)[idx]]
-        mp = plan_gpu_memory(seq, pp.mem_gb, float(pp.gpu_mem_gb[g]))
+        mp = plan_gpu_memory(seq, pp.mem_gb.tolist(), float(pp.gpu_mem_gb[g]))
         loads += mp.loads
         warm += len(seq) - mp.loads
         runs = compress_rows(

@@ -107,8 +107,8 @@ class PoolProblem:
             if not self.ok[i].any():  # unreachable given the P rule above; keep the guard
                 raise InputError(p.jobs_source, f"a task slice of {b} samples fits no GPU type",
                                  f"job {job.name!r}")
-        b = self.slice_b[:, None].astype(float)
-        self.t_it = np.where(self.ok, p.a + p.c * b, np.inf)
+        bcol = self.slice_b[:, None].astype(float)
+        self.t_it = np.where(self.ok, p.a + p.c * bcol, np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
         bw = p.bandwidth(single_node)
         self.s_it = np.zeros((S, T))
