@@ -14,7 +14,7 @@ Safety rules:
   mode writes the header, so that comes after them);
 * every multi-row change happens in one transaction.
 
-Schema (version 1) is documented in docs/slurm.md.
+Schema (version 1) is documented in docs/slurm.md, version 2 (profiler) in docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from hetsched.errors import HetschedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "hetsched"
 
 SCHEMA = """
@@ -104,6 +104,33 @@ CREATE TABLE profiles (
     PRIMARY KEY (workload, gpu_type, local_batch)
 );
 """
+
+#: schema changes after version 1, applied in order inside the opening transaction
+#: (a new file gets SCHEMA, then every migration). Version 2 (the profiler):
+#: profiles gain the memory cap and the number of measurements behind the EWMA,
+#: profile_status says which (workload, GPU type) pairs were probed and whether
+#: they are usable, report_offsets remembers how far each job report was read.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        "ALTER TABLE profiles ADD COLUMN max_local_batch INTEGER",
+        "ALTER TABLE profiles ADD COLUMN samples INTEGER NOT NULL DEFAULT 1",
+        """CREATE TABLE profile_status (
+            workload TEXT NOT NULL,
+            gpu_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT NOT NULL DEFAULT '',
+            slurm_id TEXT,
+            probe_s REAL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (workload, gpu_type)
+        )""",
+        """CREATE TABLE report_offsets (
+            path TEXT PRIMARY KEY,
+            offset INTEGER NOT NULL,
+            updated REAL NOT NULL
+        )""",
+    ),
+}
 
 #: submission states hetsched sets itself (Slurm's own states are stored as Slurm spells them)
 SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
@@ -238,8 +265,15 @@ class Store:
                     if stmt.strip():
                         conn.execute(stmt)
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                    ("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION)),
+                    ("application", APPLICATION), ("schema_version", "1"),
                     ("created", repr(time.time()))])
+            version = int(conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            # _check refused newer and invalid versions before anything was written
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[v]:
+                    conn.execute(stmt)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v),))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -419,11 +453,14 @@ class Store:
 
     # -- profiles (filled by the profiler) -------------------------------------
     def put_profile(self, workload: str, gpu_type: str, local_batch: int, step_time_s: float,
-                    sync_time_s: float | None = None, source: str = "") -> None:
+                    sync_time_s: float | None = None, source: str = "",
+                    max_local_batch: int | None = None, samples: int = 1) -> None:
         with self.tx() as c:
-            c.execute("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?,?,?,?)",
+            c.execute("INSERT OR REPLACE INTO profiles (workload, gpu_type, local_batch, "
+                      "step_time_s, sync_time_s, source, updated, max_local_batch, samples) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
                       (workload, gpu_type, local_batch, step_time_s, sync_time_s, source,
-                       time.time()))
+                       time.time(), max_local_batch, samples))
 
     def profiles(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(

@@ -1,0 +1,157 @@
+"""``hetsched run``: turn (plan, job) plus this process's environment into a training rank.
+
+Torch-free until the rank actually trains, so ``command`` mode (which
+``exec``s the user's program) never pays for importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hetsched.errors import InputError
+from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
+
+
+def state_files_dir() -> Path:
+    """``<state file>.files``: where checkpoints and reports live beside the state store."""
+    from hetsched.store import default_path
+
+    return Path(str(default_path()) + ".files")
+
+
+def default_checkpoint(job: str) -> Path:
+    env = os.environ.get("HETSCHED_CHECKPOINT_DIR")
+    base = Path(env) if env else state_files_dir() / "checkpoints"
+    return base / f"{job}.pt"
+
+
+def default_report(job: str) -> Path:
+    env = os.environ.get("HETSCHED_REPORT_DIR")
+    base = Path(env) if env else state_files_dir() / "reports"
+    return base / f"{job}.jsonl"
+
+
+def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
+                                                                        list[dict[str, Any]]]:
+    """The job's spec and the segment's workers in rank order (the template's order)."""
+    from hetsched.slurm.templates import components
+
+    try:
+        plan = json.loads(Path(plan_path).read_text())
+    except FileNotFoundError:
+        raise InputError(plan_path, "file not found") from None
+    except (OSError, ValueError) as e:
+        raise InputError(plan_path, f"not a readable plan JSON file: {e}") from None
+    jobs = {j.get("name"): j for j in plan.get("jobs", []) if isinstance(j, dict)}
+    if job not in jobs:
+        raise InputError(plan_path, f"no job {job!r} in the plan (jobs: "
+                         f"{', '.join(sorted(map(str, jobs))) or 'none'})", "--job")
+    j = jobs[job]
+    segs = j.get("segments") or []
+    if not 0 <= segment < len(segs):
+        raise InputError(plan_path, f"job {job!r} has no segment {segment} "
+                         f"(it has {len(segs)})", "--segment")
+    workers = segs[segment].get("workers") or []
+    ordered: list[dict[str, Any]] = []
+    for c in components(workers):  # ranks: component by component, as the hetjob numbers them
+        ordered.extend({"gpu_type": c.gpu_type, "node": c.node, "local_batch": b}
+                       for b in c.local_batches)
+    return dict(j.get("spec") or {}), ordered
+
+
+def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,
+                 job: str, env: Mapping[str, str], overrides: Mapping[str, Any]) -> Any:
+    """A TrainConfig from the plan's spec, the environment and command-line overrides."""
+    from hetsched.runtime.trainer import TrainConfig
+
+    batches = local_batches_for(world_size, env, [w["local_batch"] for w in workers])
+    gb = spec.get("global_batch")
+    if gb is not None and int(gb) != sum(batches):
+        raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, the job's "
+                         f"global_batch is {gb}", f"job {job!r}")
+    types = env.get("HETSCHED_GPU_TYPES", "")
+    gpu_types = types.split(",") if types else [w["gpu_type"] for w in workers]
+    for key in ("workload", "dataset_size", "epochs"):
+        if spec.get(key) in (None, ""):
+            raise InputError("plan", f"the job spec has no {key!r}", f"job {job!r}")
+    cfg = TrainConfig(
+        job=job, workload=str(spec["workload"]), dataset_size=int(spec["dataset_size"]),
+        epochs=float(spec["epochs"]), local_batches=batches,
+        entrypoint=spec.get("entrypoint") or env.get("HETSCHED_ENTRYPOINT") or None,
+        gpu_types=[t.lower() for t in gpu_types],
+        seed=int(overrides.get("seed") or 0),
+        checkpoint=str(overrides.get("checkpoint") or default_checkpoint(job)),
+        report=str(overrides.get("report") or default_report(job)),
+    )
+    for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
+        if overrides.get(k) is not None:
+            setattr(cfg, k, overrides[k])
+    if overrides.get("epochs") is not None:
+        cfg.epochs = float(overrides["epochs"])
+    return cfg
+
+
+def exec_command(argv: list[str], renv: RankEnv, local_batch: int, batches: list[int]) -> None:
+    """``command`` mode: replace this process by the user's program, no shell.
+
+    The program finds its place in the job in the environment: torchrun-style
+    ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` and
+    ``HETSCHED_LOCAL_BATCH`` (its share of the global batch),
+    ``HETSCHED_GLOBAL_BATCH``, ``HETSCHED_LOCAL_BATCHES``.
+    """
+    env = dict(os.environ)
+    env.update({"RANK": str(renv.rank), "WORLD_SIZE": str(renv.world_size),
+                "LOCAL_RANK": str(renv.local_rank), "MASTER_ADDR": renv.master_addr,
+                "MASTER_PORT": str(renv.master_port), "HETSCHED_RANK": str(renv.rank),
+                "HETSCHED_LOCAL_BATCH": str(local_batch),
+                "HETSCHED_GLOBAL_BATCH": str(sum(batches)),
+                "HETSCHED_LOCAL_BATCHES": ",".join(map(str, batches))})
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        raise InputError("command", f"cannot run {argv[0]!r}: {e.strerror}") from None
+
+
+def _local_rank_main(cfg: Any) -> None:
+    from hetsched.runtime.trainer import train
+
+    train(cfg, from_env())
+
+
+def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = False,
+        overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Run this rank of ``job`` (or, with ``local``, every rank as local processes)."""
+    env = os.environ
+    seg = segment if segment is not None else int(env.get("HETSCHED_SEGMENT", "0") or 0)
+    spec, workers = load_plan_job(plan_path, job, seg)
+    overrides = dict(overrides or {})
+    if local:
+        local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
+        cfg = build_config(spec, workers, len(workers), job, local_env, overrides)
+        codes = spawn_local(len(workers), _local_rank_main, (cfg,))
+        if any(codes):
+            raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")
+        return {"ranks": len(workers), "exit_codes": codes}
+    renv = from_env()
+    cmd = spec.get("command")
+    if cmd and not spec.get("entrypoint"):
+        batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
+        argv = [str(a) for a in cmd] if isinstance(cmd, list) else [str(cmd)]
+        exec_command(argv, renv, batches[renv.rank], batches)
+    cfg = build_config(spec, workers, renv.world_size, job, env, overrides)
+    from hetsched.runtime.trainer import train
+
+    return train(cfg, renv)
+
+
+class RuntimeFailure(InputError):
+    """A rank of a local run failed (its traceback is on stderr)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__("hetsched run", message)

@@ -1,0 +1,230 @@
+"""Where this process sits in the job: rank, world, rendezvous, device, local batch.
+
+Inside one Slurm step that spans several heterogeneous-job components
+(``srun --het-group=0,1,...``) Slurm numbers the tasks across components:
+``SLURM_PROCID`` is the global rank and ``SLURM_NTASKS`` /
+``SLURM_STEP_NUM_TASKS`` the total (checked on Slurm 22.05), ``SLURM_LOCALID``
+the rank on its node, and ``SLURM_JOB_NODELIST_HET_GROUP_0`` the node of
+component 0, where rank 0 runs (each hetsched component is one node). The
+rendezvous address is that node (``SLURM_STEP_NODELIST``'s first node for a
+plain job); node names that do not resolve (the testbed's fake nodes) fall
+back to ``SLURM_LAUNCH_NODE_IPADDR``, the node srun was started from, which
+for a batch script is that same first node. The port is derived from the job
+and step id so concurrent jobs on one node do not collide;
+``HETSCHED_MASTER_ADDR`` / ``HETSCHED_MASTER_PORT`` override both.
+
+Outside Slurm, ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun
+style, and what :func:`spawn_local` sets) are used; with neither, one process.
+
+Parsing is torch-free; :func:`init_distributed` imports torch when called.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import hostlist
+
+from hetsched.errors import InputError
+
+#: rendezvous ports: below Linux's ephemeral range (32768+) and above the
+#: testbed's Slurm port blocks (10000-29999)
+PORT_BASE = 30000
+PORT_SPAN = 2700
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    node: str
+    master_addr: str
+    master_port: int
+    job_id: str = ""
+    source: str = "single"  # slurm | env | single
+
+
+def derive_port(job_id: str, step_id: str = "0") -> int:
+    """A rendezvous port from the Slurm job and step ids (same on every rank)."""
+    try:
+        j, s = int(job_id), int(step_id or 0)
+    except ValueError:
+        j, s = sum(job_id.encode()), 0
+    return PORT_BASE + (j * 7 + s * 131) % PORT_SPAN
+
+
+def _int(env: Mapping[str, str], key: str, minimum: int = 0) -> int:
+    raw = env.get(key, "")
+    try:
+        v = int(raw)
+    except ValueError:
+        raise InputError("environment", f"{key}={raw!r} is not an integer") from None
+    if v < minimum:
+        raise InputError("environment", f"{key}={v} must be >= {minimum}")
+    return v
+
+
+def _resolve(host: str) -> str | None:
+    try:
+        return str(socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0])
+    except (OSError, IndexError):
+        return None
+
+
+def _first_node(nodelist: str) -> str:
+    try:
+        nodes = hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist:
+        raise InputError("environment", f"cannot parse Slurm node list {nodelist!r}") from None
+    return nodes[0] if nodes else ""
+
+
+def from_env(env: Mapping[str, str] | None = None) -> RankEnv:
+    """Read the rank layout from Slurm's (or torchrun's) environment."""
+    env = os.environ if env is None else env
+    addr_override = env.get("HETSCHED_MASTER_ADDR")
+    port_override = _int(env, "HETSCHED_MASTER_PORT", 1) if env.get(
+        "HETSCHED_MASTER_PORT") else None
+    if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+        rank = _int(env, "SLURM_PROCID")
+        world = _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env
+                     else "SLURM_NTASKS", 1)
+        if rank >= world:
+            raise InputError("environment", f"SLURM_PROCID={rank} is not below the task "
+                             f"count {world}")
+        local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
+        node = env.get("SLURMD_NODENAME", "") or socket.gethostname()
+        job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID", "0")
+        rank0_list = (env.get("SLURM_JOB_NODELIST_HET_GROUP_0") if env.get("SLURM_HET_SIZE")
+                      else None) or env.get("SLURM_STEP_NODELIST") or env.get(
+                          "SLURM_JOB_NODELIST", "")
+        rank0_node = _first_node(rank0_list) if rank0_list else node
+        addr = addr_override or _resolve(rank0_node) or env.get(
+            "SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1"
+        port = port_override or derive_port(job_id, env.get("SLURM_STEP_ID")
+                                            or env.get("SLURM_STEPID", "0"))
+        return RankEnv(rank, world, local, node, addr, port, job_id, "slurm")
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE", 1)
+        if rank >= world:
+            raise InputError("environment", f"RANK={rank} is not below WORLD_SIZE={world}")
+        local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
+        port = port_override or (_int(env, "MASTER_PORT", 1) if "MASTER_PORT" in env else 29500)
+        return RankEnv(rank, world, local, socket.gethostname(),
+                       addr_override or env.get("MASTER_ADDR", "127.0.0.1"), port, "", "env")
+    return RankEnv(0, 1, 0, socket.gethostname(), "127.0.0.1", port_override or 0, "", "single")
+
+
+def local_batches_for(world_size: int, env: Mapping[str, str] | None = None,
+                      plan_batches: Sequence[int] | None = None,
+                      source: str = "HETSCHED_LOCAL_BATCHES") -> list[int]:
+    """Every rank's local batch: ``HETSCHED_LOCAL_BATCHES`` (set by the hetjob template)
+    or the plan's workers in the template's rank order; must match the world size."""
+    env = os.environ if env is None else env
+    raw = env.get("HETSCHED_LOCAL_BATCHES", "")
+    if raw:
+        try:
+            batches = [int(x) for x in raw.split(",")]
+        except ValueError:
+            raise InputError(source, f"{raw!r} is not a comma-separated list of integers"
+                             ) from None
+    elif plan_batches is not None:
+        batches = list(plan_batches)
+    else:
+        raise InputError(source, "no local batches: set HETSCHED_LOCAL_BATCHES or give --plan")
+    if len(batches) != world_size:
+        raise InputError(source, f"{len(batches)} local batches for {world_size} ranks; the "
+                         "step must run one task per planned worker")
+    if any(b < 1 for b in batches):
+        raise InputError(source, f"every local batch must be >= 1, got {batches}")
+    return batches
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a local rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed(renv: RankEnv, device: str | None = None, timeout_s: float = 300.0) -> Any:
+    """Join the process group (NCCL on CUDA, gloo on CPU); returns the torch.device to use.
+
+    ``device`` forces ``cpu`` or ``cuda``; by default CUDA when torch sees a GPU.
+    One process (world 1) does not create a group at all.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if use_cuda:
+        dev = torch.device("cuda", renv.local_rank % max(torch.cuda.device_count(), 1))
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    if renv.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo",
+            init_method=f"tcp://{renv.master_addr}:{renv.master_port}",
+            rank=renv.rank, world_size=renv.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s))
+    return dev
+
+
+def shutdown_distributed() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _child(rank: int, world: int, port: int, extra_env: Mapping[str, str],
+           target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra_env})
+    for k in [k for k in os.environ if k.startswith("SLURM_")]:
+        del os.environ[k]  # a local launch inside a Slurm job must not read Slurm's layout
+    target(*args)
+
+
+def spawn_local(world_size: int, target: Callable[..., Any], args: tuple[Any, ...] = (),
+                extra_env: Mapping[str, str] | None = None,
+                per_rank_env: Sequence[Mapping[str, str]] | None = None,
+                timeout_s: float = 300.0) -> list[int]:
+    """Local mode: run ``target(*args)`` in ``world_size`` fresh processes (spawn) that
+    rendezvous on 127.0.0.1; returns their exit codes. A failed rank stops the rest, so
+    a test never hangs on a collective that will not complete."""
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = []
+    for r in range(world_size):
+        env = dict(extra_env or {})
+        if per_rank_env:
+            env.update(per_rank_env[r])
+        p = ctx.Process(target=_child, args=(r, world_size, port, env, target, args))
+        p.start()
+        procs.append(p)
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while any(p.is_alive() for p in procs):
+        if time.monotonic() > deadline or any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            break
+        for p in procs:
+            p.join(0.05)
+    for p in procs:
+        p.join(5)
+    return [p.exitcode if p.exitcode is not None else -9 for p in procs]

@@ -1,0 +1,180 @@
+"""The training loop of one rank: heterogeneous data parallel with checkpoints and reports."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
+from hetsched.runtime.emulate import emulation_for
+from hetsched.runtime.hetdp import HeteroDataParallel
+from hetsched.runtime.launcher import RankEnv, init_distributed, shutdown_distributed
+from hetsched.runtime.reporting import Reporter
+from hetsched.runtime.sampler import ShareSampler
+from hetsched.runtime.workloads import gather, load_workload
+
+
+@dataclass
+class TrainConfig:
+    """Everything a rank needs; the same on every rank except nothing (rank comes from env)."""
+
+    job: str
+    workload: str
+    dataset_size: int
+    epochs: float
+    local_batches: list[int]
+    entrypoint: str | None = None
+    gpu_types: list[str] = field(default_factory=list)
+    seed: int = 0
+    checkpoint: str | None = None
+    checkpoint_every: int = 50
+    report: str | None = None
+    report_every: int = 10
+    #: stop after this many steps *in this run* (tests: a job killed mid-way)
+    max_steps: int | None = None
+    #: plain DDP averaging instead of share weighting (the biased baseline)
+    average: bool = False
+    device: str | None = None
+    #: rank 0 saves the final parameters here (tests compare them)
+    save_params: str | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return sum(self.local_batches)
+
+    @property
+    def total_steps(self) -> int:
+        spe = math.ceil(self.dataset_size / self.global_batch)
+        return math.ceil(self.epochs * spe - 1e-9)
+
+
+def train(cfg: TrainConfig, renv: RankEnv) -> dict[str, Any]:
+    """Train this rank until the job's steps are done (or ``max_steps``); returns a summary."""
+    dev = init_distributed(renv, cfg.device)
+    try:
+        return _train(cfg, renv, dev)
+    finally:
+        shutdown_distributed()
+
+
+def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    rank = renv.rank
+    if dev.type == "cpu":
+        # ranks share the node's cores: Slurm's CPUs per task, else an even split, so
+        # intra-op threads of co-located ranks do not oversubscribe the CPU
+        per = os.environ.get("SLURM_CPUS_PER_TASK") or str(
+            max(1, (os.cpu_count() or 1) // max(1, _ranks_here(renv))))
+        torch.set_num_threads(max(1, int(per)))
+    wl = load_workload(cfg.workload, entrypoint=cfg.entrypoint, dataset_size=cfg.dataset_size,
+                       seed=cfg.seed)
+    model = wl.model.to(dev)
+    opt = wl.optimizer(model.parameters())
+    sampler = ShareSampler(cfg.dataset_size, cfg.local_batches, rank, seed=cfg.seed)
+    step = 0
+    state = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
+    if state is not None:
+        restore(state, model=model, optimizer=opt)
+        sampler.load_state_dict(state["sampler"])
+        step = int(state["step"])
+    hdp = HeteroDataParallel(model, average=cfg.average)
+    gpu_type = cfg.gpu_types[rank] if rank < len(cfg.gpu_types) else ""
+    emul = emulation_for(gpu_type)
+    rep = Reporter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
+                   gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
+    cuda = dev.type == "cuda"
+    total = cfg.total_steps
+    done_here = 0
+    acc = {"n": 0, "compute": 0.0, "sync": 0.0, "step": 0.0, "samples": 0}
+    run_t0 = epoch_t0 = time.perf_counter()
+    epoch_steps = 0
+    losses: list[float] = []
+    while step < total and (cfg.max_steps is None or done_here < cfg.max_steps):
+        idx, n_global = sampler.next()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        if len(idx):
+            x, y = gather(wl.dataset, idx)
+            loss = wl.loss_fn(model(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
+            hdp.backward(loss, len(idx), n_global)
+            losses.append(float(loss.detach()))
+        if cuda:
+            torch.cuda.synchronize(dev)
+        if emul is not None:
+            emul.pad(len(idx), t0)
+        t1 = time.perf_counter()
+        sync_s = hdp.sync_gradients()
+        t2 = time.perf_counter()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize(dev)
+        t3 = time.perf_counter()
+        step += 1
+        done_here += 1
+        epoch_steps += 1
+        acc["n"] += 1
+        acc["compute"] += (t1 - t0) + (t3 - t2)
+        acc["sync"] += sync_s
+        acc["step"] += t3 - t0
+        acc["samples"] += len(idx)
+        if acc["n"] >= cfg.report_every or step == total:
+            _report_steps(rep, acc, cfg.local_batches[rank], step)
+        if sampler.state.offset == 0:  # an epoch just ended
+            if rank == 0:
+                el = time.perf_counter() - epoch_t0
+                rep.write("epoch", epoch=sampler.state.epoch - 1, time_s=round(el, 6),
+                          steps=epoch_steps, samples_per_s=round(cfg.dataset_size / el, 3),
+                          local_batches=cfg.local_batches)
+            epoch_t0 = time.perf_counter()
+            epoch_steps = 0
+        if cfg.checkpoint and rank == 0 and (step % cfg.checkpoint_every == 0 or step == total):
+            save_checkpoint(cfg.checkpoint, model=model, optimizer=opt,
+                            sampler=sampler.state_dict(), step=step,
+                            extra={"local_batches": cfg.local_batches})
+    if acc["n"]:
+        _report_steps(rep, acc, cfg.local_batches[rank], step)
+    if cfg.checkpoint and rank == 0 and done_here and step % cfg.checkpoint_every:
+        save_checkpoint(cfg.checkpoint, model=model, optimizer=opt, sampler=sampler.state_dict(),
+                        step=step, extra={"local_batches": cfg.local_batches})
+    wall = time.perf_counter() - run_t0
+    if renv.world_size > 1:
+        dist.barrier()  # rank 0's checkpoint is on disk before anyone reports success
+    if rank == 0:
+        if cfg.save_params:
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
+                       cfg.save_params)
+        rep.write("done" if step >= total else "stopped", steps=step, steps_this_run=done_here,
+                  time_s=round(wall, 6),
+                  mean_step_s=round(wall / done_here, 6) if done_here else None,
+                  local_batches=cfg.local_batches,
+                  first_loss=losses[0] if losses else None,
+                  last_loss=losses[-1] if losses else None)
+    return {"rank": rank, "steps": step, "steps_this_run": done_here, "time_s": wall,
+            "finished": step >= total}
+
+
+def _ranks_here(renv: RankEnv) -> int:
+    """Ranks on this node: Slurm's tasks on the node, else the whole (local) world."""
+    raw = os.environ.get("SLURM_STEP_TASKS_PER_NODE") or ""
+    if renv.source == "slurm" and raw:
+        head = raw.split(",")[0].split("(")[0]
+        return int(head) if head.isdigit() else 1
+    return renv.world_size
+
+
+def _report_steps(rep: Reporter, acc: dict[str, Any], local_batch: int, step: int) -> None:
+    n = acc["n"]
+    if not n:
+        return
+    step_s = acc["step"] / n
+    rep.write("steps", step=step, n=n, local_batch=local_batch,
+              compute_s=round(acc["compute"] / n, 6), sync_s=round(acc["sync"] / n, 6),
+              step_s=round(step_s, 6),
+              samples_per_s=round(acc["samples"] / acc["step"], 3) if acc["step"] else None)
+    acc.update(n=0, compute=0.0, sync=0.0, step=0.0, samples=0)
