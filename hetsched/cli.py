@@ -256,6 +256,10 @@ def _register_commands() -> None:
     for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
                 cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd):
         main.add_command(cmd)
+    from hetsched import cli_runtime  # run, probe, profile, profiles (issue 5)
+
+    for cmd in cli_runtime.COMMANDS:
+        main.add_command(cmd)
 
 
 _register_commands()

@@ -193,8 +193,11 @@ def render_hetjob(plan_id: str, job: Mapping[str, Any], segment: int = 0, *,
 def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: str | Path,
                  log_dir: str | Path, partition: str | None = None, node: str | None = None,
                  extra_args: Sequence[str] = (), hetsched: str | None = None,
-                 directory: Path | None = None) -> Script:
-    """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``."""
+                 directory: Path | None = None, time_min: int | None = None) -> Script:
+    """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``.
+
+    ``time_min`` is Slurm's time limit (minutes): a probe that hangs is killed.
+    """
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {
         "job_name": f"hetsched-probe-{safe_w}-{gpu_type}", "workload": workload,
@@ -203,6 +206,7 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
         "batches": ",".join(str(int(b)) for b in batches), "out": str(out),
         "extra_args": [str(a) for a in extra_args],
         "hetsched": hetsched or hetsched_executable(),
+        "time_min": time_min or 0,
     }
     text = environment(directory).get_template("probe.sbatch.j2").render(**ctx)
     return Script(text, [Component(gpu_type, node or "", 1, (max(batches, default=1),))])
