@@ -1,0 +1,166 @@
+"""Profile history: schema migration, planner table, EWMA refinement, probes, workloads."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetsched import store as store_mod
+from hetsched.errors import InputError
+from hetsched.profiles import (
+    UNUSABLE,
+    default_batches,
+    export_csv,
+    forget,
+    import_rows,
+    ingest_reports,
+    listing,
+    plan_probes,
+    set_status,
+    table_from_store,
+)
+from hetsched.spec import Job
+from hetsched.store import open_store
+from hetsched.throughput import ProfileRow, parse_csv
+
+
+def _v1_file(path: Path) -> None:
+    """A state file as schema version 1 wrote it, with one profile row."""
+    conn = sqlite3.connect(path)
+    for stmt in store_mod.SCHEMA.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+        ("application", "hetsched"), ("schema_version", "1"), ("created", "0")])
+    conn.execute("INSERT INTO profiles VALUES ('mlp','a100',8,0.1,NULL,'csv',0)")
+    conn.commit()
+    conn.close()
+
+
+def test_migrates_a_version_1_file(tmp_path: Path) -> None:
+    p = tmp_path / "state.db"
+    _v1_file(p)
+    with open_store(p) as st:
+        assert st.schema_version == store_mod.SCHEMA_VERSION == 2
+        assert st.profiles()[0]["step_time_s"] == 0.1
+        assert st.profiles()[0]["samples"] == 1
+        set_status(st, "mlp", "a100", "ok")
+    with open_store(p) as st:  # reopening does not migrate twice
+        assert st.schema_version == 2
+
+
+def _rows(w: str, g: str, a: float, c: float) -> list[ProfileRow]:
+    return [ProfileRow(w, g, b, a + c * b, 0.001, 64) for b in (8, 16, 32)]
+
+
+def test_table_from_store_leaves_out_unusable_pairs(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as st:
+        with pytest.raises(InputError, match="profile history .* is empty"):
+            table_from_store(st)
+        import_rows(st, _rows("mlp", "a100", 0.01, 0.001) + _rows("mlp", "t4", 0.02, 0.004),
+                    "test")
+        set_status(st, "mlp", "t4", UNUSABLE, "probe timed out")
+        t = table_from_store(st)
+        fit = t.get("mlp", "a100")
+        assert fit is not None and fit.a == pytest.approx(0.01) and fit.c == pytest.approx(0.001)
+        assert fit.max_batch == 64 and t.get("mlp", "t4") is None
+        rows = parse_csv(export_csv(st), "export")
+        assert {r.gpu_type for r in rows} == {"a100"} and rows[0].max_local_batch == 64
+        assert {r["gpu_type"]: r["status"] for r in listing(st)} == {"a100": "ok",
+                                                                     "t4": UNUSABLE}
+        assert forget(st, gpu_type="a100") == 3
+        assert [r["gpu_type"] for r in listing(st)] == ["t4"]
+
+
+def test_ewma_refinement_counts_each_report_line_once(tmp_path: Path) -> None:
+    rep = tmp_path / "job.jsonl"
+
+    def line(compute: float, b: int = 16) -> str:
+        return json.dumps({"kind": "steps", "workload": "mlp", "gpu_type": "a100",
+                           "local_batch": b, "compute_s": compute, "sync_s": 0.002,
+                           "world_size": 2}) + "\n"
+
+    with open_store(tmp_path / "s.db") as st:
+        import_rows(st, _rows("mlp", "a100", 0.01, 0.001), "probe")  # b=16: 0.026 s
+        rep.write_text(line(0.036) + line(0.020, b=24) + '{"kind": "epoch"}\n' + '{"torn')
+        ch = ingest_reports(st, [rep], alpha=0.5)
+        assert [(b, old, round(new, 6)) for _, _, b, old, new in ch] == [
+            (16, pytest.approx(0.026), 0.031), (24, None, 0.02)]
+        assert ingest_reports(st, [rep], alpha=0.5) == []  # nothing new
+        with rep.open("a") as f:
+            f.write('": 1}\n' + line(0.041))
+        ch = ingest_reports(st, [rep], alpha=0.5)
+        assert [round(new, 6) for *_, new in ch] == [0.036]
+        row = {r["local_batch"]: r for r in st.profiles()}[16]
+        assert row["samples"] == 3 and row["source"].startswith("ewma:")
+        assert row["max_local_batch"] == 64
+
+
+def test_plan_probes_skips_history_unusable_and_unprobeable(tmp_path: Path) -> None:
+    jobs = [Job("a", "mlp", 100, 1, 32), Job("b", "cnn", 100, 1, 16, gpu_types=("v100",)),
+            Job("c", "resnet-50", 100, 1, 32, command=("train.py",)),
+            Job("d", "mine", 100, 1, 8, entrypoint="pkg.mod:build")]
+    with open_store(tmp_path / "s.db") as st:
+        import_rows(st, _rows("mlp", "a100", 0.01, 0.001), "probe")
+        set_status(st, "mlp", "v100", UNUSABLE, "timed out")
+        specs, skipped = plan_probes(jobs, ["a100", "v100"], st)
+        got = {(s.workload, s.gpu_type): s for s in specs}
+        assert set(got) == {("cnn", "v100"), ("mine", "a100"), ("mine", "v100")}
+        assert got[("mine", "a100")].entrypoint == "pkg.mod:build"
+        assert got[("cnn", "v100")].batches == (2, 4, 8, 16)
+        assert skipped["mlp/a100"] == "history"
+        assert skipped["mlp/v100"].startswith("unusable (timed out")
+        assert "nothing to probe" in skipped["resnet-50/a100"]
+        specs, _ = plan_probes(jobs, ["a100", "v100"], st, retry_unusable=True)
+        assert ("mlp", "v100") in {(s.workload, s.gpu_type) for s in specs}
+
+
+def test_default_batches() -> None:
+    assert default_batches(48) == (2, 4, 8, 32, 48)
+    assert default_batches(1000) == (2, 8, 32, 256, 1000)
+    assert default_batches(1) == (2,)
+
+
+def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from hetsched.runtime.probe import probe
+
+    monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "fast=2,slow=1")
+    monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.01,0.002")
+    res = {g: probe("mlp", g, [4, 16], warmup=1, steps=2, device="cpu") for g in ("fast", "slow")}
+    for g, speed in (("fast", 2), ("slow", 1)):
+        rows = {r.local_batch: r for r in res[g].rows}
+        assert set(rows) == {4, 16} and rows[4].max_local_batch == 16
+        assert rows[16].step_time_s == pytest.approx((0.01 + 0.032) / speed, rel=0.5)
+        assert rows[4].sync_time_s is not None and rows[4].sync_time_s > 0
+    assert res["slow"].rows[1].step_time_s > 1.5 * res["fast"].rows[1].step_time_s
+
+
+def test_entrypoint_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from hetsched.runtime.workloads import load_workload
+
+    (tmp_path / "userwl.py").write_text(
+        "import torch\n"
+        "def build(dataset_size):\n"
+        "    m = torch.nn.Linear(4, 2)\n"
+        "    ds = torch.utils.data.TensorDataset(torch.randn(dataset_size, 4),\n"
+        "                                        torch.zeros(dataset_size, dtype=torch.long))\n"
+        "    return {'model': m, 'dataset': ds, 'loss_fn': torch.nn.functional.cross_entropy,\n"
+        "            'optimizer': lambda p: torch.optim.SGD(p, lr=0.1)}\n"
+        "def bad():\n    return 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    wl = load_workload("anything", entrypoint="userwl:build", dataset_size=10)
+    assert len(wl.dataset) == 10  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="returned int"):
+        load_workload("x", entrypoint="userwl:bad")
+    with pytest.raises(InputError, match="cannot import"):
+        load_workload("x", entrypoint="no_such_mod_xyz:f")
+    with pytest.raises(InputError, match="not a built-in workload"):
+        load_workload("resnet-50")
+    sys.modules.pop("userwl", None)
