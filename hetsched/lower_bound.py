@@ -32,7 +32,8 @@ import numpy as np
 
 from hetsched.problem import PlanningProblem
 
-LATTICE_MAX = 400_000  # count vectors per job for the exact minima
+LATTICE_MAX = 60_000  # count vectors per job for the exact minima
+TOTAL_LATTICE_MAX = 600_000  # and over all distinct (workload, batch) pairs
 
 
 def _lattice(p: PlanningProblem, i: int) -> np.ndarray | None:
@@ -88,22 +89,31 @@ def lower_bound(p: PlanningProblem) -> float:
         prices.append(speed)
     best_iter = np.empty(S)
     E = np.empty((len(prices), S))
+    # Jobs of one workload and batch share the minima (per iteration): compute once.
+    memo: dict[tuple, tuple[float, list[float]]] = {}
+    budget = TOTAL_LATTICE_MAX
     for i in range(S):
-        X = _lattice(p, i)
-        if X is not None and len(X):
-            it = p.iter_time(i, X)
-            best_iter[i] = it.min()
-            for k, pi in enumerate(prices):
-                E[k, i] = p.iters[i] * float(np.min(it * (X @ pi)))
-        else:
-            best_iter[i] = best_iteration_time(p, i)
-            r = p.per_gpu_rate(i)  # peak samples/s per GPU of each type
-            for k, pi in enumerate(prices):
-                if (p.allowed[i] & (pi <= 0)).any():
-                    E[k, i] = 0.0  # a free GPU type: no priced work is needed
-                    continue
-                per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
-                E[k, i] = p.iters[i] * p.B[i] / per_price.max()
+        key = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(), p.allowed[i].tobytes(),
+               int(p.B[i]), float(p.model_mb[i]), p.sync[i].tobytes(), int(p.lo[i]), int(p.hi[i]))
+        if key not in memo:
+            X = _lattice(p, i) if budget > 0 else None
+            if X is not None and len(X):
+                budget -= len(X)
+                it = p.iter_time(i, X)
+                memo[key] = (float(it.min()), [float(np.min(it * (X @ pi))) for pi in prices])
+            else:
+                r = p.per_gpu_rate(i)  # peak samples/s per GPU of each type
+                per_it = []
+                for pi in prices:
+                    if (p.allowed[i] & (pi <= 0)).any():
+                        per_it.append(0.0)  # a free GPU type: no priced work is needed
+                        continue
+                    per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
+                    per_it.append(float(p.B[i] / per_price.max()))
+                memo[key] = (best_iteration_time(p, i), per_it)
+        best, per_it = memo[key]
+        best_iter[i] = best
+        E[:, i] = p.iters[i] * np.array(per_it)
     lb_alone = float((w * p.iters * best_iter).sum())
     lb_fluid = 0.0
     for k, pi in enumerate(prices):

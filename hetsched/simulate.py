@@ -51,6 +51,7 @@ class Evaluator:
         gpus = problem.cluster.gpus
         tindex = {t: k for k, t in enumerate(problem.types)}
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
+        self.gpu_type_list = self.gpu_type.tolist()
         nodes = sorted({g.node for g in gpus}, key=[g.node for g in gpus].index)
         nindex = {n: k for k, n in enumerate(nodes)}
         self.gpu_node = np.array([nindex[g.node] for g in gpus], dtype=int)
@@ -101,7 +102,7 @@ class Placer:
         # 1. jobs whose counts are unchanged keep exactly their GPUs
         for i, n in counts.items():
             cur = current.get(i, [])
-            if cur and all(free[g] for g in cur) and np.array_equal(self._counts(cur), n):
+            if cur and all(free[g] for g in cur) and self._same_counts(cur, n):
                 out[i] = list(cur)
                 free[cur] = False
             elif n.sum() > 0:
@@ -126,6 +127,19 @@ class Placer:
                     chosen += got
             out[i] = sorted(chosen)
         return out
+
+    def _same_counts(self, gpu_ids: list[int], n: np.ndarray) -> bool:
+        """Do these GPUs have exactly the per-type counts n? (Cheap: no array ops.)"""
+        if len(gpu_ids) != int(n.sum()):
+            return False
+        types = self.ev.gpu_type_list
+        need = n.tolist()
+        for g in gpu_ids:
+            t = types[g]
+            need[t] -= 1
+            if need[t] < 0:
+                return False
+        return True
 
     def _counts(self, gpu_ids: list[int]) -> np.ndarray:
         return np.bincount(self.ev.gpu_type[gpu_ids], minlength=self.ev.p.T)
@@ -167,11 +181,15 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
         raise AssertionError(f"{policy.name}: allocation has shape {X.shape}")
     if (X < 0).any() or (X.sum(axis=0) > snap.free).any():
         raise AssertionError(f"{policy.name}: allocation exceeds the free GPUs")
-    for r, i in enumerate(snap.jobs):
-        k = X[r].sum()
-        if k and (k < problem.lo[i] or k > problem.hi[i] or (X[r][~problem.allowed[i]] > 0).any()):
-            raise AssertionError(f"{policy.name}: job {problem.jobs[i].name} got {X[r]} "
-                                 f"outside its bounds [{problem.lo[i]}, {problem.hi[i]}]")
+    J = snap.jobs
+    k = X.sum(axis=1)
+    bad = (k > 0) & ((k < problem.lo[J]) | (k > problem.hi[J])
+                     | ((X > 0) & ~problem.allowed[J]).any(axis=1))
+    if bad.any():
+        r = int(np.argmax(bad))
+        i = int(J[r])
+        raise AssertionError(f"{policy.name}: job {problem.jobs[i].name} got {X[r]} "
+                             f"outside its bounds [{problem.lo[i]}, {problem.hi[i]}]")
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
@@ -226,8 +244,19 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         return start + remaining[i] * tm.iteration_s
 
     def score(cand: dict[int, list[int]], jobs: list[int]) -> float:
-        ends = {i: predicted(i, gs, sorted(gs) != sorted(alloc.get(i, [])))
-                for i, gs in cand.items() if gs}
+        # Only the jobs whose GPUs differ between the candidates (``jobs``) are
+        # scored; the others contribute equally to both, except through
+        # ``first_free``, for which their current predicted end is enough.
+        # Allocation lists are kept sorted, so they compare directly.
+        ends = {}
+        for i, gs in cand.items():
+            if not gs:
+                continue
+            cur = alloc.get(i)
+            if gs == cur:
+                ends[i] = max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s
+            else:
+                ends[i] = predicted(i, gs, True)
         first_free = min(ends.values(), default=t)
         total = 0.0
         for i in jobs:
@@ -260,13 +289,13 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             queued = any(not keep.get(i) for i in active)
             if not keep_only and running and (idle or queued):
                 fresh = ask(active, np.ones(K, dtype=bool), alloc)
-                diff = [i for i in active if sorted(fresh.get(i, [])) != sorted(keep.get(i, []))]
+                diff = [i for i in active if fresh.get(i, []) != keep.get(i, [])]
                 if diff and score(fresh, diff) < score(keep, diff) - 1e-6:
                     new = fresh
             # apply the decision: release every changed job's GPUs first, so a
             # job that leaves a GPU never clears the ownership of the job that
             # takes it over in the same event
-            changed = [i for i in active if sorted(alloc.get(i, [])) != sorted(new.get(i, []))]
+            changed = [i for i in active if alloc.get(i, []) != new.get(i, [])]
             for i in changed:
                 if i in open_seg:
                     seg = open_seg.pop(i)

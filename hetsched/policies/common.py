@@ -102,9 +102,17 @@ def admit(p: PlanningProblem, snap: Snapshot, priority: np.ndarray) -> tuple[lis
     free = snap.free.copy()
     rows: list[int] = []
     mins: list[np.ndarray] = []
+    # A job's minimal set on the whole cluster is also its minimal set whenever
+    # it fits in the free GPUs (min_feasible takes the same types in the same
+    # order then), which is the common case: compute it once per job.
+    whole = p.__dict__.setdefault("_minimal_set", {})
     for r in np.argsort(-priority, kind="stable"):
         i = int(snap.jobs[r])
-        n = min_feasible(p, i, free, fastest_types(p, i))
+        if i not in whole:
+            whole[i] = min_feasible(p, i, p.n_type, fastest_types(p, i))
+        n = whole[i]
+        if not (n.sum() and (n <= free).all()):
+            n = min_feasible(p, i, free, fastest_types(p, i))
         if n.sum() == 0:
             continue
         rows.append(int(r))
