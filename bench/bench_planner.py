@@ -69,6 +69,7 @@ def cluster(k: int, per_node: int = 5, mix: tuple[str, ...] = ("v100", "p100", "
 def first_placement(problem: PlanningProblem, policy: str, **params: object) -> tuple[float, float]:
     """(seconds, predicted weighted completion) of one placement of all jobs at t=0."""
     pol = make_policy(policy, dict(params))
+    problem.clear_caches()  # time a cold placement, as a fresh `hetsched plan` would
     S = problem.S
     snap = Snapshot(t=0.0, jobs=np.arange(S), remaining=problem.iters.copy(),
                     free=problem.n_type.copy(), current=np.zeros((S, problem.T), dtype=int),
@@ -86,6 +87,7 @@ def first_placement(problem: PlanningProblem, policy: str, **params: object) -> 
 
 
 def timed_plan(problem: PlanningProblem, policy: str, **kw: object):  # type: ignore[no-untyped-def]
+    problem.clear_caches()
     t0 = time.perf_counter()
     plan = plan_problem(problem, policy, **kw)  # type: ignore[arg-type]
     return time.perf_counter() - t0, plan

@@ -17,6 +17,8 @@ from hetsched.errors import InputError
 from hetsched.model import BITS_PER_MB, continuous_time_counts
 
 INF = float("inf")
+#: per-problem memo tables that policies attach (see hetsched.policies.common)
+CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory")
 from hetsched.spec import Cluster, Job
 from hetsched.throughput import ThroughputTable
 
@@ -123,6 +125,12 @@ class PlanningProblem:
         self._sync = self.sync.tolist()
         self._node_max = self.node_max.tolist()
         self._it_cache: dict[tuple[int, tuple[int, ...]], float] = {}
+
+    def clear_caches(self) -> None:
+        """Forget memoised model evaluations (benchmarks time cold runs with this)."""
+        self._it_cache.clear()
+        for k in [k for k in self.__dict__ if k in CACHE_ATTRS]:
+            del self.__dict__[k]
 
     # ------------------------------------------------------------------
     @property
