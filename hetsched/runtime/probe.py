@@ -116,6 +116,10 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     t_start = time.perf_counter()
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     dev = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+    if not use_cuda:
+        from hetsched.runtime.launcher import cpu_threads
+
+        torch.set_num_threads(cpu_threads())
     sweep = sorted({int(b) for b in batches if int(b) >= 1})
     if not sweep:
         raise ValueError("no local batch sizes to probe")

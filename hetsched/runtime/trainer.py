@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,12 @@ import torch
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.emulate import emulation_for
 from hetsched.runtime.hetdp import HeteroDataParallel
-from hetsched.runtime.launcher import RankEnv, init_distributed, shutdown_distributed
+from hetsched.runtime.launcher import (
+    RankEnv,
+    cpu_threads,
+    init_distributed,
+    shutdown_distributed,
+)
 from hetsched.runtime.reporting import Reporter
 from hetsched.runtime.sampler import ShareSampler
 from hetsched.runtime.workloads import gather, load_workload
@@ -67,11 +71,9 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
 
     rank = renv.rank
     if dev.type == "cpu":
-        # ranks share the node's cores: Slurm's CPUs per task, else an even split, so
-        # intra-op threads of co-located ranks do not oversubscribe the CPU
-        per = os.environ.get("SLURM_CPUS_PER_TASK") or str(
-            max(1, (os.cpu_count() or 1) // max(1, _ranks_here(renv))))
-        torch.set_num_threads(max(1, int(per)))
+        # co-located ranks share the node's cores: oversubscribed OpenMP threads
+        # would make every step wait for scheduler time slices
+        torch.set_num_threads(cpu_threads(_ranks_here(renv)))
     wl = load_workload(cfg.workload, entrypoint=cfg.entrypoint, dataset_size=cfg.dataset_size,
                        seed=cfg.seed)
     model = wl.model.to(dev)
@@ -160,12 +162,9 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
 
 
 def _ranks_here(renv: RankEnv) -> int:
-    """Ranks on this node: Slurm's tasks on the node, else the whole (local) world."""
-    raw = os.environ.get("SLURM_STEP_TASKS_PER_NODE") or ""
-    if renv.source == "slurm" and raw:
-        head = raw.split(",")[0].split("(")[0]
-        return int(head) if head.isdigit() else 1
-    return renv.world_size
+    """Ranks sharing this process's cores: under Slurm each task has its own
+    (``--cpus-per-task``, read by cpu_threads); a local run puts all on one host."""
+    return 1 if renv.source == "slurm" else renv.world_size
 
 
 def _report_steps(rep: Reporter, acc: dict[str, Any], local_batch: int, step: int) -> None:
