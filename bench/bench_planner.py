@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from hetsched.planning import plan_problem  # noqa: E402
 from hetsched.policies.base import Snapshot, make_policy  # noqa: E402
 from hetsched.problem import PlanningProblem  # noqa: E402
-from hetsched.spec import Cluster, Job, Node, parse_jobs  # noqa: E402
+from hetsched.spec import Cluster, Node, parse_jobs  # noqa: E402
 from hetsched.throughput import load_throughputs  # noqa: E402
 from hetsched.traces import parse_trace  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -13,6 +13,10 @@ from rich.table import Table
 
 from hetsched import __version__
 from hetsched.errors import HetschedError, InputError
+
+if TYPE_CHECKING:
+    from hetsched.spec import Cluster
+    from hetsched.throughput import ThroughputTable
 
 DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -142,7 +146,7 @@ def _stdout_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
-def _load_cluster(cluster_file: str | None, partition: str | None):  # type: ignore[no-untyped-def]
+def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:
     from hetsched.spec import load_cluster
 
     if cluster_file:
@@ -158,7 +162,7 @@ def _load_cluster(cluster_file: str | None, partition: str | None):  # type: ign
     return load_cluster_from_slurm(CliSlurmClient(), partition)
 
 
-def _load_throughputs(tp_file: str | None):  # type: ignore[no-untyped-def]
+def _load_throughputs(tp_file: str | None) -> ThroughputTable:
     from hetsched.throughput import load_throughputs
 
     if not tp_file:
@@ -175,7 +179,7 @@ def policies(fmt: str) -> None:
     from hetsched.planning import AUTO_CANDIDATES
     from hetsched.policies import REGISTRY
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         rows.append({

@@ -15,12 +15,12 @@ import numpy as np
 
 from hetsched.errors import InputError
 from hetsched.model import BITS_PER_MB, continuous_time_counts
+from hetsched.spec import Cluster, Job
+from hetsched.throughput import ThroughputTable
 
 INF = float("inf")
 #: per-problem memo tables that policies attach (see hetsched.policies.common)
 CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory")
-from hetsched.spec import Cluster, Job
-from hetsched.throughput import ThroughputTable
 
 
 @dataclass

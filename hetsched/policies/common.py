@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -11,7 +13,8 @@ from hetsched.problem import PlanningProblem
 INF = float("inf")
 
 
-def min_feasible(p: PlanningProblem, i: int, free: np.ndarray, order: np.ndarray,
+def min_feasible(p: PlanningProblem, i: int, free: np.ndarray,
+                 order: Sequence[int] | np.ndarray,
                  at_least: int | None = None) -> np.ndarray:
     """Fewest GPUs (taking types in ``order``) that meet min_gpus and hold the global batch.
 
@@ -168,7 +171,10 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     return comp + float(p.comm_estimate(i, n[None, :])[0])
 
 
-def iter_time_fn(p: PlanningProblem, shares: str):  # type: ignore[no-untyped-def]
+IterTime = Callable[[int, tuple[int, ...]], float]
+
+
+def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
     """The policy-side iteration-time estimate matching a policy's share mode (scalar, cached)."""
     if shares == "equal":
         cache = p.__dict__.setdefault("_equal_cache", {})
@@ -184,7 +190,8 @@ def iter_time_fn(p: PlanningProblem, shares: str):  # type: ignore[no-untyped-de
 
 
 def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarray,
-                free: np.ndarray, it, type_pick) -> np.ndarray:  # type: ignore[no-untyped-def]
+                free: np.ndarray, it: IterTime,
+                type_pick: Callable[[int, list[int]], int]) -> np.ndarray:
     """Optimus' greedy: repeatedly add one GPU to the job with the largest JCT gain.
 
     ``X`` holds the admitted rows' starting counts (modified in place), ``it(i,
@@ -242,7 +249,7 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
     return X
 
 
-def best_free_type(p: PlanningProblem, i: int, free: np.ndarray) -> int:
+def best_free_type(p: PlanningProblem, i: int, free: Sequence[int] | np.ndarray) -> int:
     """The free GPU type with the highest throughput for job i, or -1."""
     allowed = p._rows[i][3]
     for t in fastest_types(p, i):

@@ -163,8 +163,8 @@ class CategorySolver:
                 obj[top[better]] = obj2[better]
         obj = obj.reshape(len(categories), M)
         best = obj.argmin(axis=1)
-        A = A.reshape(len(categories), M, len(self.jobs), p.T)
-        return A[np.arange(len(categories)), best], obj[np.arange(len(categories)), best]
+        A4 = A.reshape(len(categories), M, len(self.jobs), p.T)
+        return A4[np.arange(len(categories)), best], obj[np.arange(len(categories)), best]
 
     def _trim(self, j: int, X: np.ndarray) -> np.ndarray:
         """Replace each row of X (job j's counts) by its best sub-allocation; return times.

@@ -79,7 +79,7 @@ class Homo(Policy):
         def it(i: int, n: tuple[int, ...]) -> float:
             return it_homo(row_of[i], sum(n))
 
-        def pick(i: int, f: np.ndarray) -> int:
+        def pick(i: int, f: list[int]) -> int:
             for t in p.type_order():
                 if p.allowed[i, t] and f[t] > 0:
                     return t
