@@ -243,7 +243,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             start = max(t, ready_at[i])
         return start + remaining[i] * tm.iteration_s
 
-    def score(cand: dict[int, list[int]], jobs: list[int]) -> float:
+    def score(cand: dict[int, list[int]], ref: dict[int, list[int]], jobs: list[int]) -> float:
         # Only the jobs whose GPUs differ between the candidates (``jobs``) are
         # scored; the others contribute equally to both, except through
         # ``first_free``, for which their current predicted end is enough.
@@ -262,8 +262,17 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         for i in jobs:
             if i in ends:
                 total += p.weight[i] * ends[i]
-            else:  # waits at least until some GPUs free up, then runs on its best GPUs
-                best = p.iter_time(i, _best_counts(p, i))[0]
+            else:
+                # It waits at least until some GPUs free up, then runs as the
+                # reference (fresh, else keep) would run it: a job is not
+                # judged slower merely for waiting (assuming it then gets only
+                # its minimal set made every fresh plan look better than
+                # keeping); on its minimal set if no candidate runs it now.
+                gs_other = ref.get(i)
+                if gs_other:
+                    best = ev.timing(i, gs_other, policy.shares).iteration_s
+                else:
+                    best = p.iter_time(i, _best_counts(p, i))[0]
                 # A job that has run pays the restart cost when it gets GPUs
                 # again; leaving it out made preempting a running job look
                 # free, so fresh plans preempted jobs whatever the cost.
@@ -289,9 +298,21 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             queued = any(not keep.get(i) for i in active)
             if not keep_only and running and (idle or queued):
                 fresh = ask(active, np.ones(K, dtype=bool), alloc)
-                diff = [i for i in active if fresh.get(i, []) != keep.get(i, [])]
-                if diff and score(fresh, diff) < score(keep, diff) - 1e-6:
-                    new = fresh
+                # Three candidates: keep, fresh, and "wait": running jobs stay
+                # and the waiting ones are deferred to the next event. Waiting
+                # a little for fast GPUs that are about to free up can beat
+                # both starting now on slow ones and moving a job that is
+                # about to finish (it would pay a whole restart).
+                wait = dict(alloc)
+                cands = [keep, fresh] + ([wait] if wait != keep else [])
+                diff = [i for i in active
+                        if any(c.get(i, []) != keep.get(i, []) for c in cands[1:])]
+                if diff:
+                    ref = {i: fresh.get(i) or keep.get(i) or [] for i in diff}
+                    scores = [score(c, ref, diff) for c in cands]
+                    best = int(np.argmin(scores))
+                    if scores[best] < scores[0] - 1e-6:
+                        new = cands[best]
             # apply the decision: release every changed job's GPUs first, so a
             # job that leaves a GPU never clears the ownership of the job that
             # takes it over in the same event
