@@ -7,12 +7,12 @@ iteration time from the model, charges the restart cost when a running job's
 worker set changes, and advances time to the next event. Every policy goes
 through this same code, so their objectives are comparable.
 
-Dynamic mode (default) weighs two candidates at each event: the policy's
-fresh allocation of all GPUs, and "keep": running jobs stay put and only free
-GPUs are allocated to waiting jobs. The fresh one is taken only if its
-predicted weighted completion time, restart costs included, is lower; so a
-running job is moved only when that pays off. ``static`` (and non-preemptive
-policies) always keep.
+Dynamic mode (default) weighs three candidates at each event: "keep" (running
+jobs stay put, free GPUs go to waiting jobs), the policy's "fresh" allocation
+of all GPUs, and "wait" (running jobs stay, waiting jobs are deferred to the
+next event). Another candidate replaces keep only if its predicted weighted
+completion time, restart costs included, is lower; so a running job is moved
+only when that pays off. ``static`` (and non-preemptive policies) always keep.
 """
 
 from __future__ import annotations
