@@ -20,7 +20,8 @@ from hetsched.throughput import ThroughputTable
 
 INF = float("inf")
 #: per-problem memo tables that policies attach (see hetsched.policies.common)
-CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory")
+CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory",
+               "_gain_memo")
 
 
 @dataclass

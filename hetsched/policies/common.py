@@ -190,20 +190,27 @@ def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
 
 
 def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarray,
-                free: np.ndarray, it: IterTime,
-                type_pick: Callable[[int, list[int]], int]) -> np.ndarray:
+                free: np.ndarray, it: IterTime, order_of: Callable[[int], list[int]],
+                memo_key: str) -> np.ndarray:
     """Optimus' greedy: repeatedly add one GPU to the job with the largest JCT gain.
 
     ``X`` holds the admitted rows' starting counts (modified in place), ``it(i,
-    counts_tuple)`` is the iteration-time estimate, ``type_pick(i, free)`` the
-    type a job would get next. Lazy re-evaluation keeps it O(K log S) gain
-    updates; plain lists and tuples because this loop runs at every event.
+    counts_tuple)`` is the iteration-time estimate, ``order_of(i)`` the GPU
+    types job i takes, most preferred first (the next GPU is the first of
+    them with a free GPU). Lazy re-evaluation keeps it O(K log S) gain
+    updates. The step-time change of adding one GPU of a type to given counts
+    does not depend on time, so it is memoised on the problem under
+    ``memo_key`` across events; plain lists and tuples because this loop runs
+    at every event.
     """
     import heapq
 
+    memo: dict[tuple[int, tuple[int, ...], int], float] = (
+        p.__dict__.setdefault("_gain_memo", {}).setdefault(memo_key, {}))
     jobs = [int(i) for i in snap.jobs]
     wrem = (p.weight[snap.jobs] * snap.remaining).tolist()
     hi = p.hi.tolist()
+    allowed = [p._rows[i][3] for i in range(p.S)]
     cnt = {r: [int(v) for v in X[r]] for r in rows}
     fl = [int(v) for v in free]
 
@@ -212,15 +219,24 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
         x = cnt[r]
         if sum(x) >= hi[i]:
             return 0.0, -1
-        t = type_pick(i, fl)
-        if t < 0:
+        ok = allowed[i]
+        for t in order_of(i):
+            if fl[t] > 0 and ok[t]:
+                break
+        else:
             return 0.0, -1
-        cur = it(i, tuple(x))
-        x[t] += 1
-        nxt = it(i, tuple(x))
-        x[t] -= 1
-        g = wrem[r] * (cur - nxt)
-        return (g if g == g and g != INF else 0.0), t
+        key = (i, tuple(x), t)
+        d = memo.get(key)
+        if d is None:
+            cur = it(i, key[1])
+            x[t] += 1
+            nxt = it(i, tuple(x))
+            x[t] -= 1
+            d = cur - nxt
+            if d != d or d == INF or d == -INF:  # nan or inf: adding cannot be judged
+                d = 0.0
+            memo[key] = d
+        return wrem[r] * d, t
 
     heap = []
     for r in rows:

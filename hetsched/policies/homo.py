@@ -79,10 +79,8 @@ class Homo(Policy):
         def it(i: int, n: tuple[int, ...]) -> float:
             return it_homo(row_of[i], sum(n))
 
-        def pick(i: int, f: list[int]) -> int:
-            for t in p.type_order():
-                if p.allowed[i, t] and f[t] > 0:
-                    return t
-            return -1
+        cluster_order = p.type_order()
 
-        return greedy_grow(p, snap, rows, X, free, it, pick)
+        # the homogeneous model is a function of the job alone, so its gains
+        # can be memoised across events like Optimus'
+        return greedy_grow(p, snap, rows, X, free, it, lambda i: cluster_order, "homo")

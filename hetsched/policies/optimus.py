@@ -14,7 +14,7 @@ import numpy as np
 from hetsched.policies.base import Policy, Snapshot, register
 from hetsched.policies.common import (
     admit,
-    best_free_type,
+    fastest_types,
     greedy_grow,
     iter_time_fn,
     smith_priority,
@@ -41,7 +41,7 @@ class Optimus(Policy):
         X[rows] = mins
         free = snap.free - mins.sum(axis=0)
         return greedy_grow(p, snap, rows, X, free, iter_time_fn(p, self.shares),
-                           lambda i, f: best_free_type(p, i, f))
+                           lambda i: fastest_types(p, i), self.shares)
 
 
 @register
