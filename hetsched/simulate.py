@@ -308,8 +308,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 diff = [i for i in active
                         if any(c.get(i, []) != keep.get(i, []) for c in cands[1:])]
                 if diff:
-                    ref = {i: fresh.get(i) or keep.get(i) or [] for i in diff}
-                    scores = [score(c, ref, diff) for c in cands]
+                    ref_alloc = {i: fresh.get(i) or keep.get(i) or [] for i in diff}
+                    scores = [score(c, ref_alloc, diff) for c in cands]
                     best = int(np.argmin(scores))
                     if scores[best] < scores[0] - 1e-6:
                         new = cands[best]
