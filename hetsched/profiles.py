@@ -353,12 +353,14 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
 
 def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
                time_limit_s: float, queue_wait_s: float = 120.0, poll_s: float = 1.0,
+               grace_s: float = 15.0,
                progress: Callable[[str], None] | None = None) -> list[ProbeOutcome]:
     """Submit every probe, wait for all (one squeue per poll), store the results.
 
     A probe that fails to submit, fails, runs past ``time_limit_s`` or waits in
     the queue longer than ``queue_wait_s`` marks its pair unusable; the others
-    carry on.
+    carry on. ``grace_s`` beyond the time limit covers the probe's start-up
+    (importing torch) before its own ``--time-limit`` clock starts.
     """
     say = progress or (lambda m: None)
     for o in outcomes:
@@ -378,7 +380,8 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             if j is not None and not j.finished:
                 if j.state == "RUNNING" and o.started_at is None:
                     o.started_at = now
-                late_run = o.started_at is not None and now - o.started_at > time_limit_s + 15
+                late_run = (o.started_at is not None
+                            and now - o.started_at > time_limit_s + grace_s)
                 late_queue = o.started_at is None and now - o.submitted_at > queue_wait_s
                 if late_run or late_queue:
                     client.cancel([str(o.slurm_id)])

@@ -164,3 +164,57 @@ def test_entrypoint_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(InputError, match="not a built-in workload"):
         load_workload("resnet-50")
     sys.modules.pop("userwl", None)
+
+
+class _FakeClient:
+    """Stands in for Slurm only to drive run_probes' bookkeeping (the real path is
+    tests/slurm/test_e2e_runtime.py): job 1 finishes with results, job 2 never ends."""
+
+    def __init__(self) -> None:
+        from hetsched.slurm.client import JobInfo
+
+        self.Job = JobInfo
+        self.n = 0
+        self.cancelled: list[str] = []
+        self.scripts: dict[str, str] = {}
+
+    def submit(self, script: str, extra_args: tuple[str, ...] = ()) -> str:
+        self.n += 1
+        if "t4" in Path(script).name:
+            raise RuntimeError("sbatch: error: invalid generic resource (gres) specification")
+        self.scripts[str(self.n)] = script
+        return str(self.n)
+
+    def jobs(self) -> list[object]:
+        out = []
+        for jid, script in self.scripts.items():
+            if "a100" in Path(script).name:
+                Path(script).with_suffix(".csv").write_text(
+                    "workload,gpu_type,local_batch,step_time_s\nmlp,a100,8,0.02\nmlp,a100,16,0.03\n")
+                out.append(self.Job(jid, "p", "COMPLETED"))
+            elif jid not in self.cancelled:
+                out.append(self.Job(jid, "p", "RUNNING"))
+        return out
+
+    def cancel(self, ids: list[str]) -> None:
+        self.cancelled.extend(ids)
+
+
+def test_run_probes_marks_failed_and_timed_out_pairs_unusable(tmp_path: Path) -> None:
+    from hetsched.profiles import ProbeSpec, render_probes, run_probes, statuses
+
+    specs = [ProbeSpec("mlp", g, (8, 16)) for g in ("a100", "v100", "t4")]
+    client = _FakeClient()
+    with open_store(tmp_path / "s.db") as st:
+        outs = render_probes(specs, tmp_path / "files", partition=None, time_limit_s=0.3,
+                             warmup=1, steps=1, hetsched="hetsched")
+        text = outs[0].script.read_text()  # type: ignore[union-attr]
+        assert "#SBATCH --gres=gpu:a100:1" in text and "#SBATCH --time=2" in text
+        assert "--time-limit 0.3" in text
+        run_probes(outs, client, st, time_limit_s=0.3, queue_wait_s=5, poll_s=0.05,
+                   grace_s=0.1)
+        got = {g: (s["status"], s["reason"]) for (_, g), s in statuses(st).items()}
+    assert got["a100"][0] == "ok"
+    assert got["v100"][0] == UNUSABLE and "timed out" in got["v100"][1]
+    assert got["t4"][0] == UNUSABLE and "sbatch failed" in got["t4"][1]
+    assert client.cancelled == ["2"]

@@ -34,6 +34,13 @@ jobs:
     min_gpus: 2
     max_gpus: 2
     gpu_types: [a100, v100]
+  - name: e2e-broken
+    workload: broken
+    entrypoint: no_such_module_xyz:build
+    dataset_size: 100
+    epochs: 1
+    global_batch: 8
+    gpu_types: [a100]
 """
 CLUSTER = """
 name: e2e
@@ -90,7 +97,10 @@ def test_profile_plan_submit_train_uneven_shares(
                               "--time-limit", "60", "--steps", "3", "--json"])
     assert code == 0, out
     probes = json.loads(out[out.index("{"):])["probes"]
-    assert {(p["gpu_type"], p["status"]) for p in probes} == {("a100", "ok"), ("v100", "ok")}
+    assert {(p["workload"], p["gpu_type"], p["status"]) for p in probes} == {
+        ("mlp", "a100", "ok"), ("mlp", "v100", "ok"), ("broken", "a100", "unusable")}
+    # the failed probe marked its pair unusable and did not fail the batch
+    assert "FAILED" in next(p["reason"] for p in probes if p["workload"] == "broken")
     assert time.monotonic() - t0 < 60
     # a second profile call finds the history and submits nothing (Hare: repeat jobs skip)
     code, out = invoke(main, ["profile", str(jobs_yaml)])
@@ -102,7 +112,8 @@ def test_profile_plan_submit_train_uneven_shares(
     fa, fv = table.get("mlp", "a100"), table.get("mlp", "v100")
     assert fa is not None and fv is not None
     assert fv.c / fa.c == pytest.approx(2.0, rel=0.15)  # the probes saw the 2:1 speeds
-    plan = make_plan(load_jobs(jobs_yaml), load_cluster(tmp_path / "cluster.yaml"), table,
+    assert table.get("broken", "a100") is None
+    plan = make_plan(load_jobs(jobs_yaml)[:1], load_cluster(tmp_path / "cluster.yaml"), table,
                      policy="has").to_dict()
     seg = plan["jobs"][0]["segments"][0]
     batches = {w["gpu_type"]: w["local_batch"] for w in seg["workers"]}
