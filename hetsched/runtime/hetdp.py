@@ -56,14 +56,24 @@ class HeteroDataParallel:
     def backward(self, loss: torch.Tensor, local_n: int, global_n: int) -> None:
         (loss * self.loss_scale(local_n, global_n)).backward()
 
-    def sync_gradients(self) -> float:
-        """All-reduce the gradients (sum, or mean when ``average``); returns seconds spent."""
+    def sync_gradients(self, stop: bool = False) -> tuple[float, bool]:
+        """All-reduce the gradients (sum, or mean when ``average``).
+
+        Returns the seconds spent and whether *any* rank asked to stop. The stop
+        request rides in one extra element of the same all-reduce, so every rank
+        learns it at the same step and they all stop after it together (a rank
+        stopping on its own would leave the others blocked in the next
+        collective, and rank 0 could not checkpoint a consistent step).
+        """
         if self.world == 1:
-            return 0.0
+            return 0.0, stop
         t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flag = torch.ones(1, dtype=grads[0].dtype, device=grads[0].device) if stop else \
+            torch.zeros(1, dtype=grads[0].dtype, device=grads[0].device)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [flag])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        stop_any = bool(flat[-1].item() > 0)
         if self.average:
             flat /= self.world
         off = 0
@@ -77,7 +87,7 @@ class HeteroDataParallel:
             off += n
         if flat.is_cuda:
             torch.cuda.synchronize(flat.device)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, stop_any
 
     def gradient_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.params)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +95,11 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
                    gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
     cuda = dev.type == "cuda"
     total = cfg.total_steps
+    # Slurm sends SIGTERM before killing a step (scancel, requeue by a replan,
+    # time limit): finish the current step, agree on stopping, checkpoint, exit
+    stop_signal: list[int] = []
+    restore_handlers = _install_stop_handlers(stop_signal)
+    stopped = False
     done_here = 0
     acc = {"n": 0, "compute": 0.0, "sync": 0.0, "step": 0.0, "samples": 0}
     run_t0 = epoch_t0 = time.perf_counter()
@@ -111,7 +119,7 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
         if emul is not None:
             emul.pad(len(idx), t0)
         t1 = time.perf_counter()
-        sync_s = hdp.sync_gradients()
+        sync_s, stopped = hdp.sync_gradients(stop=bool(stop_signal))
         t2 = time.perf_counter()
         opt.step()
         if cuda:
@@ -135,13 +143,17 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
                           local_batches=cfg.local_batches)
             epoch_t0 = time.perf_counter()
             epoch_steps = 0
-        if cfg.checkpoint and rank == 0 and (step % cfg.checkpoint_every == 0 or step == total):
+        if cfg.checkpoint and rank == 0 and (step % cfg.checkpoint_every == 0 or step == total
+                                             or stopped):
             save_checkpoint(cfg.checkpoint, model=model, optimizer=opt,
                             sampler=sampler.state_dict(), step=step,
                             extra={"local_batches": cfg.local_batches})
+        if stopped:
+            break
+    restore_handlers()
     if acc["n"]:
         _report_steps(rep, acc, cfg.local_batches[rank], step)
-    if cfg.checkpoint and rank == 0 and done_here and step % cfg.checkpoint_every:
+    if cfg.checkpoint and rank == 0 and done_here and step % cfg.checkpoint_every and not stopped:
         save_checkpoint(cfg.checkpoint, model=model, optimizer=opt, sampler=sampler.state_dict(),
                         step=step, extra={"local_batches": cfg.local_batches})
     wall = time.perf_counter() - run_t0
@@ -152,13 +164,37 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                        cfg.save_params)
         rep.write("done" if step >= total else "stopped", steps=step, steps_this_run=done_here,
+                  reason="signal" if stopped else "max_steps" if step < total else None,
                   time_s=round(wall, 6),
                   mean_step_s=round(wall / done_here, 6) if done_here else None,
                   local_batches=cfg.local_batches,
                   first_loss=losses[0] if losses else None,
                   last_loss=losses[-1] if losses else None)
     return {"rank": rank, "steps": step, "steps_this_run": done_here, "time_s": wall,
-            "finished": step >= total}
+            "finished": step >= total, "stopped_by_signal": stopped}
+
+
+def _install_stop_handlers(flag: list[int]) -> Callable[[], None]:
+    """SIGTERM/SIGUSR1 -> append the signal to ``flag``; returns a function undoing it.
+
+    Only the main thread may set handlers; elsewhere (tests) nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    sigs = (signal.SIGTERM, signal.SIGUSR1)
+    old = {s: signal.getsignal(s) for s in sigs}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        flag.append(signum)
+
+    for s in sigs:
+        signal.signal(s, on_signal)
+
+    def undo() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return undo
 
 
 def _ranks_here(renv: RankEnv) -> int:

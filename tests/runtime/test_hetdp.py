@@ -46,9 +46,23 @@ def test_shares_equal_one_process_and_resume_on_other_split(tmp_path: Path) -> N
     averaged = _cfg(tmp_path, "averaged", [5, 3], average=True)
     first = _cfg(tmp_path, "resumed", [5, 3], max_steps=3, checkpoint=str(tmp_path / "c.pt"),
                  checkpoint_every=2)
-    codes = spawn_local(2, train_many, ([weighted, averaged, first],),
-                        extra_env={"OMP_NUM_THREADS": "1"}, timeout_s=120)
+    # SIGTERM to one rank only (what scancel / a requeue does): both stop at the same
+    # step and rank 0 checkpoints it; emulated 50 ms steps make 100 steps take 5 s
+    signalled = TrainConfig(job="sig", workload="mlp", dataset_size=800, epochs=1.0,
+                            local_batches=[4, 4], gpu_types=["x", "x"], device="cpu",
+                            checkpoint=str(tmp_path / "sig.pt"), checkpoint_every=1000,
+                            report=str(tmp_path / "sig.jsonl"))
+    codes = spawn_local(2, train_many, ([weighted, averaged, first, signalled], (1, 0.8)),
+                        extra_env={"OMP_NUM_THREADS": "1", "HETSCHED_EMULATE_SPEED": "x=1",
+                                   "HETSCHED_EMULATE_COST": "0.05,0.0001"}, timeout_s=120)
     assert codes == [0, 0]
+    from hetsched.runtime.reporting import iter_records
+
+    stop = list(iter_records(tmp_path / "sig.jsonl", "stopped"))
+    assert len(stop) == 1 and stop[0]["reason"] == "signal" and 0 < stop[0]["steps"] < 100
+    assert torch.load(tmp_path / "sig.pt", weights_only=False)["step"] == stop[0]["steps"]
+    last = {r["rank"]: r["step"] for r in iter_records(tmp_path / "sig.jsonl", "steps")}
+    assert last == {0: stop[0]["steps"], 1: stop[0]["steps"]}  # the same step on both ranks
     ckpt = torch.load(tmp_path / "c.pt", weights_only=False)
     assert ckpt["step"] == 3 and ckpt["sampler"]["offset"] == 24
     second = _cfg(tmp_path, "resumed", [3, 3, 2], checkpoint=str(tmp_path / "c.pt"))
@@ -61,8 +75,6 @@ def test_shares_equal_one_process_and_resume_on_other_split(tmp_path: Path) -> N
     assert _max_diff(_load(tmp_path / "resumed.params"), r) < 1e-5
     # plain averaging weights the 3-sample rank like the 5-sample one: a different model
     assert _max_diff(_load(tmp_path / "averaged.params"), r) > 1e-3
-
-    from hetsched.runtime.reporting import iter_records
 
     done = list(iter_records(tmp_path / "resumed.jsonl", "done"))
     assert [d["steps"] for d in done] == [8] and done[0]["local_batches"] == [3, 3, 2]
