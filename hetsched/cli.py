@@ -165,10 +165,20 @@ def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:
 def _load_throughputs(tp_file: str | None) -> ThroughputTable:
     from hetsched.throughput import load_throughputs
 
-    if not tp_file:
-        raise InputError("--throughputs", "no throughput CSV given; pass --throughputs "
+    if tp_file:
+        return load_throughputs(tp_file)
+    # No CSV: the profile history that `hetsched profile` keeps in the state
+    # store. Planning never creates a state file as a side effect.
+    from hetsched.profiles import table_from_store
+    from hetsched.store import default_path, open_store
+
+    path = default_path()
+    if not Path(path).exists():
+        raise InputError("--throughputs", f"no throughput CSV given and no profile history at "
+                         f"{path}; run `hetsched profile JOBS.yaml` or pass --throughputs "
                          "profiles.csv (e.g. examples/gavel_throughputs.csv)")
-    return load_throughputs(tp_file)
+    with open_store(path) as st:
+        return table_from_store(st)
 
 
 @main.command()

@@ -362,16 +362,14 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
 
 
 def _table(throughputs: str | None, st: Store) -> object:
-    from hetsched.throughput import ProfileRow, ThroughputTable, load_throughputs
+    from hetsched.throughput import load_throughputs
 
     if throughputs:
         return load_throughputs(throughputs)
-    rows = [ProfileRow(r["workload"], r["gpu_type"], int(r["local_batch"]),
-                       float(r["step_time_s"]), r["sync_time_s"]) for r in st.profiles()]
-    if not rows:
-        raise InputError("--throughputs", "replanning needs profiles: give --throughputs CSV "
-                         "(the state file has no profiles yet)")
-    return ThroughputTable(rows, source=f"{st.path}:profiles")
+    # the profile history, without the pairs whose probes failed
+    from hetsched.profiles import table_from_store
+
+    return table_from_store(st)
 
 
 @click.command("replan")

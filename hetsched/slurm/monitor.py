@@ -95,6 +95,19 @@ class Monitor:
         runner = getattr(self.client, "runner", None)
         return runner.total() if runner is not None else 0
 
+    def _refine_profiles(self) -> None:
+        """Fold what running jobs measured into the profile history (EWMA).
+
+        Reads the ranks' report files from where the last cycle stopped: local
+        files only, no Slurm command, so a cycle still runs one ``squeue``.
+        """
+        from hetsched.profiles import ingest_reports
+        from hetsched.slurm.submit import files_dir
+
+        reports = sorted((files_dir(self.store) / "reports").glob("*.jsonl"))
+        if reports:
+            ingest_reports(self.store, reports)
+
     def live(self) -> list[Submission]:
         return [s for s in self.store.submissions() if s.slurm_id and s.state in WATCHED]
 
@@ -130,6 +143,7 @@ class Monitor:
             cycle.events += self._node_events()
             cycle.checked_nodes = True
         cycle.events += self._spool_events()
+        self._refine_profiles()
         for ev in cycle.events:
             self.store.add_event(ev.kind, job=ev.job, node=ev.node, slurm_id=ev.slurm_id,
                                  detail=ev.detail, handled=ev.kind not in RESET_KINDS)
