@@ -315,8 +315,37 @@ def test_cli_unreadable_files(runner, write, tmp_path, which, bad) -> None:
     assert "Traceback" not in res.output
 
 
-def test_cli_missing_throughputs_flag(runner, write) -> None:
+def test_cli_missing_throughputs_flag(runner, write, tmp_path, monkeypatch) -> None:
+    # Without --throughputs, plan reads the profile history; with no state file
+    # it must say so, and must not create one. (The Slurm tests' session sets
+    # HETSCHED_STATE to a live testbed's store: point it somewhere empty.)
+    state = tmp_path / "none" / "state.db"
+    monkeypatch.setenv("HETSCHED_STATE", str(state))
     res = runner.invoke(main, ["plan", str(write("jobs.yaml", jobs_yaml(job()))),
                                "--cluster", str(write("c.yaml", CLUSTER))])
     assert res.exit_code == 2
     assert res.stderr.strip().startswith("hetsched: error: --throughputs: no throughput CSV")
+    assert "hetsched profile" in res.stderr
+    assert not state.exists()
+
+
+def test_cli_plan_reads_the_profile_history(runner, write, tmp_path, monkeypatch) -> None:
+    """No --throughputs: the profiles that `hetsched profile` stored are the source."""
+    import json
+
+    from hetsched.store import open_store
+
+    state = tmp_path / "state.db"
+    monkeypatch.setenv("HETSCHED_STATE", str(state))
+    with open_store(state) as st:
+        st.put_profile("w", "v100", 16, 0.05, source="probe")
+        st.put_profile("w", "v100", 64, 0.11, source="probe")
+    res = runner.invoke(main, ["plan", str(write("jobs.yaml", jobs_yaml(job()))),
+                               "--cluster", str(write("c.yaml", CLUSTER)), "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    plan = json.loads(res.stdout)
+    (seg,) = plan["jobs"][0]["segments"]
+    assert sum(w["local_batch"] for w in seg["workers"]) == 64
+    # t(b) = 0.03 + 0.00125 b from the two stored rows: the plan used them
+    b = seg["workers"][0]["local_batch"]
+    assert seg["compute_s"] == pytest.approx(0.03 + 0.00125 * b, rel=1e-6)
