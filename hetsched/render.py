@@ -134,6 +134,28 @@ def plan_yaml(plan: Plan) -> str:
     return yaml.safe_dump(json.loads(plan.to_json()), sort_keys=False)
 
 
+def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
+                  path: str | Path) -> None:
+    """Axes, title, legend and the file of a per-GPU Gantt chart (both modes)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_ylim(-1, len(labels))
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{title}: weighted JCT {plan.weighted_jct_s:,.0f} s, "
+                 f"makespan {plan.makespan_s:,.0f} s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise InputError(str(path), f"cannot write the PNG: {e}") from None
+    finally:
+        plt.close(fig)
+
+
 def png_gantt(plan: Plan, path: str | Path) -> None:
     """Per-GPU Gantt chart: one row per GPU, one colour per job."""
     import matplotlib
@@ -161,21 +183,7 @@ def png_gantt(plan: Plan, path: str | Path) -> None:
                     ax.barh(y, seg.restart_s, left=seg.start_s, color="lightgrey", hatch="//",
                             edgecolor="black", linewidth=0.3)
         ax.barh(-10, 0, color=cmap(n % 20), label=jp.name)
-    ax.set_yticks(range(len(keys)))
-    ax.set_yticklabels([f"{n}/gpu{g}" for n, g in keys], fontsize=7)
-    ax.set_ylim(-1, len(keys))
-    ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
-    ax.set_title(f"{plan.policy}: weighted JCT {plan.weighted_jct_s:,.0f} s, "
-                 f"makespan {plan.makespan_s:,.0f} s")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise InputError(str(path), f"cannot write the PNG: {e}") from None
-    finally:
-        plt.close(fig)
+    _finish_gantt(fig, ax, [f"{n}/gpu{g}" for n, g in keys], f"{plan.policy}", plan, path)
 
 
 # ---------------------------------------------------------------------------
@@ -293,18 +301,4 @@ def png_gantt_pool(plan: Plan, path: str | Path) -> None:
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=cmap(colour[job] % 20))
     for jp in plan.jobs[:40]:
         ax.barh(-10, 0, color=cmap(colour[jp.name] % 20), label=jp.name)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([lbl for lbl, _ in rows], fontsize=7)
-    ax.set_ylim(-1, len(rows))
-    ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
-    ax.set_title(f"{plan.policy} (pool): weighted JCT {plan.weighted_jct_s:,.0f} s, "
-                 f"makespan {plan.makespan_s:,.0f} s")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise InputError(str(path), f"cannot write the PNG: {e}") from None
-    finally:
-        plt.close(fig)
+    _finish_gantt(fig, ax, [lbl for lbl, _ in rows], f"{plan.policy} (pool)", plan, path)

@@ -18,7 +18,7 @@ from typing import Any
 import hostlist
 import yaml
 
-from hetsched.errors import InputError
+from hetsched.errors import InputError, read_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -182,14 +182,7 @@ class Cluster:
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file, turning every failure into one InputError line."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(p), "file not found") from None
-    except IsADirectoryError:
-        raise InputError(str(p), "is a directory, expected a YAML file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(str(p), f"cannot read: {e}") from None
+    text = read_text(p, "a YAML file")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from hetsched.errors import InputError
+from hetsched.errors import InputError, read_text
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
 OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch")
@@ -198,13 +198,7 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
 def load_throughputs(path: str | Path) -> ThroughputTable:
     """Load a throughput CSV file into a fitted table."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(p), "file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(str(p), f"cannot read: {e}") from None
-    return ThroughputTable(parse_csv(text, str(p)), str(p))
+    return ThroughputTable(parse_csv(read_text(p, "a CSV file"), str(p)), str(p))
 
 
 def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> None:
@@ -272,11 +266,10 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
 
 def load_gavel(path: str | Path) -> list[ProfileRow]:
     p = Path(path)
+    text = read_text(p, "Gavel's throughput JSON")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(str(p), "file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
         raise InputError(str(p), f"not a readable Gavel throughput JSON: {e}") from None
     if not isinstance(data, dict):
         raise InputError(str(p), "expected a JSON object keyed by GPU type")

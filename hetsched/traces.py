@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hetsched.errors import InputError
+from hetsched.errors import InputError, read_text
 from hetsched.throughput import workload_key
 
 _NAME = re.compile(r"^(?P<model>.+?) \(batch size (?P<bs>\d+)\)$")
@@ -29,10 +29,7 @@ def parse_trace(path: str | Path, limit: int | None = None) -> tuple[list[dict[s
     Job types without a batch size (A3C, CycleGAN) are skipped.
     """
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise InputError(str(p), f"cannot read: {e}") from None
+    lines = read_text(p, "a Gavel trace").splitlines()
     jobs: list[dict[str, Any]] = []
     skipped = 0
     for lineno, line in enumerate(lines, start=1):

@@ -29,9 +29,6 @@ class AlloX(Policy):
     shares = "equal"
     preemptive = False
 
-    def __init__(self) -> None:
-        pass
-
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         J = len(snap.jobs)

@@ -51,6 +51,9 @@ class Policy:
     #: one call at t=0 is everything that runs (exhaustive-style heavy policies)
     param_docs: ClassVar[dict[str, str]] = {}
 
+    def __init__(self) -> None:
+        """Policies without parameters take none; others override with keyword-only ones."""
+
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         """Return an int array (len(snap.jobs), T) of GPUs per type per job; zero rows wait."""
         raise NotImplementedError

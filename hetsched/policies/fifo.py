@@ -59,9 +59,6 @@ class FIFO(Policy):
     shares = "equal"
     preemptive = False
 
-    def __init__(self) -> None:
-        pass
-
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
@@ -81,9 +78,6 @@ class SRTF(Policy):
     paper = "Shortest remaining time first (Gavel's and Hare's baseline)"
     summary = "Shortest predicted remaining time first, requested GPU count, preemptive"
     shares = "equal"
-
-    def __init__(self) -> None:
-        pass
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem

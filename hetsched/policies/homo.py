@@ -36,9 +36,6 @@ class Homo(Policy):
     preemptive = False
     placement = "oblivious"
 
-    def __init__(self) -> None:
-        pass
-
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         J = len(snap.jobs)

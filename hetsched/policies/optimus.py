@@ -29,9 +29,6 @@ class Optimus(Policy):
     summary = "Greedy marginal-gain worker allocation, equal batch shares"
     shares = "equal"
 
-    def __init__(self) -> None:
-        pass
-
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
