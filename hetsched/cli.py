@@ -185,7 +185,7 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def policies(fmt: str) -> None:
-    """List every placement policy with its parameters and the paper it comes from."""
+    """List every policy (space and pool mode) with its parameters and the paper it comes from."""
     from hetsched.planning import AUTO_CANDIDATES
     from hetsched.policies import REGISTRY
 
@@ -193,14 +193,25 @@ def policies(fmt: str) -> None:
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         rows.append({
-            "name": name, "summary": cls.summary, "paper": cls.paper, "shares": cls.shares,
+            "name": name, "mode": "space", "summary": cls.summary, "paper": cls.paper,
+            "shares": cls.shares,
             "preemptive": cls.preemptive,
             "parameters": {k: {"default": v, "doc": cls.param_docs.get(k, "")}
                            for k, v in cls.parameters().items()},
         })
-    rows.append({"name": "auto", "summary": "Runs " + ", ".join(AUTO_CANDIDATES) +
+    rows.append({"name": "auto", "mode": "space", "summary": "Runs " + ", ".join(AUTO_CANDIDATES) +
                  " through the evaluator and keeps the lowest weighted JCT (the default)",
                  "paper": "-", "shares": "-", "preemptive": "-", "parameters": {}})
+    from hetsched.pool import HARE_PARAMS, POOL_AUTO, POOL_POLICIES
+
+    for name, (summary, paper) in POOL_POLICIES.items():
+        rows.append({"name": name, "mode": "pool", "summary": summary, "paper": paper,
+                     "shares": "-", "preemptive": "-",
+                     "parameters": {k: {"default": v, "doc": "see docs/pool.md"}
+                                    for k, v in (HARE_PARAMS if name == "hare" else {}).items()}})
+    rows.append({"name": "auto", "mode": "pool", "summary": "Runs " + ", ".join(POOL_AUTO) +
+                 " and keeps the lowest weighted JCT", "paper": "-", "shares": "-",
+                 "preemptive": "-", "parameters": {}})
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
@@ -211,7 +222,8 @@ def policies(fmt: str) -> None:
         params = "\n".join(f"{k}={v['default']!r}: {v['doc']}" for k, v in r["parameters"].items())
         extra = f"\n[dim]shares: {r['shares']}, moves running jobs: {r['preemptive']}[/dim]" \
             if r["shares"] != "-" else ""
-        tab.add_row(r["name"], r["summary"] + extra, params or "-", r["paper"])
+        name = r["name"] + (" (--mode pool)" if r["mode"] == "pool" else "")
+        tab.add_row(name, r["summary"] + extra, params or "-", r["paper"])
     _stdout_console().print(tab)
 
 

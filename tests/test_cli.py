@@ -134,8 +134,13 @@ def test_plan_static_and_params(runner, examples) -> None:
 def test_policies_lists_every_registered_policy(runner) -> None:
     res = runner.invoke(main, ["policies", "--format", "json"])
     assert res.exit_code == 0
-    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    listed = json.loads(res.stdout)
+    rows = {r["name"]: r for r in listed if r["mode"] == "space"}
     assert set(rows) == set(REGISTRY) | {"auto"}
+    from hetsched.pool import POOL_POLICIES
+
+    pool = {r["name"] for r in listed if r["mode"] == "pool"}
+    assert pool == set(POOL_POLICIES) | {"auto"}
     assert set(REGISTRY) >= {"has", "jps", "optimus", "optimus-lb", "fifo", "srtf", "allox",
                              "homo", "exhaustive"}
     assert set(rows["jps"]["parameters"]) >= {"alpha", "beta", "samples", "seed"}
