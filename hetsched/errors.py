@@ -7,8 +7,6 @@ with code 2; nothing below the CLI prints or exits.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 class HetschedError(Exception):
     """Base class for errors shown to the user without a traceback."""
@@ -42,15 +40,3 @@ class PlanningError(HetschedError):
 
     exit_code = 2
 
-
-def read_text(path: str | Path, expected: str = "a text file") -> str:
-    """Read a user's input file; every failure becomes one InputError line naming it."""
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(p), "file not found") from None
-    except IsADirectoryError:
-        raise InputError(str(p), f"is a directory, expected {expected}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(str(p), f"cannot read: {e}") from None

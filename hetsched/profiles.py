@@ -26,7 +26,6 @@ import io
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.errors import InputError
+from hetsched.fileio import atomic_write
 from hetsched.spec import Job
 from hetsched.store import Store
 from hetsched.throughput import ProfileRow, ThroughputTable, parse_csv, write_csv
@@ -314,18 +314,6 @@ def _safe(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:40] or "w"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | None,
                   time_limit_s: float, warmup: int, steps: int,
                   hetsched: str | None = None) -> list[ProbeOutcome]:
@@ -345,7 +333,7 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),
                               hetsched=hetsched)
         path = Path(f"{base}.sh")
-        _atomic_write(path, script.text)
+        atomic_write(path, script.text)
         outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))
     (files / "logs").mkdir(parents=True, exist_ok=True)
     return outs
@@ -433,7 +421,7 @@ def probe_times(store: Store) -> dict[tuple[str, str], float]:
 def rows_to_csv_file(rows: Sequence[ProfileRow], path: Path) -> None:
     buf = io.StringIO()
     write_csv(rows, buf)
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 __all__ = ["table_from_store", "ingest_reports", "plan_probes", "render_probes", "run_probes",

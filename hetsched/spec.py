@@ -18,7 +18,8 @@ from typing import Any
 import hostlist
 import yaml
 
-from hetsched.errors import InputError, read_text
+from hetsched.errors import InputError
+from hetsched.fileio import read_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")

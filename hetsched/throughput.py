@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from hetsched.errors import InputError, read_text
+from hetsched.errors import InputError
+from hetsched.fileio import read_text
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
 OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch")

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hetsched.errors import InputError, read_text
+from hetsched.errors import InputError
+from hetsched.fileio import read_text
 from hetsched.throughput import workload_key
 
 _NAME = re.compile(r"^(?P<model>.+?) \(batch size (?P<bs>\d+)\)$")

@@ -267,30 +267,28 @@ class CliSlurmClient:
     _accounting: bool | None = None
     _version: str | None = None
 
+    def _json_list(self, argv: list[str], key: str) -> list[Any]:
+        """Run a ``--json`` command and return the list under ``key``, or say what was wrong."""
+        res = self.runner.run(argv)
+        try:
+            data = json.loads(res.stdout)
+        except ValueError:
+            raise CommandError(res.argv, 0, res.stdout[:200],
+                               f"{' '.join(argv)} did not print JSON") from None
+        items = data.get(key) if isinstance(data, Mapping) else None
+        if not isinstance(items, list):
+            raise CommandError(res.argv, 0, "",
+                               f"{' '.join(argv)}: no {key!r} list in the output")
+        return items
+
     def jobs(self) -> list[JobInfo]:
         # squeue --json in 22.05 lists all jobs, finished ones included, and
         # ignores most filters: filter here.
-        res = self.runner.run(["squeue", "--json"])
-        try:
-            data = json.loads(res.stdout)
-        except ValueError:
-            raise CommandError(res.argv, 0, res.stdout[:200],
-                               "squeue --json did not print JSON") from None
-        jobs = data.get("jobs") if isinstance(data, Mapping) else None
-        if not isinstance(jobs, list):
-            raise CommandError(res.argv, 0, "", "squeue --json: no 'jobs' list in the output")
+        jobs = self._json_list(["squeue", "--json"], "jobs")
         return [parse_job_json(j) for j in jobs if isinstance(j, Mapping)]
 
     def nodes(self, partition: str | None = None) -> list[NodeInfo]:
-        res = self.runner.run(["sinfo", "--json"])
-        try:
-            data = json.loads(res.stdout)
-        except ValueError:
-            raise CommandError(res.argv, 0, res.stdout[:200],
-                               "sinfo --json did not print JSON") from None
-        nodes = data.get("nodes") if isinstance(data, Mapping) else None
-        if not isinstance(nodes, list):
-            raise CommandError(res.argv, 0, "", "sinfo --json: no 'nodes' list in the output")
+        nodes = self._json_list(["sinfo", "--json"], "nodes")
         out = [parse_node_json(n) for n in nodes if isinstance(n, Mapping)]
         if partition:
             out = [n for n in out if partition in n.partitions]

@@ -19,14 +19,13 @@ Guarantees (see docs/slurm.md):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hetsched.errors import HetschedError, InputError
+from hetsched.fileio import atomic_write
 from hetsched.plan import plan_id as content_plan_id
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
@@ -103,20 +102,6 @@ def normalise_plan(plan: Mapping[str, Any], source: str = "plan") -> dict[str, A
     return out
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file + rename so a crash never leaves half a script."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def render_plan(plan: Mapping[str, Any], *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None
@@ -168,7 +153,7 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
         _refuse_active_elsewhere(store, client, pid, set(scripts))
     log_dir.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
-        _atomic_write(plan_path, json.dumps(plan, indent=2, sort_keys=True) + "\n")
+        atomic_write(plan_path, json.dumps(plan, indent=2, sort_keys=True) + "\n")
     store.add_plan(plan, source=source)
     result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()})
 
@@ -194,7 +179,7 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
             result.skipped.append((name, found[tag]))
             continue
         path = base / "scripts" / pid / f"{name}-{seg}.sh"
-        _atomic_write(path, script.text)
+        atomic_write(path, script.text)
         workers = next(j for j in plan["jobs"] if j["name"] == name)["segments"][seg]["workers"]
         sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
         try:
