@@ -30,6 +30,8 @@ from hetsched.policies.base import Policy, Snapshot
 from hetsched.problem import PlanningProblem
 
 EPS = 1e-9
+#: active jobs x GPUs up to which idle GPUs trigger a fresh reallocation at every event
+REPLAN_EVERY_EVENT_MAX = 20_000
 
 
 @dataclass
@@ -215,6 +217,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
 
     order = np.argsort(p.arrival, kind="stable")
     next_arr = 0
+    last_fresh, idle_at_last = -np.inf, 0
     t = float(p.arrival[order[0]])
 
     def counts_of(gs: list[int]) -> np.ndarray:
@@ -296,7 +299,22 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             kept_gpus = sum(len(g) for g in keep.values())
             idle = kept_gpus < K
             queued = any(not keep.get(i) for i in active)
-            if not keep_only and running and (idle or queued):
+            # Idle GPUs alone (nobody waiting) trigger a fresh reallocation at
+            # every event on small problems: the remaining work changes, so a
+            # reallocation rejected at one event can pay at the next. Past
+            # REPLAN_EVERY_EVENT_MAX (active jobs x GPUs) a fresh plan costs
+            # more than it is likely to bring at each of a thousand
+            # completions (it was most of the planning time for 1,000 jobs),
+            # so it waits until the GPUs freed since the last one are 2% of
+            # the cluster or a restart cost of simulated time has passed:
+            # growing a running job costs it a restart anyway.
+            idle_gpus = K - kept_gpus
+            fresh_asked = False
+            idle_due = idle and (len(active) * K <= REPLAN_EVERY_EVENT_MAX
+                                 or idle_gpus - idle_at_last >= max(1, int(np.ceil(0.02 * K)))
+                                 or t >= last_fresh + restart_cost_s - EPS)
+            if not keep_only and running and (queued or idle_due):
+                last_fresh, fresh_asked = t, True
                 fresh = ask(active, np.ones(K, dtype=bool), alloc)
                 # Three candidates: keep, fresh, and "wait": running jobs stay
                 # and the waiting ones are deferred to the next event. Waiting
@@ -340,6 +358,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 alloc[i] = nw
                 owner[nw] = i
                 has_run[i] = True
+            if fresh_asked:  # GPUs idle after this decision: the next trigger counts from here
+                idle_at_last = int((owner < 0).sum())
         # advance to the next event
         fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s for i in alloc}
         t_arr = float(p.arrival[order[next_arr]]) if next_arr < S else np.inf
