@@ -54,7 +54,13 @@ def test_status_cli(testbed: Testbed) -> None:
 
 
 def test_second_testbed_coexists_and_down_stops_all(tmp_path: Path, testbed: Testbed) -> None:
+    # Port blocks come from a hash of the directory (200 blocks): two random
+    # temp dirs collide 1 time in 200, so take the next block explicitly when
+    # they do (users pass --port-base the same way).
     tb = Testbed(tmp_path / "tb2", nodes="t4:1x1")
+    if tb.port_base == testbed.port_base:
+        tb = Testbed(tmp_path / "tb2", nodes="t4:1x1",
+                     port_base=10000 + (testbed.port_base - 10000 + 100) % 20000)
     assert tb.port_base != testbed.port_base
     try:
         tb.up(timeout_s=30)
