@@ -93,6 +93,24 @@ def default_port_base(directory: Path) -> int:
     return 10000 + (zlib.crc32(str(directory).encode()) % 200) * 100
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(start: int, ports: int) -> int:
+    """The first 100-port block from ``start`` on whose first ``ports`` ports are free."""
+    for k in range(200):
+        base = 10000 + ((start - 10000) // 100 + k) % 200 * 100
+        if all(_port_free(base + i) for i in range(ports)):
+            return base
+    return start  # all taken: up() reports the busy port
+
+
 class Testbed:
     """A Slurm test cluster living in one directory."""
 
@@ -105,7 +123,14 @@ class Testbed:
         self.dir = Path(directory).expanduser().resolve()
         self.groups = parse_nodes(nodes)
         self.nodes_spec = ",".join(f"{g.gpu_type}:{g.count}x{g.gpus}" for g in self.groups)
-        self.port_base = port_base if port_base is not None else default_port_base(self.dir)
+        if port_base is None:
+            # a testbed that exists keeps its ports; a new one takes the block
+            # its DIR hashes to, or the next free one (two DIRs collide 1 in 200)
+            saved = self._saved_config()
+            saved_base = saved.get("port_base") if saved else None
+            port_base = saved_base if isinstance(saved_base, int) else free_port_base(
+                default_port_base(self.dir), 1 + sum(g.count for g in self.groups))
+        self.port_base = port_base
         self.lua = lua
         self.lua_script = Path(lua_script) if lua_script else (
             Path(__file__).resolve().parent.parent / "slurm_plugins" / "job_submit.lua")
