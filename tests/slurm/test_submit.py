@@ -102,11 +102,13 @@ def test_failure_mid_batch_leaves_no_orphans(testbed: Testbed, client: CliSlurmC
         assert "sbatch" in msg and "not available" in msg  # Slurm's own words
         assert st.submissions("fail1") == []
         assert any(e["kind"] == "submit-rollback" for e in st.events())
-    assert _active(client, "fail1") == []
+    # scancel is asynchronous: a cancelled job passes through COMPLETING
+    # for a moment before it ends; none may stay queued or running
+    wait_for(lambda: _active(client, "fail1") == [], 15, "the rolled-back jobs to end")
     code, out = invoke(cli_slurm.submit_cmd, [str(_write(tmp_path, plan)), "--state",
                                               str(tmp_path / "s2.db")])
     assert code == 3 and "nothing from this run remains queued" in out
-    assert _active(client, "fail1") == []
+    wait_for(lambda: _active(client, "fail1") == [], 15, "the rolled-back jobs to end")
 
 
 def test_submit_from_jobs_yaml_plans_on_slurm_inventory(
