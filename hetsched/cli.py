@@ -45,12 +45,14 @@ def main() -> None:
     """Plan deep-learning training batches on heterogeneous GPU partitions of Slurm.
 
     \b
+    hetsched profile jobs.yaml          sbatch probes -> profile history (planner input)
     hetsched plan jobs.yaml --cluster cluster.yaml --throughputs profiles.csv
     hetsched submit plan.json           submit the plan as Slurm heterogeneous jobs
     hetsched replan                     cron-safe: react to reset events, resubmit
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
