@@ -48,15 +48,17 @@ def test_one_squeue_per_cycle(testbed: Testbed, client: CliSlurmClient, clean_qu
         submit(plan, st, client, partition="gpu")
         mon = Monitor(st, client, partition="gpu")
         first = mon.poll()
-        assert first.checked_nodes and first.commands == 2  # squeue + baseline sinfo
+        # squeue + baseline sinfo (messages carry the cycle: this test failed
+        # once in a full run and the cause is not pinned down yet)
+        assert first.checked_nodes and first.commands == 2, first
         wait_for(lambda: sum(j.state == "RUNNING" for j in client.jobs()
                              if j.comment.startswith("hetsched:mon1:")) == 4, 20,
                  "four jobs to run (4 v100 GPUs)")
         second = mon.poll()
-        assert second.commands == 1 and not second.checked_nodes
-        assert sum(1 for s in second.jobs.values() if s == "RUNNING") == 4
-        assert sum(1 for s in second.jobs.values() if s == "PENDING") == 4
-        assert {e.kind for e in second.events} <= {"job-started"}
+        assert second.commands == 1 and not second.checked_nodes, second
+        assert sum(1 for s in second.jobs.values() if s == "RUNNING") == 4, second
+        assert sum(1 for s in second.jobs.values() if s == "PENDING") == 4, second
+        assert {e.kind for e in second.events} <= {"job-started"}, second
 
 
 def test_node_down_mid_run_replans_only_the_affected_job(
