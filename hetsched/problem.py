@@ -8,7 +8,6 @@ evaluator handle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -263,13 +262,3 @@ class PlanningProblem:
         S = S or self.S
         rate = (self.per_gpu_rate(i, self.B[i] / max(1.0, self.K / S)) * self.n_type / S).sum()
         return float(self.B[i] / rate) if rate > 0 else float("inf")
-
-
-def free_by_type(problem: PlanningProblem, gpu_free: Sequence[bool]) -> np.ndarray:
-    """Count free GPUs per type from a per-GPU free mask."""
-    out = np.zeros(problem.T, dtype=int)
-    idx = {t: k for k, t in enumerate(problem.types)}
-    for g, free in zip(problem.cluster.gpus, gpu_free, strict=True):
-        if free:
-            out[idx[g.gpu_type]] += 1
-    return out

@@ -143,9 +143,6 @@ class Placer:
                 return False
         return True
 
-    def _counts(self, gpu_ids: list[int]) -> np.ndarray:
-        return np.bincount(self.ev.gpu_type[gpu_ids], minlength=self.ev.p.T)
-
     def _take(self, t: int, need: int, free: np.ndarray, oblivious: bool,
               prefer_nodes: set[int]) -> list[int]:
         ev = self.ev

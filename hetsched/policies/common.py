@@ -67,18 +67,6 @@ def fastest_types(p: PlanningProblem, i: int) -> list[int]:
     return cache[i]
 
 
-def objective_rows(p: PlanningProblem, snap: Snapshot, X: np.ndarray) -> np.ndarray:
-    """Per-job predicted weighted remaining time ``w_i * rem_i * iter_i`` of allocation X.
-
-    Jobs with no GPUs contribute 0 here; callers handle waiting jobs.
-    """
-    out = np.zeros(len(snap.jobs))
-    for r, i in enumerate(snap.jobs):
-        if X[r].sum():
-            out[r] = p.weight[i] * snap.remaining[r] * p.iter_time(int(i), X[r][None, :])[0]
-    return out
-
-
 def smith_priority(p: PlanningProblem, snap: Snapshot) -> np.ndarray:
     """Smith's rule key (higher first): weight over remaining time on the job's minimal set."""
     cache = p.__dict__.setdefault("_minimal_time", {})
@@ -263,12 +251,3 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
         X[r] = cnt[r]
     free[:] = fl
     return X
-
-
-def best_free_type(p: PlanningProblem, i: int, free: Sequence[int] | np.ndarray) -> int:
-    """The free GPU type with the highest throughput for job i, or -1."""
-    allowed = p._rows[i][3]
-    for t in fastest_types(p, i):
-        if free[t] > 0 and allowed[t]:
-            return t
-    return -1

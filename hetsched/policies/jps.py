@@ -51,9 +51,11 @@ class JPS(Policy):
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
-        rows, _ = admit(p, snap, smith_priority(p, snap))
+        rows, mins = admit(p, snap, smith_priority(p, snap))
+        minimal = np.zeros((len(snap.jobs), p.T), dtype=int)
         if not rows:
-            return np.zeros((len(snap.jobs), p.T), dtype=int)
+            return minimal
+        minimal[rows] = mins  # the fallback: every admitted job on its minimal set
         # job prioritising: ascending computation latency with all GPUs
         lat = []
         for r in rows:
@@ -76,7 +78,7 @@ class JPS(Policy):
         A, obj = solver.solve(cats)
         ok = np.isfinite(obj)
         if not ok.any():  # no sampled category can hold the batches: minimal sets
-            return _expand_mins(p, snap)
+            return minimal
         if self.beta >= 1.0:
             best = int(np.argmin(obj))
         else:
@@ -91,10 +93,3 @@ class JPS(Policy):
             best = int(np.argmax(score))
         return solver.expand(A[best])
 
-
-def _expand_mins(p: PlanningProblem, snap: Snapshot) -> np.ndarray:
-    rows, mins = admit(p, snap, smith_priority(p, snap))
-    X = np.zeros((len(snap.jobs), p.T), dtype=int)
-    if rows:
-        X[rows] = mins
-    return X
