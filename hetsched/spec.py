@@ -24,6 +24,10 @@ from hetsched.fileio import read_text
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+#: a workload is an identifier: it names profiles, reaches probe scripts and
+#: job environments, so it never carries spaces, quotes or control characters
+WORKLOAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
 
 # Node states as Slurm reports them, reduced to what the planner needs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
@@ -268,9 +272,7 @@ def parse_job(data: Any, source: str, index: int) -> Job:
     where = f"job {name_hint!r}" if isinstance(name_hint, str) else f"jobs[{index}]"
     f = _Fields(data, source, where, JOB_FIELDS)
     name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
-    workload = f.str_("workload")
-    if not workload.strip():
-        raise f._err("workload", "must not be empty")
+    workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)
     dataset_size = f.int_("dataset_size", minimum=1)
     epochs = f.num("epochs", minimum=0, strict=True)
     global_batch = f.int_("global_batch", minimum=1)

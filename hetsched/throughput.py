@@ -24,6 +24,7 @@ from scipy.optimize import nnls
 
 from hetsched.errors import InputError
 from hetsched.fileio import read_text
+from hetsched.spec import WORKLOAD_RE, WORKLOAD_VALID
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
 OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch")
@@ -181,6 +182,9 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
         gpu_type = (rec.get("gpu_type") or "").lower()
         if not workload:
             raise InputError(source, "column 'workload' is empty", where)
+        if not WORKLOAD_RE.match(workload):
+            raise InputError(source, f"column 'workload': {workload!r} is not valid; expected "
+                             f"{WORKLOAD_VALID}", where)
         if not re.match(r"^[A-Za-z0-9_-]+$", gpu_type):
             raise InputError(source, f"column 'gpu_type': {gpu_type!r} is not a GPU type name",
                              where)

@@ -45,6 +45,10 @@ def job(**kw: object) -> str:
     (job(min_gpus=3, max_gpus=2), "job 'a': max_gpus", "must be >= min_gpus (3)"),
     (job(colour="red"), "job 'a'", "unknown field 'colour'; valid fields: name, workload"),
     (job(entrypoint="'not a module'"), "job 'a': entrypoint", "'module.path:function'"),
+    # a workload reaches probe scripts and job environments: an identifier only
+    (job(workload='"x\\ntouch /tmp/PWNED #"'), "job 'a': workload", "1-128 letters, digits"),
+    (job(workload="'$(id)'"), "job 'a': workload", "starting with a letter or digit"),
+    (job(workload="''"), "job 'a': workload", "is not valid"),
     ("{workload: w}", "jobs[0]: name", "missing required field"),
     ("7", "jobs[0]", "expected a mapping, got int"),
 ])
@@ -157,6 +161,8 @@ def test_bad_cluster_files(write, text, what) -> None:
     ("workload,gpu_type,local_batch,step_time_s\nw,v100,16.5,0.1\n", "line 2", "whole number"),
     ("workload,gpu_type,local_batch,step_time_s\nw,v100,16\n", "line 2",
      "column 'step_time_s' is empty"),
+    ("workload,gpu_type,local_batch,step_time_s\nw;id,v100,16,0.1\n", "line 2",
+     "column 'workload': 'w;id' is not valid"),
     ("workload,gpu_type,local_batch,step_time_s\n,v100,16,0.1\n", "line 2",
      "column 'workload' is empty"),
     ("workload,gpu_type,local_batch,step_time_s\nw,v 100,16,0.1\n", "line 2", "not a GPU type"),

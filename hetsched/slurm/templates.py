@@ -7,7 +7,12 @@ filters, and it is *enforced*: every ``{{ value }}`` must pass through one of
 * ``word``  – validated, no whitespace, quotes or shell metacharacters (values
   composed from names, used in ``#SBATCH`` lines, which sbatch parses itself);
 * ``int``   – a validated non-negative integer;
-* ``q``     – ``shlex.quote`` of any string (commands, paths, workload names).
+* ``q``     – ``shlex.quote`` of a string without control characters
+  (commands, paths, workload names).
+
+No value may appear in a ``#`` comment line: a rendered script's comment
+lines must be literal lines of its template (``_check_structure``), so a
+template edit that puts a value in a comment fails at render time too.
 
 Each filter returns a marker type; the environment's ``finalize`` refuses to
 emit anything else, so a template edit that forgets a filter fails loudly
@@ -65,8 +70,15 @@ def _int(v: Any) -> _Safe:
     return _Safe(str(v))
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _q(v: Any) -> _Safe:
-    return _Safe(shlex.quote(str(v)))
+    s = str(v)
+    if _CONTROL_RE.search(s):
+        raise TemplateValueError("sbatch template", f"{s[:40]!r} contains a newline or another "
+                                 "control character; a script argument cannot hold one")
+    return _Safe(shlex.quote(s))
 
 
 def _finalize(v: Any) -> Any:
@@ -94,6 +106,29 @@ def environment(directory: Path | None = None) -> jinja2.Environment:
     )
     env.filters.update({"name": _name, "word": _word, "int": _int, "q": _q})
     return env
+
+
+def _literal_comments(source: str) -> set[str]:
+    """The comment lines a template writes verbatim (not ``#SBATCH``, no ``{{ }}``)."""
+    return {line.strip() for line in source.splitlines()
+            if line.strip().startswith("#") and not line.strip().startswith("#SBATCH")
+            and "{{" not in line and "{%" not in line and "{#" not in line}
+
+
+def _render(name: str, directory: Path | None, ctx: Mapping[str, Any]) -> str:
+    """Render template ``name`` and check its shape: values never open a line or a comment."""
+    env = environment(directory)
+    text = env.get_template(name).render(**ctx)
+    assert env.loader is not None
+    source = env.loader.get_source(env, name)[0]
+    allowed = _literal_comments(source)
+    for line in text.splitlines()[1:]:  # line 0 is the shebang
+        s = line.strip()
+        if s.startswith("#") and not s.startswith("#SBATCH ") and s not in allowed:
+            raise TemplateValueError("sbatch template", f"{name}: rendered comment line "
+                                     f"{s[:60]!r} is not a literal line of the template; "
+                                     "values must never be placed in comments")
+    return text
 
 
 def hetsched_executable() -> str:
@@ -186,7 +221,7 @@ def render_hetjob(plan_id: str, job: Mapping[str, Any], segment: int = 0, *,
         "hetsched": hetsched or hetsched_executable(),
         "plan_path": str(plan_path),
     }
-    text = environment(directory).get_template("hetjob.sbatch.j2").render(**ctx)
+    text = _render("hetjob.sbatch.j2", directory, ctx)
     return Script(text, comps)
 
 
@@ -208,5 +243,5 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
         "hetsched": hetsched or hetsched_executable(),
         "time_min": time_min or 0,
     }
-    text = environment(directory).get_template("probe.sbatch.j2").render(**ctx)
+    text = _render("probe.sbatch.j2", directory, ctx)
     return Script(text, [Component(gpu_type, node or "", 1, (max(batches, default=1),))])
