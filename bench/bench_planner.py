@@ -28,12 +28,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetsched.planning import plan_problem  # noqa: E402
-from hetsched.policies.base import Snapshot, make_policy  # noqa: E402
-from hetsched.problem import PlanningProblem  # noqa: E402
-from hetsched.spec import Cluster, Node, parse_jobs  # noqa: E402
-from hetsched.throughput import load_throughputs  # noqa: E402
-from hetsched.traces import parse_trace  # noqa: E402
+from hetsched.core.problem import PlanningProblem  # noqa: E402
+from hetsched.core.spec import Cluster, Node  # noqa: E402
+from hetsched.io.profiles import load_throughputs  # noqa: E402
+from hetsched.io.specs import parse_jobs  # noqa: E402
+from hetsched.io.traces import parse_trace  # noqa: E402
+from hetsched.planning.planner import plan_problem  # noqa: E402
+from hetsched.planning.space.policies.base import Snapshot, make_policy  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
 TRACES = ROOT.parent / "shared" / "data" / "gavel" / "traces"

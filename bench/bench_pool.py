@@ -4,7 +4,7 @@ Run: python bench/bench_pool.py [--quick] [--out docs/bench_pool.json]
 
 Inputs: Gavel's measured throughputs (examples/gavel_throughputs.csv, made by
 ``hetsched convert gavel-throughputs``) and the first N jobs of Gavel's MSR
-trace ``msr-seed0-0e4a51.trace`` (converted by hetsched.traces: per-job GPU
+trace ``msr-seed0-0e4a51.trace`` (converted by hetsched.io.traces: per-job GPU
 request = the trace's scale factor = Hare's tasks per round, real arrivals).
 Gavel measured three GPU types, so "fast, middle, slow" = V100, P100, K80.
 
@@ -36,15 +36,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetsched.pool import POOL_AUTO, plan_pool  # noqa: E402
-from hetsched.pool.baselines import BASELINES  # noqa: E402
-from hetsched.pool.evaluator import evaluate  # noqa: E402
-from hetsched.pool.hare import alpha, hare_from, relaxation  # noqa: E402
-from hetsched.pool.problem import PoolProblem  # noqa: E402
-from hetsched.problem import PlanningProblem  # noqa: E402
-from hetsched.spec import Cluster, Node, parse_jobs  # noqa: E402
-from hetsched.throughput import load_throughputs  # noqa: E402
-from hetsched.traces import parse_trace  # noqa: E402
+from hetsched.core.problem import PlanningProblem  # noqa: E402
+from hetsched.core.spec import Cluster, Node  # noqa: E402
+from hetsched.io.profiles import load_throughputs  # noqa: E402
+from hetsched.io.specs import parse_jobs  # noqa: E402
+from hetsched.io.traces import parse_trace  # noqa: E402
+from hetsched.planning.pool import POOL_AUTO, plan_pool  # noqa: E402
+from hetsched.planning.pool.baselines import BASELINES  # noqa: E402
+from hetsched.planning.pool.evaluator import evaluate  # noqa: E402
+from hetsched.planning.pool.hare import alpha, hare_from, relaxation  # noqa: E402
+from hetsched.planning.pool.problem import PoolProblem  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
 TRACE = ROOT.parent / "shared" / "data" / "gavel" / "traces" / "msr-seed0-0e4a51.trace"

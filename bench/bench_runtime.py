@@ -43,19 +43,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetsched.model import balanced_shares, equal_shares
-from hetsched.planning import make_plan
-from hetsched.profiles import probe_times, table_from_store
-from hetsched.spec import Cluster, Job, Node
-from hetsched.store import open_store
-from hetsched.testbed import Testbed
+from hetsched.app.profile import probe_times
+from hetsched.core.model import balanced_shares, equal_shares
+from hetsched.core.spec import Cluster, Job, Node
+from hetsched.planning.planner import make_plan
+from hetsched.slurm.testbed import Testbed
+from hetsched.state.history import table_from_store
+from hetsched.state.store import open_store
 
 B = 48
 STEPS = 40
 
 
 def hetsched(*args: str, env: dict[str, str]) -> str:
-    res = subprocess.run([sys.executable, "-c", "from hetsched.cli import main; main()", *args],
+    res = subprocess.run([sys.executable, "-c", "from hetsched.cli.main import main; main()", *args],
                          env=env, capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"hetsched {' '.join(args)} failed ({res.returncode}):\n"
@@ -95,7 +96,7 @@ def run(directory: Path, workloads: list[str], cost: str) -> dict[str, Any]:
     tb.up(timeout_s=60)
     work = Path(tempfile.mkdtemp(prefix="hs-rt-bench-"))
     exe = work / "hetsched"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli import main; "
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
                    "main()' \"$@\"\n")
     exe.chmod(0o755)
     env = {**os.environ, **tb.env(), "HETSCHED_EXECUTABLE": str(exe),

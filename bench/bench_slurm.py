@@ -2,7 +2,7 @@
 
 Measures (issue 4 targets in brackets):
 
-1. time to submit N planned hetjobs with ``hetsched.slurm.submit`` [N=100 < 20 s];
+1. time to submit N planned hetjobs with ``hetsched.app.submit`` [N=100 < 20 s];
 2. one monitor cycle with N jobs queued: commands run and seconds [1 command];
 3. replan latency: from a node being drained to the affected pending jobs
    resubmitted (event detection + planning + sbatch/scancel).
@@ -25,17 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from hetsched.planning import make_plan
+from hetsched.app.monitor import Monitor
+from hetsched.app.replan import replan
+from hetsched.app.submit import submit
+from hetsched.core.spec import Job
+from hetsched.core.throughput import ProfileRow, ThroughputTable
+from hetsched.planning.planner import make_plan
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.inventory import load_cluster_from_slurm
-from hetsched.slurm.monitor import Monitor
-from hetsched.slurm.replan import replan
 from hetsched.slurm.runner import Runner
-from hetsched.slurm.submit import submit
-from hetsched.spec import Job
-from hetsched.store import open_store
-from hetsched.testbed import Testbed
-from hetsched.throughput import ProfileRow, ThroughputTable
+from hetsched.slurm.testbed import Testbed
+from hetsched.state.store import open_store
 
 
 def table() -> ThroughputTable:

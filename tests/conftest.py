@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from planner_helpers import make_cluster, make_job, make_table
 
-from hetsched.problem import PlanningProblem
+from hetsched.core.problem import PlanningProblem
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from hetsched.model import BITS_PER_MB
-from hetsched.plan import Plan
-from hetsched.policies.base import Snapshot
-from hetsched.problem import PlanningProblem
-from hetsched.spec import Cluster, Job, Node
-from hetsched.throughput import ProfileRow, ThroughputTable
+from hetsched.core.model import BITS_PER_MB
+from hetsched.core.plan import Plan
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.spec import Cluster, Job, Node
+from hetsched.core.throughput import ProfileRow, ThroughputTable
+from hetsched.planning.space.policies.base import Snapshot
 
 REL = 1e-9  # relative tolerance for recomputed times
 

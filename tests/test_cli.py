@@ -10,10 +10,10 @@ import math
 import pytest
 import yaml
 
-from hetsched.cli import main
-from hetsched.policies.base import REGISTRY
-from hetsched.spec import load_jobs
-from hetsched.throughput import load_throughputs
+from hetsched.cli.main import main
+from hetsched.io.profiles import load_throughputs
+from hetsched.io.specs import load_jobs
+from hetsched.planning.space.policies.base import REGISTRY
 
 
 def plan_args(examples, *extra: str) -> list[str]:
@@ -79,7 +79,7 @@ def test_plan_json_objective_is_what_the_jobs_say(plan_json) -> None:
 def test_plan_json_gpus_are_real_and_never_double_booked(plan_json, examples) -> None:
     nodes = {}
     for n in yaml.safe_load(examples["cluster"].read_text())["nodes"]:
-        from hetsched.spec import expand_hostlist
+        from hetsched.io.specs import expand_hostlist
 
         for name in expand_hostlist(n["names"], "x", "y"):
             nodes[name] = (n["gpu_type"], n["gpus"])
@@ -137,7 +137,7 @@ def test_policies_lists_every_registered_policy(runner) -> None:
     listed = json.loads(res.stdout)
     rows = {r["name"]: r for r in listed if r["mode"] == "space"}
     assert set(rows) == set(REGISTRY) | {"auto"}
-    from hetsched.pool import POOL_POLICIES
+    from hetsched.planning.pool import POOL_POLICIES
 
     pool = {r["name"] for r in listed if r["mode"] == "pool"}
     assert pool == set(POOL_POLICIES) | {"auto"}

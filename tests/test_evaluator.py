@@ -20,11 +20,11 @@ from planner_helpers import (
     moved_running_job,
 )
 
-from hetsched.lower_bound import best_iteration_time, lower_bound
-from hetsched.model import BITS_PER_MB, balanced_shares
-from hetsched.policies.base import REGISTRY, make_policy
-from hetsched.problem import PlanningProblem
-from hetsched.simulate import simulate
+from hetsched.core.model import BITS_PER_MB, balanced_shares
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.bounds import best_iteration_time, lower_bound
+from hetsched.planning.space.evaluator import simulate
+from hetsched.planning.space.policies.base import REGISTRY, make_policy
 
 POLICIES = sorted(REGISTRY)
 

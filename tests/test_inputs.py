@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hetsched.cli import main
+from hetsched.cli.main import main
+from hetsched.core.problem import PlanningProblem
 from hetsched.errors import InputError, PlanningError
-from hetsched.planning import make_plan
-from hetsched.policies.base import make_policy, parse_param
-from hetsched.problem import PlanningProblem
-from hetsched.spec import expand_hostlist, load_cluster, load_jobs, parse_jobs
-from hetsched.throughput import load_throughputs, parse_csv
+from hetsched.io.profiles import load_throughputs, parse_csv
+from hetsched.io.specs import expand_hostlist, load_cluster, load_jobs, parse_jobs
+from hetsched.planning.planner import make_plan
+from hetsched.planning.space.policies.base import make_policy, parse_param
 
 JOB = "{name: a, workload: w, dataset_size: 1000, epochs: 1, global_batch: 64}"
 CLUSTER = "nodes:\n  - {names: 'v100-[1-2]', gpu_type: v100, gpus: 2}\n"
@@ -251,7 +251,7 @@ def test_unknown_policy_and_bad_params() -> None:
 
 
 def test_auto_refuses_params(examples) -> None:
-    from hetsched.spec import load_cluster as lc
+    from hetsched.io.specs import load_cluster as lc
 
     with pytest.raises(PlanningError, match="--param applies to one policy"):
         make_plan(load_jobs(examples["jobs"]), lc(examples["cluster"]),
@@ -339,7 +339,7 @@ def test_cli_plan_reads_the_profile_history(runner, write, tmp_path, monkeypatch
     """No --throughputs: the profiles that `hetsched profile` stored are the source."""
     import json
 
-    from hetsched.store import open_store
+    from hetsched.state.store import open_store
 
     state = tmp_path / "state.db"
     monkeypatch.setenv("HETSCHED_STATE", str(state))

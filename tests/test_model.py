@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsched.model import allreduce_time, comm_time, continuous_time_counts
-from hetsched.throughput import ProfileRow, ThroughputTable, fit_affine
+from hetsched.core.model import allreduce_time, comm_time, continuous_time_counts
+from hetsched.core.throughput import ProfileRow, ThroughputTable, fit_affine
 
 
 def bisect_time(a, c, cap, n, B) -> float:

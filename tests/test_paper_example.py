@@ -47,10 +47,10 @@ import numpy as np
 import pytest
 from planner_helpers import affine_rows, make_cluster, make_job, snap_objective, snapshot
 
-from hetsched.policies.base import make_policy
-from hetsched.problem import PlanningProblem
-from hetsched.simulate import simulate
-from hetsched.throughput import ThroughputTable
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.throughput import ThroughputTable
+from hetsched.planning.space.evaluator import simulate
+from hetsched.planning.space.policies.base import make_policy
 
 RHO = {"resnet-18": {"t4": 275.0, "v100": 884.0}, "vgg-19": {"t4": 644.0, "v100": 1754.0}}
 SAMPLES = {"resnet-18": 100_000, "vgg-19": 50_000}

@@ -19,13 +19,17 @@ from planner_helpers import (
     snapshot,
 )
 
+from hetsched.core.problem import PlanningProblem
 from hetsched.errors import PlanningError
-from hetsched.planning import AUTO_CANDIDATES, plan_problem
-from hetsched.policies.base import REGISTRY, make_policy
-from hetsched.policies.common import admit, smith_priority
-from hetsched.policies.has import compositions, count_compositions, unrank_composition
-from hetsched.problem import PlanningProblem
-from hetsched.simulate import simulate
+from hetsched.planning.planner import AUTO_CANDIDATES, plan_problem
+from hetsched.planning.space.evaluator import simulate
+from hetsched.planning.space.policies.base import REGISTRY, make_policy
+from hetsched.planning.space.policies.common import admit, smith_priority
+from hetsched.planning.space.policies.has import (
+    compositions,
+    count_compositions,
+    unrank_composition,
+)
 
 POLICIES = sorted(REGISTRY)
 
@@ -370,7 +374,7 @@ def test_auto_is_never_worse_than_a_candidate(inst, static) -> None:
 
 
 def test_auto_skips_a_candidate_over_its_size_limit(monkeypatch) -> None:
-    import hetsched.policies.has as has_mod
+    import hetsched.planning.space.policies.has as has_mod
 
     p = big_problem()
     orig = has_mod.HAS.__init__

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hetsched.model import (
+from hetsched.core.model import (
     SharesError,
     balanced_shares,
     continuous_time,

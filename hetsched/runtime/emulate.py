@@ -23,10 +23,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hetsched import config
 from hetsched.errors import InputError
 
-SPEED_VAR = "HETSCHED_EMULATE_SPEED"
-COST_VAR = "HETSCHED_EMULATE_COST"
+SPEED_VAR = config.SETTINGS["emulate_speed"].env
+COST_VAR = config.SETTINGS["emulate_cost"].env
 DEFAULT_COST = (0.02, 0.004)  # 20 ms per step + 4 ms per sample at speed 1
 
 

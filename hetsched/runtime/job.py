@@ -12,34 +12,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hetsched import config
+from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
 
-def state_files_dir() -> Path:
-    """``<state file>.files``: where checkpoints and reports live beside the state store."""
-    from hetsched.store import default_path
-
-    return Path(str(default_path()) + ".files")
-
-
 def default_checkpoint(job: str) -> Path:
-    env = os.environ.get("HETSCHED_CHECKPOINT_DIR")
-    base = Path(env) if env else state_files_dir() / "checkpoints"
-    return base / f"{job}.pt"
+    return config.checkpoint_dir() / f"{job}.pt"
 
 
 def default_report(job: str) -> Path:
-    env = os.environ.get("HETSCHED_REPORT_DIR")
-    base = Path(env) if env else state_files_dir() / "reports"
-    return base / f"{job}.jsonl"
+    return config.report_dir() / f"{job}.jsonl"
 
 
 def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
                                                                         list[dict[str, Any]]]:
     """The job's spec and the segment's workers in rank order (the template's order)."""
-    from hetsched.slurm.templates import components
-
     try:
         plan = json.loads(Path(plan_path).read_text())
     except FileNotFoundError:
@@ -57,9 +46,8 @@ def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str,
                          f"(it has {len(segs)})", "--segment")
     workers = segs[segment].get("workers") or []
     ordered: list[dict[str, Any]] = []
-    for c in components(workers):  # ranks: component by component, as the hetjob numbers them
-        ordered.extend({"gpu_type": c.gpu_type, "node": c.node, "local_batch": b}
-                       for b in c.local_batches)
+    for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
+        ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
     return dict(j.get("spec") or {}), ordered
 
 

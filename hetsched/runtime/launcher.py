@@ -31,6 +31,7 @@ from typing import Any
 
 import hostlist
 
+from hetsched import config
 from hetsched.errors import InputError
 
 #: rendezvous ports: below Linux's ephemeral range (32768+) and above the
@@ -96,9 +97,9 @@ def _first_node(nodelist: str) -> str:
 def from_env(env: Mapping[str, str] | None = None) -> RankEnv:
     """Read the rank layout from Slurm's (or torchrun's) environment."""
     env = os.environ if env is None else env
-    addr_override = env.get("HETSCHED_MASTER_ADDR")
-    port_override = _int(env, "HETSCHED_MASTER_PORT", 1) if env.get(
-        "HETSCHED_MASTER_PORT") else None
+    addr_override = env.get(config.SETTINGS["master_addr"].env)
+    port_var = config.SETTINGS["master_port"].env
+    port_override = _int(env, port_var, 1) if env.get(port_var) else None
     if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
         rank = _int(env, "SLURM_PROCID")
         world = _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env

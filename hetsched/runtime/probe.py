@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hetsched.core.throughput import ProfileRow
 from hetsched.runtime.emulate import emulation_for
 from hetsched.runtime.workloads import Workload, gather, load_workload
-from hetsched.throughput import ProfileRow
 
 
 @dataclass

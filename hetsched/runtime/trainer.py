@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hetsched.io.reports import Reporter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.emulate import emulation_for
 from hetsched.runtime.hetdp import HeteroDataParallel
@@ -21,7 +22,6 @@ from hetsched.runtime.launcher import (
     init_distributed,
     shutdown_distributed,
 )
-from hetsched.runtime.reporting import Reporter
 from hetsched.runtime.sampler import ShareSampler
 from hetsched.runtime.workloads import gather, load_workload
 

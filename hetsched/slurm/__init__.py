@@ -2,6 +2,6 @@
 
 ``runner`` runs commands, ``client`` wraps the Slurm CLI behind the
 ``SlurmClient`` protocol, ``inventory`` turns a partition into a
-:class:`hetsched.spec.Cluster`, ``templates`` renders sbatch scripts,
+:class:`hetsched.core.spec.Cluster`, ``templates`` renders sbatch scripts,
 ``submit``/``monitor``/``replan`` are the use cases.
 """

@@ -1,4 +1,4 @@
-"""A Slurm partition as a :class:`hetsched.spec.Cluster`.
+"""A Slurm partition as a :class:`hetsched.core.spec.Cluster`.
 
 Nodes keep their Slurm state (idle, mixed, allocated, drained, draining,
 down, ...), so ``Cluster.gpus`` counts only usable nodes. Free GPUs per node
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from hetsched.core.spec import GPU_TYPE_RE, NAME_RE, Cluster, Node
 from hetsched.errors import HetschedError
 from hetsched.slurm.client import NodeInfo, SlurmClient
-from hetsched.spec import GPU_TYPE_RE, NAME_RE, Cluster, Node
 
 
 class InventoryError(HetschedError):

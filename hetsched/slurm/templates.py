@@ -22,17 +22,19 @@ instead of writing an unquoted value into a script.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from hetsched import config
+from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -90,12 +92,21 @@ def _finalize(v: Any) -> Any:
                              "without a name/word/int/q filter")
 
 
+def package_data(name: str) -> Path:
+    """A directory shipped inside the package (``job_templates``, ``plugins``).
+
+    In the source tree these are links to the top-level ``job_templates/`` and
+    ``slurm_plugins/``; a wheel carries the files themselves.
+    """
+    return Path(str(resources.files("hetsched.slurm") / name))
+
+
 def templates_dir() -> Path:
-    """``$HETSCHED_TEMPLATES``, else the repository's ``job_templates/``."""
-    env = os.environ.get("HETSCHED_TEMPLATES")
+    """``$HETSCHED_TEMPLATES``, else the templates shipped with the package."""
+    env = config.get("templates")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "job_templates"
+    return package_data("job_templates")
 
 
 def environment(directory: Path | None = None) -> jinja2.Environment:
@@ -137,7 +148,7 @@ def hetsched_executable() -> str:
     The override lets the testbed, demos and tests run a stand-in before the
     runtime exists on the nodes.
     """
-    return os.environ.get("HETSCHED_EXECUTABLE") or shutil.which("hetsched") or "hetsched"
+    return config.get("executable") or shutil.which("hetsched") or "hetsched"
 
 
 @dataclass(frozen=True)
@@ -155,16 +166,12 @@ class Component:
 
 
 def components(workers: Sequence[Mapping[str, Any]]) -> list[Component]:
-    """Group a segment's workers by (GPU type, node), in first-seen order.
+    """One hetjob component per (GPU type, node) group of a segment's workers.
 
-    Rank order in the job is component order, then worker order: that is
-    the order of ``HETSCHED_LOCAL_BATCHES``.
+    The grouping and the rank order it implies are the plan contract's
+    (:func:`hetsched.core.plan.worker_groups`), shared with the runtime.
     """
-    groups: dict[tuple[str, str], list[int]] = {}
-    for w in workers:
-        key = (str(w["gpu_type"]), str(w["node"]))
-        groups.setdefault(key, []).append(int(w["local_batch"]))
-    return [Component(t, n, len(b), tuple(b)) for (t, n), b in groups.items()]
+    return [Component(t, n, len(b), b) for t, n, b in worker_groups(workers)]
 
 
 @dataclass(frozen=True)

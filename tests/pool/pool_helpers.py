@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from hetsched.plan import Plan
-from hetsched.pool.compact import expand_runs
-from hetsched.pool.problem import PoolProblem
-from hetsched.problem import PlanningProblem
-from hetsched.spec import Cluster, Job, Node
-from hetsched.throughput import ProfileRow, ThroughputTable
+from hetsched.core.plan import Plan
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.spec import Cluster, Job, Node
+from hetsched.core.throughput import ProfileRow, ThroughputTable
+from hetsched.planning.pool.compact import expand_runs
+from hetsched.planning.pool.problem import PoolProblem
 
 TYPES = ("v100", "p100", "k80")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pool_helpers import exact_optimum, tiny_instance
 
-from hetsched.pool import POOL_AUTO, plan_pool
-from hetsched.pool.hare import alpha
-from hetsched.pool.problem import PoolProblem
+from hetsched.planning.pool import POOL_AUTO, plan_pool
+from hetsched.planning.pool.hare import alpha
+from hetsched.planning.pool.problem import PoolProblem
 
 
 @pytest.mark.parametrize("seed", range(12))

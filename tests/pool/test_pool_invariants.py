@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pool_helpers import check_plan, instances
 
-from hetsched.pool import POOL_AUTO, plan_pool
-from hetsched.pool.evaluator import evaluate_tasks_section
-from hetsched.pool.problem import PoolProblem
+from hetsched.planning.pool import POOL_AUTO, plan_pool
+from hetsched.planning.pool.evaluator import evaluate_tasks_section
+from hetsched.planning.pool.problem import PoolProblem
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -48,7 +48,7 @@ def test_auto_is_never_worse_than_a_candidate(p) -> None:  # type: ignore[no-unt
 @SETTINGS
 @given(p=instances(max_jobs=4), n=st.sampled_from([1, 2]))
 def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: ignore[no-untyped-def]
-    from hetsched.pool.hare import fluid_relaxation, lp_relaxation
+    from hetsched.planning.pool.hare import fluid_relaxation, lp_relaxation
 
     pp = PoolProblem(p, task_iterations=n)
     best = min(plan_pool(p, pol, task_iterations=n).weighted_jct_s for pol in POOL_AUTO)

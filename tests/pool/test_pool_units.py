@@ -11,13 +11,13 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsched.cli import main
-from hetsched.pool.compact import compress_rows, count_rows, expand_runs
-from hetsched.pool.memory import plan_gpu_memory
-from hetsched.pool.problem import DEFAULT_SWITCH_S, SWITCH_SHARE, PoolProblem
-from hetsched.problem import PlanningProblem
-from hetsched.spec import load_cluster, load_jobs
-from hetsched.throughput import load_throughputs
+from hetsched.cli.main import main
+from hetsched.core.problem import PlanningProblem
+from hetsched.io.profiles import load_throughputs
+from hetsched.io.specs import load_cluster, load_jobs
+from hetsched.planning.pool.compact import compress_rows, count_rows, expand_runs
+from hetsched.planning.pool.memory import plan_gpu_memory
+from hetsched.planning.pool.problem import DEFAULT_SWITCH_S, SWITCH_SHARE, PoolProblem
 
 EX = Path(__file__).resolve().parents[2] / "examples"
 ARGS = [str(EX / "jobs.yaml"), "--cluster", str(EX / "cluster.yaml"),
@@ -140,7 +140,7 @@ def test_cli_pool_table_and_errors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("pick", ["finish", "available"])
 def test_hare_params(pick: str) -> None:
-    from hetsched.pool import plan_pool
+    from hetsched.planning.pool import plan_pool
 
     plan = plan_pool(example_problem(), "hare", {"pick": pick, "order": "relaxation"})
     assert plan.params["pick"] == pick and plan.params["order"] == "relaxation"

@@ -56,7 +56,7 @@ def test_shares_equal_one_process_and_resume_on_other_split(tmp_path: Path) -> N
                         extra_env={"OMP_NUM_THREADS": "1", "HETSCHED_EMULATE_SPEED": "x=1",
                                    "HETSCHED_EMULATE_COST": "0.05,0.0001"}, timeout_s=120)
     assert codes == [0, 0]
-    from hetsched.runtime.reporting import iter_records
+    from hetsched.io.reports import iter_records
 
     stop = list(iter_records(tmp_path / "sig.jsonl", "stopped"))
     assert len(stop) == 1 and stop[0]["reason"] == "signal" and 0 < stop[0]["steps"] < 100

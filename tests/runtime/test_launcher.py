@@ -118,7 +118,7 @@ def test_command_mode_gets_its_local_batch_without_a_shell(tmp_path: Path) -> No
                             "command": [sys.executable, "-c", code, str(out), "$(touch pwned)"]})
     env = {**os.environ, **HET_RANK2, "SLURM_PROCID": "1", "HETSCHED_STATE": str(tmp_path / "s")}
     env.pop("HETSCHED_LOCAL_BATCHES", None)
-    subprocess.run([sys.executable, "-c", "from hetsched.cli import main; main()", "run", "--plan", str(plan), "--job",
+    subprocess.run([sys.executable, "-c", "from hetsched.cli.main import main; main()", "run", "--plan", str(plan), "--job",
                     "j"], env=env, check=True, cwd=tmp_path, timeout=60)
     got = json.loads(out.read_text())
     assert got["RANK"] == "1" and got["WORLD_SIZE"] == "3"

@@ -9,23 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from hetsched import store as store_mod
+from hetsched.app.profile import default_batches, plan_probes
+from hetsched.core.spec import Job
+from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
-from hetsched.profiles import (
+from hetsched.io.profiles import parse_csv
+from hetsched.state import store as store_mod
+from hetsched.state.history import (
     UNUSABLE,
-    default_batches,
     export_csv,
     forget,
     import_rows,
     ingest_reports,
     listing,
-    plan_probes,
     set_status,
     table_from_store,
 )
-from hetsched.spec import Job
-from hetsched.store import open_store
-from hetsched.throughput import ProfileRow, parse_csv
+from hetsched.state.store import open_store
 
 
 def _v1_file(path: Path) -> None:
@@ -201,7 +201,8 @@ class _FakeClient:
 
 
 def test_run_probes_marks_failed_and_timed_out_pairs_unusable(tmp_path: Path) -> None:
-    from hetsched.profiles import ProbeSpec, render_probes, run_probes, statuses
+    from hetsched.app.profile import ProbeSpec, render_probes, run_probes
+    from hetsched.state.history import statuses
 
     specs = [ProbeSpec("mlp", g, (8, 16)) for g in ("a100", "v100", "t4")]
     client = _FakeClient()

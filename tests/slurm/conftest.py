@@ -16,7 +16,7 @@ from slurm_helpers import wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.runner import Runner
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
 
 NEEDED = ("slurmctld", "slurmd", "munged", "sbatch", "squeue")
 

@@ -64,7 +64,7 @@ def invoke(cmd: object, args: list[str]) -> tuple[int, str]:
 
 def throughput_rows() -> list:
     """Synthetic profiles for workload ``w`` on the testbed's a100/v100/t4."""
-    from hetsched.throughput import ProfileRow
+    from hetsched.core.throughput import ProfileRow
 
     return [ProfileRow("w", g, b, a + c * b) for g, a, c in
             (("a100", 0.01, 0.001), ("v100", 0.02, 0.002), ("t4", 0.04, 0.004))
@@ -75,10 +75,10 @@ def make_testbed_plan(client: object, jobs_yaml: str, policy: str = "fifo") -> d
     """Plan ``jobs_yaml`` (text) with the real planner on the testbed's inventory."""
     import yaml
 
-    from hetsched.planning import make_plan
+    from hetsched.core.throughput import ThroughputTable
+    from hetsched.io.specs import parse_jobs
+    from hetsched.planning.planner import make_plan
     from hetsched.slurm.inventory import load_cluster_from_slurm
-    from hetsched.spec import parse_jobs
-    from hetsched.throughput import ThroughputTable
 
     jobs = parse_jobs(yaml.safe_load(jobs_yaml), "test")
     cluster = load_cluster_from_slurm(client, "gpu")  # type: ignore[arg-type]

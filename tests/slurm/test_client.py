@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from slurm_helpers import wait_for
 
-from hetsched import cli_slurm
+from hetsched.cli import slurm as cli_slurm
 from hetsched.slurm.client import (
     CliSlurmClient,
     node_state,
@@ -16,7 +16,7 @@ from hetsched.slurm.client import (
 )
 from hetsched.slurm.inventory import InventoryError, load_inventory
 from hetsched.slurm.runner import CommandError, Runner, SlurmUnavailable
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
 
 pytestmark = pytest.mark.slurm
 

@@ -20,7 +20,7 @@ import pytest
 from slurm_helpers import invoke, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
 
 pytestmark = pytest.mark.slurm
 
@@ -71,15 +71,15 @@ def test_profile_plan_submit_train_uneven_shares(
         testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from hetsched.cli import main
-    from hetsched.planning import make_plan
-    from hetsched.profiles import table_from_store
-    from hetsched.spec import load_cluster, load_jobs
-    from hetsched.store import open_store
+    from hetsched.cli.main import main
+    from hetsched.io.specs import load_cluster, load_jobs
+    from hetsched.planning.planner import make_plan
+    from hetsched.state.history import table_from_store
+    from hetsched.state.store import open_store
 
     # the real runtime in the job steps (the session uses a stub elsewhere)
     exe = tmp_path / "hetsched"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli import main; "
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
                    "main()' \"$@\"\n")
     exe.chmod(0o755)
     monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))

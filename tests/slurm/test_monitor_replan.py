@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from slurm_helpers import invoke, make_testbed_plan, plan_dict, throughput_rows, wait_for
 
-from hetsched import cli_slurm
+from hetsched.app.monitor import Event, Monitor, watch
+from hetsched.app.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
+from hetsched.app.submit import submit
+from hetsched.cli import slurm as cli_slurm
+from hetsched.core.throughput import ThroughputTable
 from hetsched.slurm.client import CliSlurmClient
-from hetsched.slurm.monitor import Event, Monitor, watch
-from hetsched.slurm.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
 from hetsched.slurm.runner import Runner
-from hetsched.slurm.submit import submit
-from hetsched.store import open_store
-from hetsched.testbed import Testbed
-from hetsched.throughput import ThroughputTable
+from hetsched.slurm.testbed import Testbed
+from hetsched.state.store import open_store
 
 pytestmark = pytest.mark.slurm
 
@@ -140,7 +140,7 @@ def test_two_replans_at_once(testbed: Testbed, tmp_path: Path) -> None:
     # another process holds the lock (a slow replan)
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time\nfrom hetsched.slurm.replan import replan_lock\n"
+         "import sys, time\nfrom hetsched.app.replan import replan_lock\n"
          "with replan_lock(sys.argv[1]):\n    print('locked', flush=True)\n"
          "    time.sleep(30)\n", str(lock)],
         stdout=subprocess.PIPE, text=True)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from slurm_helpers import plan_dict, wait_for
 
+from hetsched.app.submit import SubmitError, submit
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.runner import CommandError, Runner
-from hetsched.slurm.submit import SubmitError, submit
-from hetsched.store import open_store
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
+from hetsched.state.store import open_store
 
 pytestmark = pytest.mark.slurm
 

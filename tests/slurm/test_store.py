@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hetsched.store import SCHEMA_VERSION, StoreError, open_store
+from hetsched.state.store import SCHEMA_VERSION, StoreError, open_store
 
 PLAN = {"plan_id": "p1", "policy": "fifo", "jobs": []}
 
@@ -95,7 +95,7 @@ def test_crash_mid_write_leaves_consistent_file(tmp_path: Path) -> None:
         st.add_plan(PLAN)
     code = (
         "import os, sys\n"
-        "from hetsched.store import open_store\n"
+        "from hetsched.state.store import open_store\n"
         "st = open_store(sys.argv[1])\n"
         "with st.tx():\n"
         "    for i in range(50):\n"

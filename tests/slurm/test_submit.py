@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 from slurm_helpers import invoke, plan_dict, wait_for
 
-from hetsched import cli_slurm
+from hetsched.app.submit import SubmitError, files_dir, submit
+from hetsched.cli import slurm as cli_slurm
 from hetsched.slurm.client import CliSlurmClient
-from hetsched.slurm.submit import SubmitError, files_dir, submit
 from hetsched.slurm.templates import submission_comment
-from hetsched.store import open_store
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
+from hetsched.state.store import open_store
 
 pytestmark = pytest.mark.slurm
 
@@ -67,7 +67,7 @@ def test_crash_between_sbatch_and_record(testbed: Testbed, client: CliSlurmClien
     plan = plan_dict("crash1", {"c1": [[("t4-1", "t4", 4)]], "c2": [[("t4-1", "t4", 4)]]})
     with open_store(tmp_path / "state.db") as st:
         # what a crash leaves: the intent recorded and the job in Slurm, no id stored
-        from hetsched.slurm.submit import normalise_plan, render_plan
+        from hetsched.app.submit import normalise_plan, render_plan
         p = normalise_plan(plan)
         st.add_plan(p)
         _, script = render_plan(p, plan_path=tmp_path / "p.json", log_dir=tmp_path,
@@ -113,7 +113,7 @@ def test_failure_mid_batch_leaves_no_orphans(testbed: Testbed, client: CliSlurmC
 
 def test_submit_from_jobs_yaml_plans_on_slurm_inventory(
         testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
-    pytest.importorskip("hetsched.planning")
+    pytest.importorskip("hetsched.planning.planner")
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("jobs:\n"
                     "  - {name: y1, workload: w, dataset_size: 4096, epochs: 1, "

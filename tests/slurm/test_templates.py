@@ -11,7 +11,7 @@ from slurm_helpers import wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.templates import TemplateValueError, environment, render_hetjob, render_probe
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
 
 EVIL = "; rm -rf / $(x) `y`"
 

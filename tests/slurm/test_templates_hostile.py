@@ -34,7 +34,7 @@ from hetsched.slurm.templates import (
     render_probe,
     templates_dir,
 )
-from hetsched.testbed import Testbed
+from hetsched.slurm.testbed import Testbed
 
 
 def hostile(marker: Path) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hetsched import cli_slurm
+from hetsched.cli import slurm as cli_slurm
 from hetsched.errors import InputError
-from hetsched.testbed import Testbed, TestbedError, default_port_base, parse_nodes
+from hetsched.slurm.testbed import Testbed, TestbedError, default_port_base, parse_nodes
 
 pytestmark = pytest.mark.slurm
 

@@ -1,0 +1,1 @@
+"""Use cases: profile, submit, monitor, replan. They wire planning, state and the Slurm adapter."""

@@ -1,0 +1,240 @@
+"""Watch hetsched's jobs and the partition; turn changes into reset events.
+
+Cost of one poll cycle (what bench/bench_slurm.py measures):
+
+* **one** ``squeue --json`` for every job, whatever their number;
+* plus **one** ``sinfo --json`` only when needed: on the first cycle, when a
+  job failed/was requeued or waits for an unavailable node, and every
+  ``node_every``-th cycle (default 6) so drained nodes and GPUs that come
+  back are seen even when no job notices them;
+* plus ``scontrol show job`` once per job that vanished from squeue before
+  hetsched saw it finish (rare: it needs MinJobAge to pass between polls).
+
+Reset events (they make ``hetsched replan`` act): ``job-completed``,
+``job-failed``, ``job-requeued``, ``node-down``, ``node-drained``,
+``node-back`` (a GPU node usable again), ``spool-new`` (a new jobs file in
+the spool directory). ``job-started`` is recorded for the record only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsched.core.spec import USABLE_STATES
+from hetsched.slurm.client import ACTIVE_STATES, FINISHED_STATES, JobInfo, SlurmClient
+from hetsched.slurm.inventory import from_nodes
+from hetsched.slurm.runner import SlurmUnavailable
+from hetsched.state.store import GONE, SUBMITTING, SUPERSEDED, Store, Submission
+
+RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "node-down",
+                         "node-drained", "node-back", "spool-new"})
+#: pending reasons that mean "a node this job needs is not available"
+NODE_REASONS = ("ReqNodeNotAvail", "NodeDown", "UnavailableNodes")
+#: hetsched's rows that are still worth asking Slurm about
+WATCHED = (ACTIVE_STATES | {SUBMITTING, "SUBMITTED"}) - {SUPERSEDED}
+
+
+@dataclass
+class Event:
+    kind: str
+    job: str | None = None
+    node: str | None = None
+    slurm_id: str | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        who = self.job or self.node or ""
+        sid = f" (Slurm {self.slurm_id})" if self.slurm_id else ""
+        return f"{self.kind}: {who}{sid}{' ' + self.detail if self.detail else ''}"
+
+
+@dataclass
+class Cycle:
+    """What one poll cycle saw and cost."""
+
+    events: list[Event] = field(default_factory=list)
+    jobs: dict[str, str] = field(default_factory=dict)  # hetsched job -> Slurm state
+    infos: dict[str, list[JobInfo]] = field(default_factory=dict)  # job -> components
+    commands: int = 0
+    seconds: float = 0.0
+    checked_nodes: bool = False
+
+
+def combined_state(components: list[JobInfo]) -> str:
+    """One state for a hetjob from its components' states."""
+    states = [c.state for c in components]
+    for s in ("RUNNING", "COMPLETING", "CONFIGURING"):
+        if s in states:
+            return s
+    for s in ("NODE_FAIL", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED"):
+        if s in states:
+            return s
+    if states and all(s == "COMPLETED" for s in states):
+        return "COMPLETED"
+    lead = [c for c in components if not c.het_offset]
+    return (lead or components)[0].state if components else "UNKNOWN"
+
+
+class Monitor:
+    """Polls Slurm for the store's live submissions and records reset events."""
+
+    def __init__(self, store: Store, client: SlurmClient, *, partition: str | None = None,
+                 spool: str | Path | None = None, node_every: int = 6) -> None:
+        self.store = store
+        self.client = client
+        self.partition = partition
+        self.spool = Path(spool) if spool else None
+        self.node_every = max(1, node_every)
+        self.cycles = 0
+
+    def _runner_total(self) -> int:
+        runner = getattr(self.client, "runner", None)
+        return runner.total() if runner is not None else 0
+
+    def _refine_profiles(self) -> None:
+        """Fold what running jobs measured into the profile history (EWMA).
+
+        Reads the ranks' report files from where the last cycle stopped: local
+        files only, no Slurm command, so a cycle still runs one ``squeue``.
+        """
+        from hetsched.app.submit import files_dir
+        from hetsched.state.history import ingest_reports
+
+        reports = sorted((files_dir(self.store) / "reports").glob("*.jsonl"))
+        if reports:
+            ingest_reports(self.store, reports)
+
+    def live(self) -> list[Submission]:
+        return [s for s in self.store.submissions() if s.slurm_id and s.state in WATCHED]
+
+    def poll(self) -> Cycle:
+        """One cycle: one squeue (plus sinfo when needed); record and return events."""
+        t0, c0 = time.monotonic(), self._runner_total()
+        cycle = Cycle()
+        jobs = self.client.jobs()
+        by_leader: dict[str, list[JobInfo]] = {}
+        for j in jobs:
+            by_leader.setdefault(j.leader, []).append(j)
+        need_nodes = self.cycles % self.node_every == 0
+        for sub in self.live():
+            assert sub.slurm_id is not None
+            comps = by_leader.get(sub.slurm_id)
+            if comps is None:
+                # Slurm forgot it before we saw it end: ask once, else mark GONE
+                comps = self.client.job_detail(sub.slurm_id)
+            new = combined_state(comps) if comps else GONE
+            cycle.jobs[sub.job] = new
+            cycle.infos[sub.job] = comps
+            if any(r in c.reason for c in comps for r in NODE_REASONS):
+                need_nodes = True
+            if new == sub.state:
+                continue
+            ev = self._job_event(sub, new, comps)
+            if ev is not None:
+                cycle.events.append(ev)
+                if ev.kind in ("job-failed", "job-requeued"):
+                    need_nodes = True
+            self.store.set_state(sub.id, new)
+        if need_nodes:
+            cycle.events += self._node_events()
+            cycle.checked_nodes = True
+        cycle.events += self._spool_events()
+        self._refine_profiles()
+        for ev in cycle.events:
+            self.store.add_event(ev.kind, job=ev.job, node=ev.node, slurm_id=ev.slurm_id,
+                                 detail=ev.detail, handled=ev.kind not in RESET_KINDS)
+        self.cycles += 1
+        cycle.commands = self._runner_total() - c0
+        cycle.seconds = time.monotonic() - t0
+        return cycle
+
+    @staticmethod
+    def _job_event(sub: Submission, new: str, comps: list[JobInfo]) -> Event | None:
+        sid = sub.slurm_id
+        if new == "COMPLETED":
+            return Event("job-completed", sub.job, slurm_id=sid)
+        if new in FINISHED_STATES or new == GONE:
+            reason = ", ".join(sorted({c.reason for c in comps if c.reason
+                                       and c.reason != "None"}))
+            return Event("job-failed", sub.job, slurm_id=sid, detail=f"{new} {reason}".strip())
+        if new == "PENDING" and sub.state in ("RUNNING", "COMPLETING", "CONFIGURING"):
+            return Event("job-requeued", sub.job, slurm_id=sid,
+                         detail=", ".join(sorted({c.reason for c in comps})))
+        if new == "RUNNING" and sub.state != "RUNNING":
+            return Event("job-started", sub.job, slurm_id=sid)
+        return None
+
+    def _node_events(self) -> list[Event]:
+        infos = self.client.nodes(self.partition)
+        inv = from_nodes(infos, self.partition) if infos else None
+        now = {n.name: n for n in inv.cluster.nodes} if inv else {}
+        before = self.store.node_snapshot()
+        events: list[Event] = []
+        if before:  # the first look only records the baseline
+            for name, node in now.items():
+                old = before.get(name)
+                was_usable = old is None or old["state"] in USABLE_STATES
+                if was_usable and not node.usable:
+                    kind = "node-drained" if node.state in ("drained", "draining") else "node-down"
+                    events.append(Event(kind, node=name, detail=node.state))
+                elif not was_usable and node.usable:
+                    events.append(Event("node-back", node=name,
+                                        detail=f"{node.gpus} {node.gpu_type} GPUs"))
+        self.store.put_node_snapshot([(n.name, n.state, n.gpu_type, n.gpus)
+                                      for n in now.values()])
+        return events
+
+    def _spool_events(self) -> list[Event]:
+        if self.spool is None or not self.spool.is_dir():
+            return []
+        seen = self.store.spool_seen()
+        events = []
+        for p in sorted(self.spool.glob("*.y*ml")):
+            try:
+                sha = hashlib.sha256(p.read_bytes()).hexdigest()
+            except OSError:
+                continue  # being written; next cycle
+            if seen.get(str(p)) != sha:
+                self.store.mark_spool_seen(str(p), sha)
+                events.append(Event("spool-new", detail=str(p)))
+        return events
+
+
+def watch(monitor: Monitor, *, interval_s: float = 5.0, max_interval_s: float = 60.0,
+          cycles: int | None = None, until: Callable[[Cycle], bool] | None = None,
+          on_cycle: Callable[[Cycle], None] | None = None,
+          on_wait: Callable[[str], None] | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> int:
+    """Poll until ``until(cycle)`` or ``cycles`` cycles; returns cycles run.
+
+    The interval grows (x1.5, up to ``max_interval_s``) while nothing changes
+    and drops back on a change, so a quiet queue costs little. When slurmctld
+    does not answer (restart, outage) the loop waits with exponential backoff
+    and resumes; it never gives up on its own.
+    """
+    n = 0
+    delay = interval_s
+    down_delay = interval_s
+    while cycles is None or n < cycles:
+        try:
+            cycle = monitor.poll()
+        except SlurmUnavailable as e:
+            if on_wait:
+                on_wait(f"Slurm not answering ({e}); retrying in {down_delay:.0f} s")
+            sleep(down_delay)
+            down_delay = min(down_delay * 2, max_interval_s)
+            continue
+        down_delay = interval_s
+        n += 1
+        if on_cycle:
+            on_cycle(cycle)
+        if until is not None and until(cycle):
+            break
+        delay = interval_s if cycle.events else min(delay * 1.5, max_interval_s)
+        if cycles is None or n < cycles:
+            sleep(delay)
+    return n

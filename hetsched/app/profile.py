@@ -1,0 +1,238 @@
+"""Profiling use case: plan, render and run short sbatch probes per (workload, GPU type).
+
+:func:`run_probes` submits one short probe job per missing (workload, GPU
+type) through the :class:`~hetsched.slurm.client.SlurmClient` and the probe
+template, all at once, waits with one ``squeue`` per poll, cancels those past
+their time limit, and stores what came back in the profile history
+(:mod:`hetsched.state.history`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsched.core.spec import Job
+from hetsched.core.throughput import ProfileRow
+from hetsched.errors import InputError
+from hetsched.io.files import atomic_write
+from hetsched.io.profiles import parse_csv, write_csv
+from hetsched.state.history import (
+    BUILTIN_WORKLOADS,
+    OK,
+    UNUSABLE,
+    export_csv,
+    forget,
+    import_rows,
+    ingest_reports,
+    listing,
+    set_status,
+    statuses,
+    table_from_store,
+    usable_pairs,
+)
+from hetsched.state.store import Store
+
+# ---------------------------------------------------------------------------
+# probes
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    workload: str
+    gpu_type: str
+    batches: tuple[int, ...]
+    entrypoint: str | None = None
+
+
+@dataclass
+class ProbeOutcome:
+    spec: ProbeSpec
+    status: str = "pending"  # pending | ok | unusable
+    slurm_id: str | None = None
+    reason: str = ""
+    rows: list[ProfileRow] = field(default_factory=list)
+    out: Path | None = None
+    script: Path | None = None
+    submitted_at: float = 0.0
+    started_at: float | None = None
+    seconds: float | None = None
+
+
+def default_batches(global_batch: int, points: int = 5) -> tuple[int, ...]:
+    """A sweep for the affine fit: powers of two up to the job's global batch (>= 2 points)."""
+    top = max(2, global_batch)
+    out = [b for b in (2 ** k for k in range(1, 16)) if b <= top]
+    if top not in out:
+        out.append(top)
+    if len(out) > points:  # keep the spread: smallest, largest and evenly spaced between
+        idx = [round(i * (len(out) - 1) / (points - 1)) for i in range(points)]
+        out = [out[i] for i in sorted(set(idx))]
+    return tuple(out)
+
+
+def parse_batches(text: str, source: str = "--batches") -> tuple[int, ...]:
+    try:
+        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise InputError(source, f"{text!r} is not a comma-separated list of integers") from None
+    if not vals or vals[0] < 1:
+        raise InputError(source, f"{text!r}: need local batch sizes >= 1, e.g. 8,16,32")
+    return vals
+
+
+def plan_probes(jobs: Sequence[Job], gpu_types: Sequence[str], store: Store | None, *,
+                batches: Sequence[int] | None = None, force: bool = False,
+                retry_unusable: bool = False) -> tuple[list[ProbeSpec], dict[str, str]]:
+    """Which (workload, GPU type) pairs need a probe; and why the others do not."""
+    have = usable_pairs(store) if store is not None else set()
+    st = statuses(store) if store is not None else {}
+    specs: dict[tuple[str, str], ProbeSpec] = {}
+    skipped: dict[str, str] = {}
+    types = sorted({g.lower() for g in gpu_types})
+    for job in jobs:
+        allowed = [g for g in types if job.gpu_types is None or g in job.gpu_types]
+        for g in allowed:
+            key = (job.workload, g)
+            label = f"{job.workload}/{g}"
+            if key in specs:
+                continue
+            if not force and key in have:
+                skipped[label] = "history"
+                continue
+            if not force and not retry_unusable and st.get(key, {}).get("status") == UNUSABLE:
+                skipped[label] = f"unusable ({st[key].get('reason') or 'probe failed'})"
+                continue
+            if job.entrypoint is None and job.workload not in BUILTIN_WORKLOADS:
+                skipped[label] = (f"job {job.name!r} has no entrypoint and {job.workload!r} is "
+                                  "not a built-in workload: nothing to probe (import a CSV with "
+                                  "`hetsched profiles import`)")
+                continue
+            specs[key] = ProbeSpec(job.workload, g, tuple(batches) if batches else
+                                   default_batches(job.global_batch), job.entrypoint)
+    return list(specs.values()), skipped
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:40] or "w"
+
+
+def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | None,
+                  time_limit_s: float, warmup: int, steps: int,
+                  hetsched: str | None = None) -> list[ProbeOutcome]:
+    """Render every probe script (before anything is submitted) into ``files/probes``."""
+    from hetsched.slurm.templates import render_probe
+
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    outs = []
+    for sp in specs:
+        base = files / "probes" / f"{_safe(sp.workload)}-{_safe(sp.gpu_type)}-{stamp}"
+        extra = ["--warmup", str(warmup), "--steps", str(steps),
+                 "--time-limit", f"{time_limit_s:g}"]
+        if sp.entrypoint:
+            extra += ["--entrypoint", sp.entrypoint]
+        script = render_probe(sp.workload, sp.gpu_type, sp.batches, out=f"{base}.csv",
+                              log_dir=files / "logs", partition=partition, extra_args=extra,
+                              time_min=max(1, math.ceil(time_limit_s / 60) + 1),
+                              hetsched=hetsched)
+        path = Path(f"{base}.sh")
+        atomic_write(path, script.text)
+        outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))
+    (files / "logs").mkdir(parents=True, exist_ok=True)
+    return outs
+
+
+def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
+               time_limit_s: float, queue_wait_s: float = 120.0, poll_s: float = 1.0,
+               grace_s: float = 15.0,
+               progress: Callable[[str], None] | None = None) -> list[ProbeOutcome]:
+    """Submit every probe, wait for all (one squeue per poll), store the results.
+
+    A probe that fails to submit, fails, runs past ``time_limit_s`` or waits in
+    the queue longer than ``queue_wait_s`` marks its pair unusable; the others
+    carry on. ``grace_s`` beyond the time limit covers the probe's start-up
+    (importing torch) before its own ``--time-limit`` clock starts.
+    """
+    say = progress or (lambda m: None)
+    for o in outcomes:
+        try:
+            o.slurm_id = client.submit(str(o.script))
+            o.submitted_at = time.monotonic()
+            say(f"probe {o.spec.workload} on {o.spec.gpu_type}: Slurm job {o.slurm_id}")
+        except Exception as e:  # noqa: BLE001 - any sbatch failure only loses this pair
+            o.status, o.reason = UNUSABLE, f"sbatch failed: {e}"
+    pending = [o for o in outcomes if o.status == "pending"]
+    while pending:
+        time.sleep(poll_s)
+        jobs = {j.job_id: j for j in client.jobs()}
+        now = time.monotonic()
+        for o in list(pending):
+            j = jobs.get(str(o.slurm_id))
+            if j is not None and not j.finished:
+                if j.state == "RUNNING" and o.started_at is None:
+                    o.started_at = now
+                late_run = (o.started_at is not None
+                            and now - o.started_at > time_limit_s + grace_s)
+                late_queue = o.started_at is None and now - o.submitted_at > queue_wait_s
+                if late_run or late_queue:
+                    client.cancel([str(o.slurm_id)])
+                    o.status = UNUSABLE
+                    o.reason = (f"timed out after {time_limit_s:g} s" if late_run else
+                                f"still {j.state.lower()} after {queue_wait_s:g} s in the queue"
+                                f" ({j.reason or 'no reason given'})")
+                    pending.remove(o)
+                continue
+            pending.remove(o)  # finished, or gone from squeue: the output file tells
+            o.seconds = now - (o.started_at or o.submitted_at)
+            _collect(o, j.state if j is not None else "GONE")
+    for o in outcomes:
+        if o.status == "ok":
+            import_rows(store, o.rows, f"probe:{o.slurm_id}")
+            set_status(store, o.spec.workload, o.spec.gpu_type, OK, f"probe:{o.slurm_id}",
+                       o.slurm_id, o.seconds)
+        else:
+            set_status(store, o.spec.workload, o.spec.gpu_type, UNUSABLE, o.reason, o.slurm_id,
+                       o.seconds)
+        say(f"probe {o.spec.workload} on {o.spec.gpu_type}: {o.status}"
+            + (f" ({o.reason})" if o.reason else f", {len(o.rows)} rows"))
+    return outcomes
+
+
+def _collect(o: ProbeOutcome, state: str) -> None:
+    assert o.out is not None
+    try:
+        text = o.out.read_text()
+        rows = parse_csv(text, str(o.out))
+    except (OSError, InputError) as e:
+        o.status = UNUSABLE
+        o.reason = f"probe job ended {state} without results ({e})"
+        return
+    rows = [r for r in rows
+            if r.workload == o.spec.workload and r.gpu_type == o.spec.gpu_type]
+    if not rows:
+        o.status, o.reason = UNUSABLE, f"probe job ended {state} with no rows for this pair"
+        return
+    o.status, o.rows = OK, rows
+
+
+def probe_times(store: Store) -> dict[tuple[str, str], float]:
+    """Seconds each stored probe ran (for the benchmark's probe cost)."""
+    return {k: float(v["probe_s"]) for k, v in statuses(store).items()
+            if v.get("probe_s") is not None}
+
+
+def rows_to_csv_file(rows: Sequence[ProfileRow], path: Path) -> None:
+    buf = io.StringIO()
+    write_csv(rows, buf)
+    atomic_write(path, buf.getvalue())
+
+
+__all__ = ["table_from_store", "ingest_reports", "plan_probes", "render_probes", "run_probes",
+           "export_csv", "forget", "listing"]

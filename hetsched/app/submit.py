@@ -1,0 +1,255 @@
+"""Submit a plan: each job's first segment becomes one heterogeneous Slurm job.
+
+Guarantees (see docs/slurm.md):
+
+* **All or nothing.** Every script is rendered before the first ``sbatch``;
+  if any ``sbatch`` fails, the jobs this call submitted are cancelled (and any
+  job carrying this call's tag that a lost reply left behind), their records
+  removed, and the error quotes Slurm's message.
+* **Idempotent.** A submission is keyed on (plan id, job, segment). The
+  intent is written to the store *before* ``sbatch`` and the id right after;
+  a re-run skips what has an id and, for an intent without one (a crash
+  between the two writes), first looks for the job in Slurm by its
+  ``--comment`` tag instead of submitting twice.
+* Later segments are not submitted here: ``hetsched replan`` submits the next
+  segment when the current one ends, so Slurm always runs what the latest plan
+  says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsched.core.plan import plan_id as content_plan_id
+from hetsched.core.spec import NAME_RE
+from hetsched.errors import HetschedError, InputError
+from hetsched.io.files import atomic_write
+from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
+from hetsched.slurm.runner import CommandError
+from hetsched.slurm.templates import Script, render_hetjob, submission_comment
+from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
+
+#: hetsched's own states that mean "handed to Slurm and possibly still there"
+LIVE_STATES = ACTIVE_STATES | {SUBMITTING}
+
+
+class SubmitError(HetschedError):
+    """A submission failed; what this call had submitted was cancelled."""
+
+    exit_code = 3
+
+
+@dataclass
+class SubmitResult:
+    plan_id: str
+    plan_path: Path | None
+    submitted: list[tuple[str, str]] = field(default_factory=list)  # (job, slurm id)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # already submitted
+    scripts: dict[str, Script] = field(default_factory=dict)  # job -> script
+
+
+def files_dir(store: Store) -> Path:
+    """Where plan copies, scripts and job logs live: beside the state file."""
+    return Path(str(store.path) + ".files")
+
+
+def normalise_plan(plan: Mapping[str, Any], source: str = "plan") -> dict[str, Any]:
+    """Check the parts of the plan JSON contract that submission relies on.
+
+    Returns a copy with ``plan_id`` set (the content hash when absent).
+    """
+    if not isinstance(plan, Mapping):
+        raise InputError(source, "expected a JSON object (a plan from `hetsched plan`)")
+    if plan.get("version") != 1:
+        raise InputError(source, f"unsupported plan version {plan.get('version')!r}; "
+                         "expected 1", "version")
+    jobs = plan.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise InputError(source, "no jobs in the plan", "jobs")
+    seen: set[str] = set()
+    for i, j in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(j, Mapping):
+            raise InputError(source, "expected an object", where)
+        name = j.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise InputError(source, f"job name {name!r} is not valid; use letters, digits, "
+                             "'.', '_' or '-'", where)
+        if name in seen:
+            raise InputError(source, "duplicate job name", f"job {name!r}")
+        seen.add(name)
+        segs = j.get("segments")
+        if not isinstance(segs, list):
+            raise InputError(source, "missing 'segments' list", f"job {name!r}")
+        for k, s in enumerate(segs):
+            ws = s.get("workers") if isinstance(s, Mapping) else None
+            if not isinstance(ws, list):
+                raise InputError(source, "missing 'workers' list", f"job {name!r} segment {k}")
+            for w in ws:
+                if not isinstance(w, Mapping) or not {"node", "gpu_type", "local_batch"} <= set(
+                        w):
+                    raise InputError(source, "a worker needs node, gpu_type, local_batch",
+                                     f"job {name!r} segment {k}")
+    out = dict(plan)
+    if not out.get("plan_id"):
+        out["plan_id"] = content_plan_id(out)
+    if not NAME_RE.match(str(out["plan_id"])):
+        raise InputError(source, f"plan_id {out['plan_id']!r} is not valid", "plan_id")
+    return out
+
+
+def render_plan(plan: Mapping[str, Any], *, plan_path: Path, log_dir: Path,
+                partition: str | None, pin_nodes: bool = True,
+                only: set[str] | None = None, segment_of: Mapping[str, int] | None = None
+                ) -> dict[str, tuple[int, Script]]:
+    """Render every job's script (segment 0 unless ``segment_of`` says otherwise)."""
+    out: dict[str, tuple[int, Script]] = {}
+    for j in plan["jobs"]:
+        name = j["name"]
+        if only is not None and name not in only:
+            continue
+        seg = (segment_of or {}).get(name, 0)
+        segs = j.get("segments") or []
+        if seg >= len(segs) or not segs[seg].get("workers"):
+            continue  # nothing (left) to run for this job
+        out[name] = (seg, render_hetjob(str(plan["plan_id"]), j, seg, plan_path=plan_path,
+                                        log_dir=log_dir, partition=partition,
+                                        pin_nodes=pin_nodes))
+    return out
+
+
+def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | None, *,
+           dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
+           only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
+           source: str = "plan", allow_active_elsewhere: bool = False,
+           progress: Callable[[str], None] | None = None) -> SubmitResult:
+    """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
+
+    ``only`` restricts to some jobs (replan), ``segment_of`` picks another
+    segment per job. With ``dry_run`` nothing is written and Slurm is not
+    touched: the result carries the scripts.
+    """
+    plan = normalise_plan(plan, source)
+    pid = str(plan["plan_id"])
+    if dry_run:
+        base = files_dir(store) if store is not None else Path("hetsched-files")
+        scripts = render_plan(plan, plan_path=base / "plans" / f"{pid}.json",
+                              log_dir=base / "logs", partition=partition, pin_nodes=pin_nodes,
+                              only=only, segment_of=segment_of)
+        return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()})
+    if store is None or client is None:
+        raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
+    base = files_dir(store)
+    plan_path = base / "plans" / f"{pid}.json"
+    log_dir = base / "logs"
+    # render everything first: a bad value fails before anything reaches Slurm
+    scripts = render_plan(plan, plan_path=plan_path, log_dir=log_dir, partition=partition,
+                          pin_nodes=pin_nodes, only=only, segment_of=segment_of)
+    if not allow_active_elsewhere:
+        _refuse_active_elsewhere(store, client, pid, set(scripts))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if not plan_path.exists():
+        atomic_write(plan_path, json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    store.add_plan(plan, source=source)
+    result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()})
+
+    # crash recovery: intents without an id may have reached Slurm
+    pending_intents = {name: store.submission(pid, name, seg) for name, (seg, _) in
+                       scripts.items()}
+    orphans = {n: s for n, s in pending_intents.items()
+               if s is not None and s.slurm_id is None and s.state == SUBMITTING}
+    found = _find_tagged(client, pid) if orphans else {}
+
+    mine: list[tuple[int, str, str]] = []  # (submission row, job, slurm id) of this call
+    order = list(scripts)
+    for i, name in enumerate(order):
+        seg, script = scripts[name]
+        prev = pending_intents[name]
+        if prev is not None and prev.slurm_id and prev.state != SUPERSEDED:
+            result.skipped.append((name, prev.slurm_id))
+            continue
+        tag = submission_comment(pid, name, seg)
+        if name in orphans and tag in found:
+            assert prev is not None
+            store.set_submitted(prev.id, found[tag])
+            result.skipped.append((name, found[tag]))
+            continue
+        path = base / "scripts" / pid / f"{name}-{seg}.sh"
+        atomic_write(path, script.text)
+        workers = next(j for j in plan["jobs"] if j["name"] == name)["segments"][seg]["workers"]
+        sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
+        try:
+            jid = client.submit(path)
+        except CommandError as e:
+            _rollback(store, client, pid, mine, sub.id, name)
+            done = ", ".join(j for _, j, _ in mine)
+            raise SubmitError(
+                f"sbatch failed for job {name!r} ({i + 1} of {len(order)}): {e}; "
+                + (f"cancelled what this run had submitted ({done}); " if mine else "")
+                + "nothing from this run remains queued") from None
+        store.set_submitted(sub.id, jid)
+        mine.append((sub.id, name, jid))
+        result.submitted.append((name, jid))
+        if progress:
+            progress(f"submitted {name} as Slurm job {jid}")
+    if result.submitted:
+        store.add_event("submitted", detail=json.dumps(
+            {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
+    return result
+
+
+def _refuse_active_elsewhere(store: Store, client: SlurmClient, pid: str,
+                             names: set[str]) -> None:
+    """A job queued under another plan must be changed by replan, not submitted twice.
+
+    The store may be stale (no poll since the job ended), so candidates are
+    checked against one squeue before refusing.
+    """
+    cands = [s for s in store.submissions()
+             if s.plan_id != pid and s.job in names and s.state in LIVE_STATES]
+    if not cands:
+        return
+    live = {j.leader for j in client.jobs() if not j.finished}
+    for sub in cands:
+        if sub.slurm_id in live or (sub.slurm_id is None and sub.state == SUBMITTING):
+            raise InputError(
+                "plan", f"job {sub.job!r} is already queued under plan {sub.plan_id} "
+                f"(Slurm job {sub.slurm_id}); use `hetsched replan` to change it",
+                f"job {sub.job!r}")
+
+
+def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:
+    """Slurm jobs (active) whose comment tags them as this plan's: tag -> leader id."""
+    out: dict[str, str] = {}
+    for j in client.jobs():
+        if j.comment.startswith(f"hetsched:{pid}:") and not j.finished:
+            out.setdefault(j.comment, j.leader)
+    return out
+
+
+def _rollback(store: Store, client: SlurmClient, pid: str,
+              mine: list[tuple[int, str, str]], failed_row: int, failed_job: str) -> None:
+    """Cancel this call's jobs (and any tagged job a lost reply left), drop their rows."""
+    ids = {jid for _, _, jid in mine}
+    jobs = {n for _, n, _ in mine} | {failed_job}
+    try:
+        tagged = _find_tagged(client, pid)
+    except CommandError:
+        tagged = {}
+    for tag, jid in tagged.items():
+        # a failed sbatch whose reply was lost may still have created a job
+        if tag.split(":")[2:3] and tag.split(":")[2] in jobs:
+            ids.add(jid)
+    if ids:
+        client.cancel(sorted(ids))
+    with store.tx():
+        for row, _, _ in mine:
+            store.delete_submission(row)
+        store.delete_submission(failed_row)
+    store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid,
+                                                          "cancelled": sorted(ids)}),
+                    handled=True)

@@ -1,0 +1,293 @@
+"""The hetsched command line. Commands parse, call the library, render; nothing more."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from hetsched import __version__
+from hetsched.errors import HetschedError, InputError
+
+if TYPE_CHECKING:
+    from hetsched.core.spec import Cluster
+    from hetsched.core.throughput import ThroughputTable
+
+DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+err_console = Console(stderr=True)
+
+
+def _fail(e: HetschedError) -> None:
+    click.echo(f"hetsched: error: {e}", err=True)
+    sys.exit(e.exit_code)
+
+
+class Main(click.Group):
+    """Turns every HetschedError into one line on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HetschedError as e:
+            _fail(e)
+
+
+@click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"],
+                                         "max_content_width": 100})
+@click.version_option(__version__, prog_name="hetsched")
+def main() -> None:
+    """Plan deep-learning training batches on heterogeneous GPU partitions of Slurm.
+
+    \b
+    hetsched profile jobs.yaml          sbatch probes -> profile history (planner input)
+    hetsched plan jobs.yaml --cluster cluster.yaml --throughputs profiles.csv
+    hetsched submit plan.json           submit the plan as Slurm heterogeneous jobs
+    hetsched replan                     cron-safe: react to reset events, resubmit
+    hetsched status | watch             what Slurm runs for hetsched now
+    hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
+    hetsched policies                   list placement policies and their parameters
+    hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
+
+    Errors in the input print one line naming the file and field; exit code 2.
+    """
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InputError(path, f"cannot write: {e}") from None
+
+
+@main.command()
+# Input paths are plain strings (no click.Path(dir_okay=False)): click would answer a
+# directory with a three-line usage error; the loaders say it in one line.
+@click.argument("jobs_file", metavar="JOBS.yaml")
+@click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml",
+              help="Cluster YAML (nodes, GPU types, bandwidths). Default: read the partition "
+                   "from Slurm when one is reachable.")
+@click.option("--partition", help="Slurm partition to read when no --cluster is given.")
+@click.option("--throughputs", "tp_file", metavar="PROFILES.csv",
+              help="Throughput CSV: workload,gpu_type,local_batch,step_time_s[,sync_time_s]"
+                   "[,max_local_batch].")
+@click.option("--policy", default="auto", show_default=True,
+              help="Placement policy (see `hetsched policies`); auto keeps the best candidate.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Policy parameter, repeatable (e.g. --param samples=60 --param seed=1).")
+@click.option("--static", is_flag=True,
+              help="Keep each job's first placement; freed GPUs only go to waiting jobs.")
+@click.option("--restart-cost", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds a running job loses when its GPUs change (checkpoint, requeue, reload).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table",
+              show_default=True, help="Output format on stdout.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
+@click.option("--gantt", "gantt_png", type=click.Path(dir_okay=False),
+              help="Write a per-GPU Gantt chart PNG here.")
+@click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
+@click.option("--dry-run", is_flag=True,
+              help="Accepted for symmetry: planning never touches Slurm.")
+@click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
+              help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
+                   "by task (Hare; policies hare, fifo, srtf, homo, allox, auto).")
+@click.option("--task-iterations", type=click.IntRange(min=1), default=None,
+              help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
+                   "costs < 1% of a task).")
+def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_file: str | None,
+         policy: str, params: tuple[str, ...], static: bool, restart_cost: float, fmt: str,
+         out: str | None, gantt_png: str | None, no_gantt: bool, dry_run: bool,
+         mode: str = "space", task_iterations: int | None = None) -> None:
+    """Compute which GPUs each job gets, when, and each worker's local batch.
+
+    Prints per job its GPUs by node, the local batch of each worker, predicted
+    start, end and JCT; the plan's total weighted JCT, average JCT, makespan,
+    Jain fairness and a lower bound with the gap to it; and a text Gantt
+    chart. Exit code 2 on bad input.
+    """
+    from hetsched.cli.render import plan_yaml, png_gantt, render_plan
+    from hetsched.io.specs import load_jobs
+    from hetsched.planning.planner import make_plan
+    from hetsched.planning.space.policies.base import parse_param
+
+    jobs = load_jobs(jobs_file)
+    cluster = _load_cluster(cluster_file, partition)
+    table = _load_throughputs(tp_file)
+    kv = dict(parse_param(p) for p in params)
+    progress = (lambda m: err_console.print(f"[dim]{m}[/dim]")) if fmt == "table" else None
+    result = make_plan(jobs, cluster, table, policy, kv, static=static,
+                       restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress,
+                       mode=mode, task_iterations=task_iterations)
+    if out:
+        _write(out, result.to_json() + "\n")
+    if gantt_png:
+        if result.mode == "pool":
+            from hetsched.cli.render import png_gantt_pool
+
+            png_gantt_pool(result, gantt_png)
+        else:
+            png_gantt(result, gantt_png)
+    if fmt == "json":
+        click.echo(result.to_json())
+    elif fmt == "yaml":
+        click.echo(plan_yaml(result), nl=False)
+    elif result.mode == "pool":
+        from hetsched.cli.render import render_pool_plan
+
+        render_pool_plan(result, _stdout_console(), gantt=not no_gantt)
+    else:
+        render_plan(result, _stdout_console(), gantt=not no_gantt)
+
+
+def _stdout_console() -> Console:
+    """A terminal console, or a wide one when piped (tables stay readable in logs)."""
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
+def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:
+    from hetsched.io.specs import load_cluster
+
+    if cluster_file:
+        return load_cluster(cluster_file)
+    import shutil
+
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.slurm.inventory import load_cluster_from_slurm
+
+    if shutil.which("sinfo") is None:
+        raise InputError("--cluster", "no cluster file given and no Slurm here (sinfo not "
+                         "found); pass --cluster cluster.yaml (see examples/cluster.yaml)")
+    return load_cluster_from_slurm(CliSlurmClient(), partition)
+
+
+def _load_throughputs(tp_file: str | None) -> ThroughputTable:
+    from hetsched.io.profiles import load_throughputs
+
+    if tp_file:
+        return load_throughputs(tp_file)
+    # No CSV: the profile history that `hetsched profile` keeps in the state
+    # store. Planning never creates a state file as a side effect.
+    from hetsched.state.history import table_from_store
+    from hetsched.state.store import default_path, open_store
+
+    path = default_path()
+    if not Path(path).exists():
+        raise InputError("--throughputs", f"no throughput CSV given and no profile history at "
+                         f"{path}; run `hetsched profile JOBS.yaml` or pass --throughputs "
+                         "profiles.csv (e.g. examples/gavel_throughputs.csv)")
+    with open_store(path) as st:
+        return table_from_store(st)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def policies(fmt: str) -> None:
+    """List every policy (space and pool mode) with its parameters and the paper it comes from."""
+    from hetsched.planning.planner import AUTO_CANDIDATES
+    from hetsched.planning.space.policies import REGISTRY
+
+    rows: list[dict[str, Any]] = []
+    for name in sorted(REGISTRY):
+        cls = REGISTRY[name]
+        rows.append({
+            "name": name, "mode": "space", "summary": cls.summary, "paper": cls.paper,
+            "shares": cls.shares,
+            "preemptive": cls.preemptive,
+            "parameters": {k: {"default": v, "doc": cls.param_docs.get(k, "")}
+                           for k, v in cls.parameters().items()},
+        })
+    rows.append({"name": "auto", "mode": "space", "summary": "Runs " + ", ".join(AUTO_CANDIDATES) +
+                 " through the evaluator and keeps the lowest weighted JCT (the default)",
+                 "paper": "-", "shares": "-", "preemptive": "-", "parameters": {}})
+    from hetsched.planning.pool import HARE_PARAMS, POOL_AUTO, POOL_POLICIES
+
+    for name, (summary, paper) in POOL_POLICIES.items():
+        rows.append({"name": name, "mode": "pool", "summary": summary, "paper": paper,
+                     "shares": "-", "preemptive": "-",
+                     "parameters": {k: {"default": v, "doc": "see docs/pool.md"}
+                                    for k, v in (HARE_PARAMS if name == "hare" else {}).items()}})
+    rows.append({"name": "auto", "mode": "pool", "summary": "Runs " + ", ".join(POOL_AUTO) +
+                 " and keeps the lowest weighted JCT", "paper": "-", "shares": "-",
+                 "preemptive": "-", "parameters": {}})
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    tab = Table(title="hetsched policies", show_lines=True)
+    for col in ("policy", "what it does", "parameters (default)", "from"):
+        tab.add_column(col)
+    for r in rows:
+        params = "\n".join(f"{k}={v['default']!r}: {v['doc']}" for k, v in r["parameters"].items())
+        extra = f"\n[dim]shares: {r['shares']}, moves running jobs: {r['preemptive']}[/dim]" \
+            if r["shares"] != "-" else ""
+        name = r["name"] + (" (--mode pool)" if r["mode"] == "pool" else "")
+        tab.add_row(name, r["summary"] + extra, params or "-", r["paper"])
+    _stdout_console().print(tab)
+
+
+@main.group()
+def convert() -> None:
+    """Convert public data (Gavel's throughputs and traces) into hetsched's formats."""
+
+
+@convert.command("gavel-throughputs")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="CSV to write (default stdout).")
+def convert_gavel(src: str, out: str | None) -> None:
+    """Gavel's throughput JSON (iterations/s) -> throughput CSV (seconds per step).
+
+    Uses the isolated single-GPU measurements (scale factor 1, no co-located
+    job) of each '<Model> (batch size N)' job type; workload keys are the
+    model names in lower case (resnet-18, resnet-50, transformer, lm,
+    recommendation).
+    """
+    import io
+
+    from hetsched.io.profiles import load_gavel, write_csv
+
+    buf = io.StringIO()
+    write_csv(load_gavel(src), buf)
+    if out:
+        _write(out, buf.getvalue())
+    else:
+        click.echo(buf.getvalue(), nl=False)
+
+
+@convert.command("gavel-trace")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
+@click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N jobs.")
+def convert_trace(src: str, out: str | None, limit: int | None) -> None:
+    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x global batch)."""
+    import yaml
+
+    from hetsched.io.traces import parse_trace
+
+    jobs, skipped = parse_trace(src, limit)
+    text = yaml.safe_dump({"jobs": jobs}, sort_keys=False)
+    if out:
+        _write(out, text)
+    else:
+        click.echo(text, nl=False)
+    if skipped:
+        click.echo(f"skipped {skipped} job(s) without a batch size (A3C, CycleGAN)", err=True)
+
+
+def _register_commands() -> None:
+    """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
+    from hetsched.cli import slurm as cli_slurm
+
+    for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd):
+        main.add_command(cmd)
+    from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
+
+    for cmd in cli_runtime.COMMANDS:
+        main.add_command(cmd)
+
+
+_register_commands()

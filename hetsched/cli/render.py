@@ -1,0 +1,304 @@
+"""Rendering a Plan: rich tables, a text Gantt chart, a PNG Gantt chart, YAML/JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from hetsched.core.plan import Plan
+from hetsched.errors import InputError
+
+PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
+           "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red"]
+
+
+def fmt_s(x: float) -> str:
+    """Seconds as a compact human duration: 59.3s, 12m03s, 4h05m, 2d03h."""
+    if x != x:  # nan
+        return "-"
+    x = float(x)
+    if x < 60:
+        return f"{x:.1f}s"
+    if x < 3600:
+        return f"{int(x // 60)}m{int(x % 60):02d}s"
+    if x < 86400:
+        return f"{int(x // 3600)}h{int(x % 3600 // 60):02d}m"
+    return f"{int(x // 86400)}d{int(x % 86400 // 3600):02d}h"
+
+
+def gpus_summary(workers: list[Any]) -> str:
+    """'v100-1:4 + k80-2:2' (node:count), grouped."""
+    c = Counter(w.node for w in workers)
+    return " + ".join(f"{n}:{k}" for n, k in c.items())
+
+
+def batches_summary(workers: list[Any]) -> str:
+    """Local batches per GPU type: 'v100 4x48, k80 2x16' (ranges where they differ)."""
+    by: dict[str, list[int]] = {}
+    for w in workers:
+        by.setdefault(w.gpu_type, []).append(w.local_batch)
+    parts = []
+    for t, bs in by.items():
+        lo, hi = min(bs), max(bs)
+        parts.append(f"{t} {len(bs)}x{lo}" if lo == hi else f"{t} {len(bs)}x{lo}-{hi}")
+    return ", ".join(parts)
+
+
+def jobs_table(plan: Plan) -> Table:
+    tab = Table(title=f"Plan ({plan.policy})", show_lines=False, header_style="bold")
+    for col, just in (("job", "left"), ("w", "right"), ("seg", "right"), ("GPUs (node:count)", "left"),
+                      ("local batches", "left"), ("iter", "right"), ("start", "right"),
+                      ("end", "right"), ("JCT", "right")):
+        tab.add_column(col, justify=just)  # type: ignore[arg-type]
+    for jp in plan.jobs:
+        for k, seg in enumerate(jp.segments):
+            first = k == 0
+            last = k == len(jp.segments) - 1
+            tab.add_row(
+                jp.name if first else "", f"{jp.weight:g}" if first else "",
+                str(k + 1), gpus_summary(seg.workers), batches_summary(seg.workers),
+                f"{seg.iteration_s * 1000:.1f}ms",
+                fmt_s(seg.start_s), fmt_s(seg.end_s),
+                fmt_s(jp.jct_s) if last else "",
+            )
+    return tab
+
+
+def summary_table(plan: Plan) -> Table:
+    tab = Table(show_header=False, box=None)
+    tab.add_column(style="bold")
+    tab.add_column()
+    tab.add_row("total weighted JCT", f"{plan.weighted_jct_s:,.1f} s ({fmt_s(plan.weighted_jct_s)})")
+    tab.add_row("average JCT", f"{plan.avg_jct_s:,.1f} s ({fmt_s(plan.avg_jct_s)})")
+    tab.add_row("makespan", f"{plan.makespan_s:,.1f} s ({fmt_s(plan.makespan_s)})")
+    tab.add_row("Jain fairness", f"{plan.fairness:.3f}")
+    tab.add_row("lower bound", f"{plan.lower_bound_s:,.1f} s (gap {plan.gap * 100:.1f}%)")
+    tab.add_row("planning time", f"{plan.planning_time_s:.3f} s")
+    if plan.candidates:
+        best = min(plan.candidates.values())
+        tab.add_row("auto candidates", ", ".join(
+            f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
+    return tab
+
+
+def text_gantt(plan: Plan, width: int = 72) -> Text:
+    """One row per job over the plan's time span; letters mark GPU types, '.' restart."""
+    t0 = min(j.arrival_s for j in plan.jobs)
+    t1 = max(j.end_s for j in plan.jobs)
+    span = max(t1 - t0, 1e-9)
+    name_w = min(24, max(len(j.name) for j in plan.jobs))
+    out = Text()
+    out.append(f"{'':{name_w}} |{fmt_s(0):<{width // 2}}{fmt_s(span):>{width - width // 2}}|\n",
+               style="dim")
+    for k, jp in enumerate(plan.jobs):
+        row = [" "] * width
+        styles = [""] * width
+        a = int((jp.arrival_s - t0) / span * (width - 1))
+        if jp.segments:
+            for x in range(a, int((jp.start_s - t0) / span * (width - 1)) + 1):
+                row[x] = "-"
+        color = PALETTE[k % len(PALETTE)]
+        for seg in jp.segments:
+            types = Counter(w.gpu_type for w in seg.workers)
+            mark = types.most_common(1)[0][0][0].upper() if types else "#"
+            s = int((seg.start_s - t0) / span * (width - 1))
+            e = max(s, int((seg.end_s - t0) / span * (width - 1)))
+            r = int((seg.start_s + seg.restart_s - t0) / span * (width - 1))
+            for x in range(s, e + 1):
+                row[x] = "." if x < r else mark
+                styles[x] = color
+        out.append(f"{jp.name[:name_w]:<{name_w}} |", style="bold")
+        for ch, st in zip(row, styles, strict=True):
+            out.append(ch, style=st or None)
+        out.append(f"| {len(jp.segments[-1].workers) if jp.segments else 0} GPUs\n")
+    out.append(f"{'':{name_w}}  '-' waiting, '.' restarting, letter = main GPU type of the segment\n",
+               style="dim")
+    return out
+
+
+def render_plan(plan: Plan, console: Console, gantt: bool = True) -> None:
+    parts: list[Any] = [jobs_table(plan), summary_table(plan)]
+    if gantt:
+        parts.append(text_gantt(plan, width=max(40, min(100, console.width - 40))))
+    console.print(Group(*parts))
+
+
+def plan_yaml(plan: Plan) -> str:
+    return yaml.safe_dump(json.loads(plan.to_json()), sort_keys=False)
+
+
+def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
+                  path: str | Path) -> None:
+    """Axes, title, legend and the file of a per-GPU Gantt chart (both modes)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_ylim(-1, len(labels))
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{title}: weighted JCT {plan.weighted_jct_s:,.0f} s, "
+                 f"makespan {plan.makespan_s:,.0f} s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise InputError(str(path), f"cannot write the PNG: {e}") from None
+    finally:
+        plt.close(fig)
+
+
+def png_gantt(plan: Plan, path: str | Path) -> None:
+    """Per-GPU Gantt chart: one row per GPU, one colour per job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: dict[tuple[str, int], int] = {}
+    for jp in plan.jobs:
+        for seg in jp.segments:
+            for w in seg.workers:
+                rows.setdefault((w.node, w.gpu), 0)
+    keys = sorted(rows)
+    for k, key in enumerate(keys):
+        rows[key] = k
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(12, max(3, 0.28 * len(keys) + 1.5)))
+    for n, jp in enumerate(plan.jobs):
+        for seg in jp.segments:
+            for w in seg.workers:
+                y = rows[(w.node, w.gpu)]
+                ax.barh(y, seg.end_s - seg.start_s, left=seg.start_s, color=cmap(n % 20),
+                        edgecolor="black", linewidth=0.3)
+                if seg.restart_s > 0:
+                    ax.barh(y, seg.restart_s, left=seg.start_s, color="lightgrey", hatch="//",
+                            edgecolor="black", linewidth=0.3)
+        ax.barh(-10, 0, color=cmap(n % 20), label=jp.name)
+    _finish_gantt(fig, ax, [f"{n}/gpu{g}" for n, g in keys], f"{plan.policy}", plan, path)
+
+
+# ---------------------------------------------------------------------------
+# Pool mode (issue 3): per-GPU views of the plan's ``tasks`` section
+
+JOB_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _pool_rows(plan: Plan) -> list[tuple[str, list[list[Any]]]]:
+    """(GPU label, expanded task rows) per GPU of a pool plan."""
+    from hetsched.planning.pool.compact import expand_runs
+
+    tasks = plan.tasks or {}
+    return [(f"{g['node']}/{g['gpu']}", expand_runs(g["runs"])) for g in tasks.get("gpus", [])]
+
+
+def text_gantt_pool(plan: Plan, width: int = 72, max_gpus: int = 48) -> Text:
+    """One row per GPU; each column shows the job that used the GPU most in that time slice.
+
+    Letters stand for jobs (legend below; they repeat after 62 jobs), '.' is idle.
+    """
+    rows = _pool_rows(plan)
+    out = Text()
+    if not rows:
+        return out
+    t0 = min(j.arrival_s for j in plan.jobs)
+    t1 = max(j.end_s for j in plan.jobs)
+    span = max(t1 - t0, 1e-9)
+    mark = {j.name: JOB_MARKS[k % len(JOB_MARKS)] for k, j in enumerate(plan.jobs)}
+    color = {j.name: PALETTE[k % len(PALETTE)] for k, j in enumerate(plan.jobs)}
+    label_w = min(24, max(len(lbl) for lbl, _ in rows))
+    out.append(f"{'':{label_w}} |{fmt_s(0):<{width // 2}}{fmt_s(span):>{width - width // 2}}|\n",
+               style="dim")
+    for lbl, tasks in rows[:max_gpus]:
+        busy: list[dict[str, float]] = [{} for _ in range(width)]
+        for r in tasks:
+            a = (float(r[3]) - t0) / span * width
+            b = (float(r[4]) - t0) / span * width
+            for x in range(max(0, int(a)), min(width, int(b) + 1)):
+                cover = min(b, x + 1) - max(a, x)
+                if cover > 0:
+                    busy[x][r[0]] = busy[x].get(r[0], 0.0) + cover
+        out.append(f"{lbl[:label_w]:<{label_w}} |", style="bold")
+        for cell in busy:
+            if not cell:
+                out.append(".", style="dim")
+            else:
+                job = max(cell, key=lambda k: cell[k])
+                out.append(mark[job], style=color[job])
+        out.append(f"| {len(tasks)} tasks\n")
+    if len(rows) > max_gpus:
+        out.append(f"{'':{label_w}}  ... {len(rows) - max_gpus} more GPUs (see --format json)\n",
+                   style="dim")
+    legend = ", ".join(f"{mark[j.name]}={j.name}" for j in plan.jobs[:len(JOB_MARKS)])
+    more = " (letters repeat)" if len(plan.jobs) > len(JOB_MARKS) else ""
+    out.append(f"{'':{label_w}}  '.' idle; {legend}{more}\n", style="dim")
+    return out
+
+
+def pool_summary_table(plan: Plan) -> Table:
+    """Pool-specific facts: task sizes, compaction, memory plan, bound method."""
+    tasks = plan.tasks or {}
+    tab = Table(show_header=False, box=None)
+    tab.add_column(style="bold")
+    tab.add_column()
+    jobs = tasks.get("jobs", {})
+    its = sorted({v["iterations_per_task"] for v in jobs.values()})
+    tab.add_row("tasks", f"{tasks.get('total_tasks', 0):,} ({tasks.get('stored_rows', 0):,} "
+                         "rows stored after pattern compaction)")
+    if its:
+        tab.add_row("iterations per task", f"{its[0]}" if len(its) == 1
+                    else f"{its[0]}..{its[-1]} (per job)")
+    mem = tasks.get("memory", {})
+    if mem:
+        tab.add_row("memory plan", f"{mem.get('warm_starts', 0):,} warm starts, "
+                                   f"{mem.get('model_loads', 0):,} model loads")
+    bound = plan.params.get("bound")
+    if bound:
+        tab.add_row("lower bound from", f"{bound} relaxation (alpha = {plan.params.get('alpha')})")
+    return tab
+
+
+def render_pool_plan(plan: Plan, console: Console, gantt: bool = True) -> None:
+    """Pool-mode table output: jobs, summary, pool facts and the per-GPU text Gantt."""
+    parts: list[Any] = [jobs_table(plan), summary_table(plan), pool_summary_table(plan)]
+    if gantt:
+        parts.append(text_gantt_pool(plan, width=max(40, min(100, console.width - 40))))
+    console.print(Group(*parts))
+
+
+def png_gantt_pool(plan: Plan, path: str | Path) -> None:
+    """Per-GPU Gantt chart of a pool plan: one bar per run of back-to-back tasks of a job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _pool_rows(plan)
+    colour = {j.name: k for k, j in enumerate(plan.jobs)}
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(12, max(3, 0.28 * len(rows) + 1.5)))
+    for y, (_, tasks) in enumerate(rows):
+        bars: dict[str, list[tuple[float, float]]] = {}
+        cur: list[Any] | None = None
+        for r in tasks:  # merge back-to-back tasks of one job into one bar
+            if cur is not None and cur[0] == r[0] and float(r[3]) - cur[2] < 1e-6:
+                cur[2] = float(r[4])
+                continue
+            if cur is not None:
+                bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
+            cur = [r[0], float(r[3]), float(r[4])]
+        if cur is not None:
+            bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
+        for job, spans in bars.items():
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=cmap(colour[job] % 20))
+    for jp in plan.jobs[:40]:
+        ax.barh(-10, 0, color=cmap(colour[jp.name] % 20), label=jp.name)
+    _finish_gantt(fig, ax, [lbl for lbl, _ in rows], f"{plan.policy} (pool)", plan, path)

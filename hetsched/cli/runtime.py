@@ -1,0 +1,325 @@
+"""Click commands for the runtime and the profiler (registered by ``hetsched/cli.py``).
+
+``run`` (one rank of a planned job, or every rank locally with ``--local``),
+``probe`` (the probe job's body), ``profile`` (submit probes for missing
+(workload, GPU type) pairs) and the ``profiles`` group (list, export, import,
+forget, refine). torch is imported only inside ``run`` and ``probe``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from hetsched import config
+from hetsched.errors import InputError
+
+STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state/hetsched/state.db"
+
+
+# ---------------------------------------------------------------------------
+# run
+
+
+@click.command("run")
+@click.option("--plan", "plan_path", required=True, help="Plan JSON (the hetjob passes it).")
+@click.option("--job", required=True, help="Job name in the plan.")
+@click.option("--segment", type=click.IntRange(0), default=None,
+              help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
+@click.option("--local", is_flag=True,
+              help="Run every rank of the segment as local processes (tests, demos).")
+@click.option("--checkpoint", default=None,
+              help="Checkpoint file (default: $HETSCHED_CHECKPOINT_DIR/JOB.pt, else "
+              "STATE.files/checkpoints/JOB.pt). An existing one is resumed.")
+@click.option("--checkpoint-every", type=click.IntRange(1), default=None,
+              help="Steps between checkpoints [default: 50].")
+@click.option("--report", default=None, help="Report file (JSON lines) [default: "
+              "$HETSCHED_REPORT_DIR/JOB.jsonl, else STATE.files/reports/JOB.jsonl].")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Override the job's epochs.")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="Stop after this many steps in this run (resume later from the checkpoint).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Force the device (default: CUDA when torch sees a GPU; NCCL there, gloo on "
+              "CPU).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoint: str | None,
+            checkpoint_every: int | None, report: str | None, epochs: float | None,
+            max_steps: int | None, device: str | None, seed: int) -> None:
+    """Train one planned job: this rank inside a Slurm step (the hetjob's `srun`).
+
+    Ranks are numbered across the hetjob's components; each takes its local
+    batch from HETSCHED_LOCAL_BATCHES (or the plan). Gradients are weighted by
+    local batch, so a step equals one step on the whole global batch. Jobs
+    with a `command` instead of an entrypoint/built-in workload get their
+    rank's HETSCHED_LOCAL_BATCH in the environment and run without a shell.
+    """
+    from hetsched.runtime.job import run
+
+    res = run(plan_path, job, segment=segment, local=local, overrides={
+        "checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "report": report,
+        "epochs": epochs, "max_steps": max_steps, "device": device, "seed": seed})
+    if res and (local or res.get("rank") == 0):
+        click.echo(json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                               for k, v in res.items()}), err=True)
+
+
+# ---------------------------------------------------------------------------
+# probe
+
+
+@click.command("probe")
+@click.option("--workload", required=True, help="Workload key (a built-in, or with --entrypoint).")
+@click.option("--gpu-type", required=True, help="GPU type the rows are recorded under.")
+@click.option("--batches", required=True, help="Local batch sizes to sweep, e.g. 8,16,32,64.")
+@click.option("--out", required=True, help="CSV to write (throughput format).")
+@click.option("--entrypoint", default=None, help="module:function building the workload.")
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=5, show_default=True,
+              help="Timed steps per batch size (the median is kept).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds; stop the sweep with what was measured so far.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)
+@click.option("--max-batch", type=click.IntRange(1), default=4096, show_default=True,
+              help="GPU: upper bound of the search for the largest batch that fits.")
+@click.option("--sync/--no-sync", default=True, show_default=True,
+              help="Also measure the gradient all-reduce time.")
+def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: str | None,
+              warmup: int, steps: int, time_limit: float | None, device: str | None,
+              max_batch: int, sync: bool) -> None:
+    """Measure a workload's step time over local batch sizes on this GPU (a probe job's body)."""
+    from hetsched.app.profile import parse_batches, rows_to_csv_file
+    from hetsched.runtime.probe import probe
+
+    res = probe(workload, gpu_type, parse_batches(batches), entrypoint=entrypoint,
+                warmup=warmup, steps=steps, device=device, time_limit_s=time_limit,
+                max_batch=max_batch, sync=sync)
+    if not res.rows:
+        raise InputError("hetsched probe", f"nothing measured for {workload} on {gpu_type} "
+                         f"(OOM at {res.oom_at})" if res.oom_at else "nothing measured")
+    rows_to_csv_file(res.rows, Path(out))
+    click.echo(f"{workload} on {gpu_type} ({res.device}): {len(res.rows)} batch sizes, "
+               f"max batch {res.max_batch}, {res.elapsed_s:.1f} s", err=True)
+
+
+# ---------------------------------------------------------------------------
+# profile
+
+
+@click.command("profile")
+@click.argument("jobs_file", metavar="JOBS.yaml")
+@click.option("--partition", "-p", default=None,
+              help="Partition whose GPU types are probed (default: $HETSCHED_PARTITION).")
+@click.option("--cluster", "cluster_file", default=None,
+              help="Cluster YAML instead of asking Slurm which GPU types exist.")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--dry-run", is_flag=True, help="Print the probe scripts; submit nothing.")
+@click.option("--batches", default=None,
+              help="Local batch sweep (default: powers of two up to each job's global batch).")
+@click.option("--time-limit", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds a probe may run before it is cancelled (pair marked unusable).")
+@click.option("--queue-wait", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds a probe may wait in the queue before it is cancelled.")
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--force", is_flag=True, help="Probe even pairs that have history.")
+@click.option("--retry-unusable", is_flag=True, help="Probe again pairs marked unusable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
+                state_path: str | None, dry_run: bool, batches: str | None, time_limit: float,
+                queue_wait: float, warmup: int, steps: int, force: bool, retry_unusable: bool,
+                as_json: bool) -> None:
+    """Probe every (workload, GPU type) of JOBS.yaml that has no usable profile history.
+
+    One short probe job per pair, submitted through Slurm to that GPU type;
+    they run concurrently. A failed or timed-out probe marks its pair
+    unusable (the planner leaves that GPU type out for that workload) and
+    does not fail the others. Results go into the state store's profile
+    history, which `hetsched profiles list|export|forget` manage.
+    """
+    from hetsched.app.profile import parse_batches, plan_probes, render_probes, run_probes
+    from hetsched.app.submit import files_dir
+    from hetsched.io.specs import load_cluster, load_jobs
+    from hetsched.state.store import default_path, open_store
+
+    jobs = load_jobs(jobs_file)
+    part = partition or config.get("partition") or None
+    client = None
+    if cluster_file:
+        types = list(load_cluster(cluster_file).gpu_types)
+    else:
+        from hetsched.slurm.client import CliSlurmClient
+        from hetsched.slurm.inventory import load_cluster_from_slurm
+
+        client = CliSlurmClient()
+        types = list(load_cluster_from_slurm(client, part).gpu_types)
+    sweep = parse_batches(batches) if batches else None
+    if dry_run:
+        from hetsched.state.store import Store
+
+        path = Path(state_path) if state_path else default_path()
+        st: Store | None = open_store(path) if path.exists() else None
+        try:
+            specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
+                                         retry_unusable=retry_unusable)
+        finally:
+            if st is not None:
+                st.close()
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
+                                 warmup=warmup, steps=steps)
+            for o in outs:
+                assert o.script is not None
+                click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")
+                click.echo(o.script.read_text(), nl=False)
+        for label, why in sorted(skipped.items()):
+            click.echo(f"# skip {label}: {why}", err=True)
+        click.echo(f"# dry run: {len(specs)} probes; nothing submitted", err=True)
+        return
+    with open_store(state_path) as st:
+        specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
+                                     retry_unusable=retry_unusable)
+        for label, why in sorted(skipped.items()):
+            click.echo(f"skip {label}: {why}", err=True)
+        if not specs:
+            click.echo("nothing to probe: every (workload, GPU type) has history")
+            return
+        if client is None:
+            from hetsched.slurm.client import CliSlurmClient
+
+            client = CliSlurmClient()
+        t0 = time.monotonic()
+        outs = render_probes(specs, files_dir(st), partition=part, time_limit_s=time_limit,
+                             warmup=warmup, steps=steps)
+        outs = run_probes(outs, client, st, time_limit_s=time_limit, queue_wait_s=queue_wait,
+                          progress=lambda m: click.echo(m, err=True))
+        wall = time.monotonic() - t0
+    ok = sum(o.status == "ok" for o in outs)
+    if as_json:
+        click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
+            {"workload": o.spec.workload, "gpu_type": o.spec.gpu_type, "status": o.status,
+             "slurm_id": o.slurm_id, "reason": o.reason, "rows": len(o.rows),
+             "seconds": None if o.seconds is None else round(o.seconds, 3)} for o in outs]},
+            indent=2))
+    else:
+        click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
+                   f"{len(outs) - ok} pairs marked unusable")
+
+
+# ---------------------------------------------------------------------------
+# profiles
+
+
+@click.group("profiles")
+def profiles() -> None:
+    """See, export, import, forget and refine the profile history in the state store."""
+
+
+@profiles.command("list")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--json", "as_json", is_flag=True)
+def profiles_list(state_path: str | None, as_json: bool) -> None:
+    """One line per (workload, GPU type): fit a + c*b, batches, status, source."""
+    from hetsched.state.history import listing
+    from hetsched.state.store import open_store
+
+    with open_store(state_path) as st:
+        rows = listing(st)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no profiles (run `hetsched profile JOBS.yaml`)")
+        return
+    click.echo(f"{'workload':<16} {'gpu':<8} {'status':<9} {'a (s)':>9} {'c (s/sample)':>13} "
+               f"{'max b':>6} {'samples/s':>10}  batches / source")
+    for r in rows:
+        def f(v: float | None, fmt: str) -> str:
+            return "-" if v is None else format(v, fmt)
+        click.echo(f"{r['workload']:<16} {r['gpu_type']:<8} {r['status']:<9} "
+                   f"{f(r['a_s'], '.4g'):>9} {f(r['c_s'], '.4g'):>13} "
+                   f"{f(r['max_batch'], 'd'):>6} {f(r['peak_samples_per_s'], '.1f'):>10}  "
+                   f"{','.join(map(str, r['batches'])) or '-'} / "
+                   f"{','.join(r['sources']) or r['reason']}")
+
+
+@profiles.command("export")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--out", "-o", default=None, help="CSV file (default stdout).")
+@click.option("--workload", default=None)
+@click.option("--gpu-type", default=None)
+def profiles_export(state_path: str | None, out: str | None, workload: str | None,
+                    gpu_type: str | None) -> None:
+    """Write the usable history as a throughput CSV (the planner's --throughputs format)."""
+    from hetsched.state.history import export_csv
+    from hetsched.state.store import open_store
+
+    with open_store(state_path) as st:
+        text = export_csv(st, workload, gpu_type.lower() if gpu_type else None)
+    if out:
+        try:
+            Path(out).write_text(text)
+        except OSError as e:
+            raise InputError(out, f"cannot write: {e}") from None
+    else:
+        click.echo(text, nl=False)
+
+
+@profiles.command("import")
+@click.argument("csv_file")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+def profiles_import(csv_file: str, state_path: str | None) -> None:
+    """Add a throughput CSV's rows to the history (e.g. measurements from elsewhere)."""
+    from hetsched.io.profiles import load_throughputs
+    from hetsched.state.history import import_rows
+    from hetsched.state.store import open_store
+
+    rows = load_throughputs(csv_file).all_rows()
+    with open_store(state_path) as st:
+        n = import_rows(st, rows, f"import:{Path(csv_file).name}")
+    click.echo(f"imported {n} rows")
+
+
+@profiles.command("forget")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--workload", default=None)
+@click.option("--gpu-type", default=None)
+@click.option("--all", "everything", is_flag=True, help="Forget the whole history.")
+def profiles_forget(state_path: str | None, workload: str | None, gpu_type: str | None,
+                    everything: bool) -> None:
+    """Delete history (and unusable marks) so the next `profile` probes again."""
+    from hetsched.state.history import forget, forget_all
+    from hetsched.state.store import open_store
+
+    with open_store(state_path) as st:
+        n = forget_all(st) if everything else forget(st, workload, gpu_type)
+    click.echo(f"forgot {n} rows")
+
+
+@profiles.command("refine")
+@click.argument("reports", nargs=-1)
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.option("--alpha", type=float, default=0.3, show_default=True,
+              help="EWMA weight of a new measurement.")
+def profiles_refine(reports: tuple[str, ...], state_path: str | None, alpha: float) -> None:
+    """Fold running jobs' reports (default: every STATE.files/reports/*.jsonl) into the
+    history with an exponentially weighted moving average; each line is counted once."""
+    from hetsched.app.submit import files_dir
+    from hetsched.state.history import ingest_reports
+    from hetsched.state.store import open_store
+
+    with open_store(state_path) as st:
+        paths = list(reports) or sorted(str(p) for p in (files_dir(st) / "reports").glob(
+            "*.jsonl"))
+        changes = ingest_reports(st, paths, alpha)
+    for w, g, b, old, new in changes[-20:]:
+        click.echo(f"{w} {g} b={b}: {'-' if old is None else f'{old:.4g}'} -> {new:.4g} s")
+    click.echo(f"{len(changes)} measurements from {len(paths)} reports", err=True)
+
+
+COMMANDS = (run_cmd, probe_cmd, profile_cmd, profiles)

@@ -1,0 +1,172 @@
+"""Every setting hetsched reads, once: name, environment variable, default, meaning.
+
+Precedence, highest first: a command-line option (the CLI passes it in), the
+environment (``HETSCHED_*``), the user's config file
+(``$XDG_CONFIG_HOME/hetsched/config.toml``, else ``~/.config/hetsched/config.toml``),
+the site's (``/etc/hetsched/config.toml``, or ``$HETSCHED_SITE_CONFIG``), the
+default here. ``hetsched config show`` prints each effective value and where it
+came from. The rest of the code asks :func:`get` (or the named helpers below)
+and never reads ``os.environ`` for a ``HETSCHED_*`` setting itself.
+
+The in-job variables that an sbatch script sets for ``hetsched run``
+(``HETSCHED_LOCAL_BATCHES`` and friends, :data:`JOB_ENV`) are a protocol
+between the templates and the runtime, not settings: they are listed here so
+both sides name them from one place.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetsched.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its key in config files, its variable, its default and meaning."""
+
+    key: str
+    env: str
+    default: Any
+    help: str
+    kind: type = str
+
+
+#: restart cost (s) a plan charges when a running job changes GPUs: checkpoint,
+#: requeue and reload (the HAS paper measures tens of seconds)
+DEFAULT_RESTART_COST_S = 60.0
+
+SETTINGS: dict[str, Setting] = {s.key: s for s in (
+    Setting("state", "HETSCHED_STATE", "",
+            "SQLite state store (default $XDG_STATE_HOME/hetsched/state.db)"),
+    Setting("partition", "HETSCHED_PARTITION", "", "Slurm partition to plan for and submit to"),
+    Setting("restart_cost_s", "HETSCHED_RESTART_COST", DEFAULT_RESTART_COST_S,
+            "seconds a plan charges when a running job changes GPUs", float),
+    Setting("templates", "HETSCHED_TEMPLATES", "",
+            "directory of sbatch templates (default: those shipped with hetsched)"),
+    Setting("executable", "HETSCHED_EXECUTABLE", "",
+            "the hetsched command job steps run (default: hetsched on PATH)"),
+    Setting("checkpoint_dir", "HETSCHED_CHECKPOINT_DIR", "",
+            "where jobs write checkpoints (default: <state>.files/checkpoints)"),
+    Setting("report_dir", "HETSCHED_REPORT_DIR", "",
+            "where jobs write reports (default: <state>.files/reports)"),
+    Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
+    Setting("spool", "HETSCHED_SPOOL", "", "spool directory of the local test Slurm"),
+    Setting("master_addr", "HETSCHED_MASTER_ADDR", "",
+            "rendezvous address of a job's ranks (default: the first node)"),
+    Setting("master_port", "HETSCHED_MASTER_PORT", "",
+            "rendezvous port (default: derived from the job and step id)"),
+    Setting("emulate_speed", "HETSCHED_EMULATE_SPEED", "",
+            "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
+    Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
+            "test only: emulated per-sample cost in seconds"),
+)}
+
+#: variables an sbatch script exports for ``hetsched run`` (set by templates, read by runtime)
+JOB_ENV = ("HETSCHED_PLAN_ID", "HETSCHED_JOB", "HETSCHED_SEGMENT", "HETSCHED_WORKLOAD",
+           "HETSCHED_GLOBAL_BATCH", "HETSCHED_LOCAL_BATCHES", "HETSCHED_LOCAL_BATCH",
+           "HETSCHED_GPU_TYPES", "HETSCHED_RANK_NODES", "HETSCHED_RANK", "HETSCHED_COMMAND",
+           "HETSCHED_ENTRYPOINT")
+
+
+def site_config_path() -> Path:
+    return Path(os.environ.get("HETSCHED_SITE_CONFIG") or "/etc/hetsched/config.toml")
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "hetsched" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise InputError(str(path), f"cannot read config file: {e.strerror or e}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(str(path), f"not valid TOML: {e}") from None
+    unknown = sorted(set(data) - set(SETTINGS))
+    if unknown:
+        raise InputError(str(path), f"unknown setting {unknown[0]!r}; valid: "
+                         f"{', '.join(SETTINGS)}")
+    return data
+
+
+def _convert(s: Setting, raw: Any, source: str) -> Any:
+    if s.kind is float:
+        try:
+            v = float(raw)
+        except (TypeError, ValueError):
+            raise InputError(source, f"{raw!r} is not a number", s.key) from None
+        if not v >= 0 or v == float("inf"):
+            raise InputError(source, f"{raw!r} must be a finite number >= 0", s.key)
+        return v
+    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+        raise InputError(source, f"expected a string, got {type(raw).__name__}", s.key)
+    return str(raw)
+
+
+def resolve(key: str, env: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    """The effective value of setting ``key`` and where it came from."""
+    s = SETTINGS[key]
+    env = os.environ if env is None else env
+    if env.get(s.env):
+        return _convert(s, env[s.env], f"${s.env}"), f"environment ${s.env}"
+    for label, path in (("user", user_config_path()), ("site", site_config_path())):
+        data = _read_toml(path)
+        if key in data:
+            return _convert(s, data[key], str(path)), f"{label} config {path}"
+    return s.default, "default"
+
+
+def get(key: str) -> Any:
+    """The effective value of setting ``key`` (CLI options are applied by the CLI)."""
+    return resolve(key)[0]
+
+
+def show(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every setting with its effective value and origin (``hetsched config show``)."""
+    rows = []
+    for key, s in SETTINGS.items():
+        value, origin = resolve(key, env)
+        rows.append({"key": key, "value": value, "origin": origin, "env": s.env,
+                     "help": s.help})
+    return rows
+
+
+def state_path() -> Path:
+    """The state store: setting ``state``, else ``$XDG_STATE_HOME/hetsched/state.db``."""
+    v = get("state")
+    if v:
+        return Path(v).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "hetsched" / "state.db"
+
+
+def state_files_dir() -> Path:
+    """``<state file>.files``: checkpoints, reports and scripts beside the state store."""
+    return Path(str(state_path()) + ".files")
+
+
+def checkpoint_dir() -> Path:
+    v = get("checkpoint_dir")
+    return Path(v) if v else state_files_dir() / "checkpoints"
+
+
+def report_dir() -> Path:
+    v = get("report_dir")
+    return Path(v) if v else state_files_dir() / "reports"

@@ -1,0 +1,220 @@
+"""The Plan: what crosses from the planner to Slurm, the renderers and scripts.
+
+A plan is a timeline. Each job has segments; within a segment its worker set
+and local batches are fixed. ``to_dict`` produces the stable JSON contract
+(version 1) documented in docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Worker:
+    node: str
+    gpu_type: str
+    gpu: int
+    local_batch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "gpu_type": self.gpu_type, "gpu": self.gpu,
+                "local_batch": self.local_batch}
+
+
+@dataclass
+class Segment:
+    """A period with a fixed worker set. ``restart_s`` of it is spent restarting."""
+
+    start_s: float
+    end_s: float
+    workers: list[Worker]
+    iteration_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    iterations: float = 0.0
+    restart_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_s": round(self.start_s, 6), "end_s": round(self.end_s, 6),
+            "workers": [w.to_dict() for w in self.workers],
+            "iteration_s": self.iteration_s, "compute_s": self.compute_s,
+            "comm_s": self.comm_s, "iterations": self.iterations,
+            "restart_s": self.restart_s,
+        }
+
+
+@dataclass
+class JobPlan:
+    name: str
+    weight: float
+    arrival_s: float
+    segments: list[Segment] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def start_s(self) -> float:
+        return self.segments[0].start_s if self.segments else float("nan")
+
+    @property
+    def end_s(self) -> float:
+        return self.segments[-1].end_s if self.segments else float("nan")
+
+    @property
+    def jct_s(self) -> float:
+        return self.end_s - self.arrival_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "weight": self.weight, "arrival_s": self.arrival_s,
+            "start_s": round(self.start_s, 6), "end_s": round(self.end_s, 6),
+            "jct_s": round(self.jct_s, 6),
+            "spec": self.spec,
+            "segments": [s.to_dict() for s in self.segments],
+        }
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n at worst."""
+    if not xs:
+        return 1.0
+    s, s2 = sum(xs), sum(x * x for x in xs)
+    return (s * s) / (len(xs) * s2) if s2 > 0 else 1.0
+
+
+@dataclass
+class Plan:
+    policy: str
+    jobs: list[JobPlan]
+    lower_bound_s: float
+    params: dict[str, Any] = field(default_factory=dict)
+    static: bool = False
+    restart_cost_s: float = 60.0
+    planning_time_s: float = 0.0
+    cluster: dict[str, Any] = field(default_factory=dict)
+    fairness_ref: dict[str, float] = field(default_factory=dict)  # job -> equal-share JCT
+    candidates: dict[str, float] = field(default_factory=dict)  # auto: policy -> objective
+    mode: str = "space"
+    #: pool mode only: per-GPU task sequences (hetsched.planning.pool.evaluator.tasks_section)
+    tasks: dict[str, Any] | None = None
+
+    # -- objective -----------------------------------------------------
+    @property
+    def weighted_jct_s(self) -> float:
+        return sum(j.weight * j.jct_s for j in self.jobs)
+
+    @property
+    def avg_jct_s(self) -> float:
+        return sum(j.jct_s for j in self.jobs) / len(self.jobs)
+
+    @property
+    def makespan_s(self) -> float:
+        return max(j.end_s for j in self.jobs) - min(j.arrival_s for j in self.jobs)
+
+    @property
+    def fairness(self) -> float:
+        """Jain's index over JCT / equal-share JCT (HAS paper eq. 33)."""
+        xs = [j.jct_s / self.fairness_ref[j.name] for j in self.jobs
+              if self.fairness_ref.get(j.name, 0) > 0]
+        return jain(xs)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap of the objective to the lower bound."""
+        lb = self.lower_bound_s
+        return (self.weighted_jct_s - lb) / lb if lb > 0 else 0.0
+
+    def job(self, name: str) -> JobPlan:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(name)
+
+    # -- serialisation -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "version": PLAN_VERSION,
+            "policy": self.policy,
+            "mode": self.mode,
+            "params": self.params,
+            "static": self.static,
+            "restart_cost_s": self.restart_cost_s,
+            "objective": {
+                "weighted_jct_s": round(self.weighted_jct_s, 6),
+                "avg_jct_s": round(self.avg_jct_s, 6),
+                "makespan_s": round(self.makespan_s, 6),
+                "fairness": round(self.fairness, 6),
+            },
+            "lower_bound": {"weighted_jct_s": round(self.lower_bound_s, 6),
+                            "gap": round(self.gap, 6)},
+            "cluster": self.cluster,
+            "jobs": [j.to_dict() for j in self.jobs],
+        }
+        if self.candidates:
+            body["candidates"] = {k: round(v, 6) for k, v in self.candidates.items()}
+        if self.tasks is not None:
+            body["tasks"] = self.tasks
+        body["plan_id"] = plan_id(body)
+        body["planning_time_s"] = round(self.planning_time_s, 6)
+        return body
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        jobs = [
+            JobPlan(
+                name=j["name"], weight=float(j["weight"]), arrival_s=float(j["arrival_s"]),
+                spec=j.get("spec", {}),
+                segments=[
+                    Segment(
+                        start_s=float(s["start_s"]), end_s=float(s["end_s"]),
+                        workers=[Worker(w["node"], w["gpu_type"], int(w["gpu"]),
+                                        int(w["local_batch"])) for w in s["workers"]],
+                        iteration_s=float(s.get("iteration_s", 0.0)),
+                        compute_s=float(s.get("compute_s", 0.0)),
+                        comm_s=float(s.get("comm_s", 0.0)),
+                        iterations=float(s.get("iterations", 0.0)),
+                        restart_s=float(s.get("restart_s", 0.0)),
+                    )
+                    for s in j["segments"]
+                ],
+            )
+            for j in d["jobs"]
+        ]
+        return cls(policy=d["policy"], jobs=jobs,
+                   lower_bound_s=float(d["lower_bound"]["weighted_jct_s"]),
+                   params=d.get("params", {}), static=bool(d.get("static", False)),
+                   restart_cost_s=float(d.get("restart_cost_s", 60.0)),
+                   cluster=d.get("cluster", {}), mode=d.get("mode", "space"),
+                   tasks=d.get("tasks"))
+
+
+def worker_groups(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str,
+                                                                         tuple[int, ...]]]:
+    """A segment's workers grouped by (GPU type, node), in first-seen order.
+
+    Each group is one hetjob component; ranks are numbered component by
+    component, then worker by worker (Slurm's global ``SLURM_PROCID`` across
+    ``--het-group``s). Submit and the runtime both derive rank order here.
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for w in workers:
+        key = (str(w["gpu_type"]), str(w["node"]))
+        groups.setdefault(key, []).append(int(w["local_batch"]))
+    return [(t, n, tuple(b)) for (t, n), b in groups.items()]
+
+
+def plan_id(body: dict[str, Any]) -> str:
+    """Content hash of a plan body (without its id and timing), stable across runs."""
+    clean = {k: v for k, v in body.items() if k not in ("plan_id", "planning_time_s")}
+    raw = json.dumps(clean, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(raw).hexdigest()[:16]

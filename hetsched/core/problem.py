@@ -1,0 +1,264 @@
+"""PlanningProblem: jobs x GPU types as numpy arrays, built once and validated.
+
+Policies see only this object. GPUs of one type are interchangeable for the
+compute model, so most decisions are per-type counts; the node a GPU sits on
+matters only for the communication bandwidth, which the placer and the
+evaluator handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsched.core.model import BITS_PER_MB, continuous_time_counts
+from hetsched.core.spec import Cluster, Job
+from hetsched.core.throughput import ThroughputTable
+from hetsched.errors import InputError
+
+INF = float("inf")
+#: per-problem memo tables that policies attach (see hetsched.planning.space.policies.common)
+CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory",
+               "_gain_memo")
+
+
+@dataclass
+class PlanningProblem:
+    jobs: list[Job]
+    cluster: Cluster
+    table: ThroughputTable
+    jobs_source: str = "jobs"
+    types: list[str] = field(init=False)
+    n_type: np.ndarray = field(init=False)  # (T,) GPUs per type
+    a: np.ndarray = field(init=False)  # (S, T) step-time intercept
+    c: np.ndarray = field(init=False)  # (S, T) step-time slope
+    cap: np.ndarray = field(init=False)  # (S, T) max local batch
+    sync: np.ndarray = field(init=False)  # (S, T) measured sync time
+    allowed: np.ndarray = field(init=False)  # (S, T) bool
+    B: np.ndarray = field(init=False)  # (S,) global batch
+    iters: np.ndarray = field(init=False)  # (S,) iterations
+    weight: np.ndarray = field(init=False)
+    arrival: np.ndarray = field(init=False)
+    model_mb: np.ndarray = field(init=False)
+    lo: np.ndarray = field(init=False)  # (S,) min GPUs
+    hi: np.ndarray = field(init=False)  # (S,) max useful GPUs
+    node_max: np.ndarray = field(init=False)  # (T,) largest node of each type
+
+    def __post_init__(self) -> None:
+        jobs, cluster, table = self.jobs, self.cluster, self.table
+        self.types = list(cluster.gpu_types)
+        if not self.types:
+            raise InputError(self.jobs_source, "empty partition: the cluster has no usable GPU")
+        counts = cluster.count_by_type()
+        self.n_type = np.array([counts[t] for t in self.types], dtype=int)
+        S, T = len(jobs), len(self.types)
+        self.a = np.zeros((S, T))
+        self.c = np.ones((S, T))
+        self.cap = np.ones((S, T), dtype=int)
+        self.sync = np.zeros((S, T))
+        self.allowed = np.zeros((S, T), dtype=bool)
+        node_max = {t: 0 for t in self.types}
+        for n in cluster.nodes:
+            if n.usable:
+                node_max[n.gpu_type] = max(node_max[n.gpu_type], n.gpus)
+        self.node_max = np.array([node_max[t] for t in self.types], dtype=int)
+        src = self.jobs_source
+        for i, job in enumerate(jobs):
+            where = f"job {job.name!r}"
+            profiled = table.types_for(job.workload)
+            if not profiled:
+                known = ", ".join(table.workloads) or "none"
+                raise InputError(src, f"workload {job.workload!r} has no throughput profile "
+                                 f"(in {table.source}); profiled workloads: {known}", where)
+            if job.gpu_types is not None:
+                bad = [g for g in job.gpu_types if g not in self.types]
+                if bad:
+                    raise InputError(src, f"gpu_types: unknown GPU type {bad[0]!r}; the "
+                                     f"partition has {', '.join(self.types)}", where)
+            for t, g in enumerate(self.types):
+                fit = table.get(job.workload, g)
+                if fit is None or (job.gpu_types is not None and g not in job.gpu_types):
+                    continue
+                self.allowed[i, t] = True
+                self.a[i, t], self.c[i, t] = fit.a, fit.c
+                self.cap[i, t] = fit.max_batch
+                self.sync[i, t] = fit.sync_s
+            if not self.allowed[i].any():
+                raise InputError(src, f"fits no GPU: workload {job.workload!r} is profiled on "
+                                 f"{', '.join(profiled)}, the partition has "
+                                 f"{', '.join(self.types)}"
+                                 + (f", the job allows {', '.join(job.gpu_types)}"
+                                    if job.gpu_types else ""), where)
+        self.B = np.array([j.global_batch for j in jobs], dtype=int)
+        self.iters = np.array([j.iterations for j in jobs], dtype=float)
+        self.weight = np.array([j.weight for j in jobs], dtype=float)
+        self.arrival = np.array([j.arrival_s for j in jobs], dtype=float)
+        self.model_mb = np.array([j.model_size_mb for j in jobs], dtype=float)
+        self.lo = np.array([j.min_gpus for j in jobs], dtype=int)
+        avail = (self.allowed * self.n_type[None, :]).sum(axis=1)
+        hi = np.minimum(avail, self.B)  # every worker needs at least one sample
+        for i, j in enumerate(jobs):
+            if j.max_gpus is not None:
+                hi[i] = min(hi[i], j.max_gpus)
+        self.hi = hi.astype(int)
+        for i, job in enumerate(jobs):
+            where = f"job {job.name!r}"
+            if self.lo[i] > self.hi[i]:
+                raise InputError(src, f"min_gpus {job.min_gpus} cannot be met: at most "
+                                 f"{self.hi[i]} usable GPUs (allowed types with profiles: "
+                                 f"{avail[i]}, global_batch {job.global_batch})", where)
+            # can the global batch fit in memory on the best hi[i] GPUs?
+            caps = np.repeat(self.cap[i][self.allowed[i]], self.n_type[self.allowed[i]])
+            best = np.sort(caps)[::-1][: self.hi[i]].sum()
+            if best < job.global_batch:
+                raise InputError(src, f"fits no GPU set: global_batch {job.global_batch} exceeds "
+                                 f"the largest local batches the GPUs can hold ({int(best)} "
+                                 f"on {self.hi[i]} GPUs); lower global_batch or allow more GPUs",
+                                 where)
+
+        # plain-Python copies for the scalar fast path (iter_time1)
+        self._rows = [(self.a[i].tolist(), self.c[i].tolist(), self.cap[i].astype(float).tolist(),
+                       self.allowed[i].tolist()) for i in range(len(jobs))]
+        self._Bf = self.B.astype(float).tolist()
+        self._mb = self.model_mb.tolist()
+        self._sync = self.sync.tolist()
+        self._node_max = self.node_max.tolist()
+        self._it_cache: dict[tuple[int, tuple[int, ...]], float] = {}
+
+    def clear_caches(self) -> None:
+        """Forget memoised model evaluations (benchmarks time cold runs with this)."""
+        self._it_cache.clear()
+        for k in [k for k in self.__dict__ if k in CACHE_ATTRS]:
+            del self.__dict__[k]
+
+    # ------------------------------------------------------------------
+    @property
+    def S(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def T(self) -> int:
+        return len(self.types)
+
+    @property
+    def K(self) -> int:
+        return int(self.n_type.sum())
+
+    def bandwidth(self, single_node: bool) -> float:
+        return self.cluster.intra_node_gbps if single_node else self.cluster.inter_node_gbps
+
+    def compute_time(self, i: int, N: np.ndarray) -> np.ndarray:
+        """Continuous optimal step time of job i for count rows N (M, T); inf if infeasible."""
+        N = np.atleast_2d(N)
+        bad = (N[:, ~self.allowed[i]] > 0).any(axis=1)
+        out = continuous_time_counts(self.a[i], self.c[i], self.cap[i], N, float(self.B[i]))
+        out[bad] = np.inf
+        out[N.sum(axis=1) > self.B[i]] = np.inf
+        return out
+
+    def comm_estimate(self, i: int, N: np.ndarray) -> np.ndarray:
+        """Policy-side communication estimate for count rows N.
+
+        Assumes a job on one GPU type that fits the largest node of that type
+        runs inside one node (the placer packs it so); anything else crosses
+        nodes. The evaluator recomputes it from the real placement.
+        """
+        N = np.atleast_2d(N)
+        K = N.sum(axis=1)
+        ntypes = (N > 0).sum(axis=1)
+        fits_node = (ntypes == 1) & ((N <= self.node_max[None, :]) | (N == 0)).all(axis=1)
+        bw = np.where(fits_node, self.cluster.intra_node_gbps, self.cluster.inter_node_gbps)
+        if self.model_mb[i] > 0:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = 2.0 * (K - 1) / K * self.model_mb[i] * BITS_PER_MB / (bw * 1e9)
+        else:
+            t = np.where(N > 0, self.sync[i][None, :], 0.0).max(axis=1)
+        return np.where(K > 1, t, 0.0)
+
+    def iter_time(self, i: int, N: np.ndarray) -> np.ndarray:
+        """Policy-side iteration time (compute + communication) for count rows N."""
+        N = np.atleast_2d(N)
+        return self.compute_time(i, N) + self.comm_estimate(i, N)
+
+    def iter_time1(self, i: int, n: tuple[int, ...]) -> float:
+        """Scalar, cached :meth:`iter_time` for one count vector (a tuple).
+
+        Greedy policies evaluate the same (job, counts) pairs at event after
+        event; plain Python on a handful of types beats a numpy call per pair
+        by two orders of magnitude, and the cache removes the repeats.
+        """
+        key = (i, n)
+        hit = self._it_cache.get(key)
+        if hit is not None:
+            return hit
+        a, c, cap, allowed = self._rows[i]
+        K = 0
+        used = []
+        for t, k in enumerate(n):
+            if k:
+                if not allowed[t]:
+                    self._it_cache[key] = INF
+                    return INF
+                K += k
+                used.append(t)
+        B = self._Bf[i]
+        if K == 0 or K > B:
+            self._it_cache[key] = INF
+            return INF
+
+        def g(T: float) -> float:
+            return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+
+        t0 = max(a[t] + c[t] for t in used)
+        comp = INF
+        prev, gprev = t0, g(t0)
+        if gprev >= B - 1e-9:
+            comp = t0
+        else:
+            for bp in sorted({a[t] + c[t] * cap[t] for t in used} | {a[t] + c[t] for t in used}):
+                if bp <= t0:
+                    continue
+                gb = g(bp)
+                if gb >= B - 1e-9:
+                    comp = prev + (B - gprev) * (bp - prev) / (gb - gprev)
+                    break
+                prev, gprev = bp, gb
+        if K > 1:
+            if self._mb[i] > 0:
+                single = len(used) == 1 and n[used[0]] <= self._node_max[used[0]]
+                bw = self.cluster.intra_node_gbps if single else self.cluster.inter_node_gbps
+                comp += 2.0 * (K - 1) / K * self._mb[i] * BITS_PER_MB / (bw * 1e9)
+            else:
+                comp += max(self._sync[i][t] for t in used)
+        self._it_cache[key] = comp
+        return comp
+
+    def per_gpu_rate(self, i: int, local_batch: np.ndarray | float | None = None) -> np.ndarray:
+        """Samples/s of one GPU of each type for job i (0 where not allowed).
+
+        At ``local_batch`` (clipped to each type's cap), or at the cap (peak).
+        """
+        b = self.cap[i].astype(float) if local_batch is None else np.minimum(
+            np.maximum(local_batch, 1.0), self.cap[i])
+        r = b / (self.a[i] + self.c[i] * b)
+        return np.where(self.allowed[i], r, 0.0)
+
+    def type_order(self) -> list[int]:
+        """GPU types in the order they first appear in the cluster's node list."""
+        seen: list[int] = []
+        for n in self.cluster.nodes:
+            if n.usable:
+                t = self.types.index(n.gpu_type)
+                if t not in seen:
+                    seen.append(t)
+        return seen
+
+    def equal_share_time(self, i: int, S: int | None = None) -> float:
+        """Iteration time of job i with an equal 1/S share of every GPU type (fairness reference).
+
+        Fractional GPU counts are allowed here: it is a reference point, not a plan.
+        """
+        S = S or self.S
+        rate = (self.per_gpu_rate(i, self.B[i] / max(1.0, self.K / S)) * self.n_type / S).sum()
+        return float(self.B[i] / rate) if rate > 0 else float("inf")

@@ -1,0 +1,169 @@
+"""Job specs and cluster descriptions: validated, immutable domain types.
+
+The file formats that build them live in :mod:`hetsched.io.specs`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+#: a workload is an identifier: it names profiles, reaches probe scripts and
+#: job environments, so it never carries spaces, quotes or control characters
+WORKLOAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+
+# Node states as Slurm reports them, reduced to what the planner needs.
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job of the batch.
+
+    ``iterations`` is what the planner schedules: epochs times the number of
+    global batches per epoch (the last, partial batch counts as a full step).
+    """
+
+    name: str
+    workload: str
+    dataset_size: int
+    epochs: float
+    global_batch: int
+    weight: float = 1.0
+    arrival_s: float = 0.0
+    model_size_mb: float = 0.0
+    min_gpus: int = 1
+    max_gpus: int | None = None
+    gpu_types: tuple[str, ...] | None = None
+    requested_gpus: int | None = None
+    command: tuple[str, ...] | None = None
+    entrypoint: str | None = None
+    #: GPU memory (GB) the job's model state needs resident (weights, gradients,
+    #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
+    memory_gb: float | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.dataset_size / self.global_batch)
+
+    @property
+    def iterations(self) -> float:
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def requested(self) -> int:
+        """GPU count asked for by baselines that take a fixed size (FIFO, SRTF, Homo)."""
+        if self.requested_gpus is not None:
+            return self.requested_gpus
+        return self.min_gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "workload": self.workload,
+            "dataset_size": self.dataset_size,
+            "epochs": self.epochs,
+            "global_batch": self.global_batch,
+            "weight": self.weight,
+            "arrival_s": self.arrival_s,
+        }
+        if self.model_size_mb:
+            d["model_size_mb"] = self.model_size_mb
+        if self.min_gpus != 1:
+            d["min_gpus"] = self.min_gpus
+        if self.max_gpus is not None:
+            d["max_gpus"] = self.max_gpus
+        if self.gpu_types is not None:
+            d["gpu_types"] = list(self.gpu_types)
+        if self.requested_gpus is not None:
+            d["requested_gpus"] = self.requested_gpus
+        if self.command is not None:
+            d["command"] = list(self.command)
+        if self.entrypoint is not None:
+            d["entrypoint"] = self.entrypoint
+        if self.memory_gb is not None:
+            d["memory_gb"] = self.memory_gb
+        return d
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of the partition: one GPU type, a GPU count, and its Slurm state."""
+
+    name: str
+    gpu_type: str
+    gpus: int
+    gpu_memory_gb: float | None = None
+    state: str = "idle"
+
+    @property
+    def usable(self) -> bool:
+        return self.state in USABLE_STATES
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU: its node, its type, and its index within the node."""
+
+    node: str
+    gpu_type: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A partition's GPU mix and network.
+
+    Bandwidths are in Gbit/s; ``intra_node_gbps`` applies when all workers of
+    a job sit on one node (PCIe/NVLink), ``inter_node_gbps`` otherwise.
+    """
+
+    nodes: tuple[Node, ...]
+    intra_node_gbps: float = 300.0
+    inter_node_gbps: float = 10.0
+    name: str = "cluster"
+    partition: str | None = None
+    gpus: tuple[GPU, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gpus = tuple(
+            GPU(n.name, n.gpu_type, i) for n in self.nodes if n.usable for i in range(n.gpus)
+        )
+        object.__setattr__(self, "gpus", gpus)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu_type for n in self.nodes if n.usable}))
+
+    def count_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            if n.usable:
+                out[n.gpu_type] = out.get(n.gpu_type, 0) + n.gpus
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partition": self.partition,
+            "network": {
+                "intra_node_gbps": self.intra_node_gbps,
+                "inter_node_gbps": self.inter_node_gbps,
+            },
+            "nodes": [
+                {
+                    "names": n.name,
+                    "gpu_type": n.gpu_type,
+                    "gpus": n.gpus,
+                    **({"gpu_memory_gb": n.gpu_memory_gb} if n.gpu_memory_gb else {}),
+                    **({"state": n.state} if n.state != "idle" else {}),
+                }
+                for n in self.nodes
+            ],
+        }

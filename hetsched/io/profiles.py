@@ -1,0 +1,176 @@
+"""Throughput profile files: the CSV format and Gavel's measured throughputs.
+
+See docs/formats.md. The step-time fit these rows feed is
+:mod:`hetsched.core.throughput`.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from hetsched.core.spec import WORKLOAD_RE, WORKLOAD_VALID
+from hetsched.core.throughput import (
+    CSV_COLUMNS,
+    OPTIONAL_COLUMNS,
+    ProfileRow,
+    ThroughputTable,
+)
+from hetsched.errors import InputError
+from hetsched.io.files import read_text
+
+
+def parse_csv(text: str, source: str) -> list[ProfileRow]:
+    """Parse the throughput CSV (see docs/formats.md) with line-precise errors."""
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None:
+        raise InputError(source, "empty file; expected a header line "
+                         f"'{','.join(CSV_COLUMNS)}[,sync_time_s][,max_local_batch]'")
+    header = [h.strip() for h in reader.fieldnames]
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise InputError(source, f"missing column {missing[0]!r}; the header must contain "
+                         f"{', '.join(CSV_COLUMNS)} (optional: {', '.join(OPTIONAL_COLUMNS)})",
+                         "line 1")
+    unknown = [c for c in header if c not in CSV_COLUMNS + OPTIONAL_COLUMNS]
+    if unknown:
+        raise InputError(source, f"unknown column {unknown[0]!r}; valid columns: "
+                         f"{', '.join(CSV_COLUMNS + OPTIONAL_COLUMNS)}", "line 1")
+    rows: list[ProfileRow] = []
+    for raw in reader:
+        # the reader's own line count: DictReader skips blank lines, so counting rows
+        # would name the wrong line after one
+        where = f"line {reader.line_num}"
+        if None in raw:  # DictReader files surplus fields under None; they were dropped silently
+            raise InputError(source, f"{len(header) + len(raw[None])} fields, the header has "
+                             f"{len(header)}", where)
+        rec = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in raw.items()
+               if k is not None}
+
+        def num(col: str, integer: bool = False, optional: bool = False,
+                _rec: dict[str, str | None] = rec, _where: str = where) -> float | None:
+            v = _rec.get(col)
+            if v is None or v == "":
+                if optional:
+                    return None
+                raise InputError(source, f"column {col!r} is empty", _where)
+            try:
+                x = float(v)
+            except ValueError:
+                raise InputError(source, f"column {col!r}: {v!r} is not a number",
+                                 _where) from None
+            if not math.isfinite(x) or x <= 0:
+                raise InputError(source, f"column {col!r}: must be a positive number, got {v!r}",
+                                 _where)
+            if integer and x != int(x):
+                raise InputError(source, f"column {col!r}: must be a whole number, got {v!r}",
+                                 _where)
+            return x
+
+        workload = rec.get("workload") or ""
+        gpu_type = (rec.get("gpu_type") or "").lower()
+        if not workload:
+            raise InputError(source, "column 'workload' is empty", where)
+        if not WORKLOAD_RE.match(workload):
+            raise InputError(source, f"column 'workload': {workload!r} is not valid; expected "
+                             f"{WORKLOAD_VALID}", where)
+        if not re.match(r"^[A-Za-z0-9_-]+$", gpu_type):
+            raise InputError(source, f"column 'gpu_type': {gpu_type!r} is not a GPU type name",
+                             where)
+        lb = num("local_batch", integer=True)
+        st = num("step_time_s")
+        assert lb is not None and st is not None
+        sync = num("sync_time_s", optional=True)
+        cap = num("max_local_batch", integer=True, optional=True)
+        rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
+                               int(cap) if cap is not None else None))
+    if not rows:
+        raise InputError(source, "no profile rows after the header")
+    return rows
+
+
+def load_throughputs(path: str | Path) -> ThroughputTable:
+    """Load a throughput CSV file into a fitted table."""
+    p = Path(path)
+    return ThroughputTable(parse_csv(read_text(p, "a CSV file"), str(p)), str(p))
+
+
+def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> None:
+    """Write profile rows in the CSV format the planner reads."""
+    rows = list(rows)
+    has_sync = any(r.sync_time_s is not None for r in rows)
+    has_cap = any(r.max_local_batch is not None for r in rows)
+    cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
+        ["max_local_batch"] if has_cap else [])
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(cols)
+    for r in rows:
+        line: list[object] = [r.workload, r.gpu_type, r.local_batch, f"{r.step_time_s:.6g}"]
+        if has_sync:
+            line.append("" if r.sync_time_s is None else f"{r.sync_time_s:.6g}")
+        if has_cap:
+            line.append("" if r.max_local_batch is None else r.max_local_batch)
+        w.writerow(line)
+
+
+# ---------------------------------------------------------------------------
+# Gavel import
+
+_GAVEL_NAME = re.compile(r"^(?P<model>.+?) \(batch size (?P<bs>\d+)\)$")
+
+
+def workload_key(model: str) -> str:
+    """Gavel model name to a workload key usable in CSV and job specs: 'ResNet-18' -> 'resnet-18'."""
+    return re.sub(r"[^a-z0-9_-]+", "-", model.lower()).strip("-")
+
+
+def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
+    """Convert Gavel's throughput JSON (iterations/s per job type and GPU) to profile rows.
+
+    Only isolated single-GPU measurements are used: the ``null`` entry (no
+    co-located job) at scale factor 1 of the consolidated GPU types. Job types
+    without a ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model
+    and are skipped.
+    """
+    rows: list[ProfileRow] = []
+    for gpu_type, jobs in sorted(data.items()):
+        if gpu_type.endswith("_unconsolidated") or not isinstance(jobs, dict):
+            continue
+        for key, entry in jobs.items():
+            try:
+                name, scale = ast.literal_eval(key)
+            except (ValueError, SyntaxError):
+                raise InputError(source, f"unexpected job key {key!r}; expected "
+                                 "\"('Model (batch size N)', scale)\"", gpu_type) from None
+            if scale != 1:
+                continue
+            m = _GAVEL_NAME.match(name)
+            if not m or not isinstance(entry, dict) or entry.get("null") is None:
+                continue
+            its_per_s = float(entry["null"])
+            if its_per_s <= 0:
+                continue
+            rows.append(ProfileRow(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
+                                   1.0 / its_per_s))
+    if not rows:
+        raise InputError(source, "no usable single-GPU measurements found")
+    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.local_batch))
+    return rows
+
+
+def load_gavel(path: str | Path) -> list[ProfileRow]:
+    p = Path(path)
+    text = read_text(p, "Gavel's throughput JSON")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(str(p), f"not a readable Gavel throughput JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(str(p), "expected a JSON object keyed by GPU type")
+    return gavel_to_rows(data, str(p))

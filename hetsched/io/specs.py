@@ -1,0 +1,261 @@
+"""Reading job specs and cluster descriptions from YAML, with one-line errors.
+
+Every loader raises :class:`~hetsched.errors.InputError` naming the file, the
+job or field, and what would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import hostlist
+import yaml
+
+from hetsched.core.spec import (
+    ENTRYPOINT_RE,
+    GPU_TYPE_RE,
+    NAME_RE,
+    WORKLOAD_RE,
+    WORKLOAD_VALID,
+    Cluster,
+    Job,
+    Node,
+)
+from hetsched.errors import InputError
+from hetsched.io.files import read_text
+
+# ---------------------------------------------------------------------------
+# Loading
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file, turning every failure into one InputError line."""
+    p = Path(path)
+    text = read_text(p, "a YAML file")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(str(p), f"not valid YAML: {problem}", where) from None
+
+
+class _Fields:
+    """Typed access to one mapping of a spec file, with precise errors."""
+
+    def __init__(self, data: Any, source: str, where: str, known: Sequence[str]) -> None:
+        if not isinstance(data, Mapping):
+            raise InputError(source, f"expected a mapping, got {type(data).__name__}", where)
+        unknown = sorted(set(map(str, data)) - set(known))
+        if unknown:
+            raise InputError(
+                source,
+                f"unknown field {unknown[0]!r}; valid fields: {', '.join(known)}",
+                where,
+            )
+        self.data = data
+        self.source = source
+        self.where = where
+
+    def _err(self, key: str, msg: str) -> InputError:
+        return InputError(self.source, msg, f"{self.where}: {key}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def str_(self, key: str, default: str | None = None, pattern: re.Pattern[str] | None = None,
+             valid: str = "") -> str:
+        if not self.has(key):
+            if default is not None:
+                return default
+            raise self._err(key, "missing required field")
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise self._err(key, f"expected a string, got {type(v).__name__}")
+        s = str(v)
+        if pattern is not None and not pattern.match(s):
+            raise self._err(key, f"{s!r} is not valid; expected {valid or pattern.pattern}")
+        return s
+
+    def num(self, key: str, default: float | None = None, *, minimum: float | None = None,
+            strict: bool = False, integer: bool = False) -> float:
+        if not self.has(key):
+            if default is not None:
+                return default
+            raise self._err(key, "missing required field")
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self._err(key, f"expected a number, got {v!r}")
+        if not math.isfinite(float(v)):
+            raise self._err(key, f"expected a finite number, got {v!r}")
+        if integer and float(v) != int(v):
+            raise self._err(key, f"expected a whole number, got {v!r}")
+        if minimum is not None:
+            if strict and not v > minimum:
+                raise self._err(key, f"must be > {minimum:g}, got {v!r}")
+            if not strict and not v >= minimum:
+                raise self._err(key, f"must be >= {minimum:g}, got {v!r}")
+        return float(v)
+
+    def int_(self, key: str, default: int | None = None, *, minimum: int | None = None) -> int:
+        return int(self.num(key, None if default is None else float(default), minimum=minimum,
+                            integer=True))
+
+
+JOB_FIELDS = (
+    "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
+    "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
+    "entrypoint", "memory_gb",
+)
+
+
+def parse_job(data: Any, source: str, index: int) -> Job:
+    """Validate one job mapping from a jobs file."""
+    name_hint = data.get("name") if isinstance(data, Mapping) else None
+    where = f"job {name_hint!r}" if isinstance(name_hint, str) else f"jobs[{index}]"
+    f = _Fields(data, source, where, JOB_FIELDS)
+    name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
+    workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)
+    dataset_size = f.int_("dataset_size", minimum=1)
+    epochs = f.num("epochs", minimum=0, strict=True)
+    global_batch = f.int_("global_batch", minimum=1)
+    weight = f.num("weight", 1.0, minimum=0, strict=True)
+    arrival_s = f.num("arrival_s", 0.0, minimum=0)
+    model_size_mb = f.num("model_size_mb", 0.0, minimum=0)
+    min_gpus = f.int_("min_gpus", 1, minimum=1)
+    max_gpus = f.int_("max_gpus", minimum=1) if f.has("max_gpus") else None
+    if max_gpus is not None and max_gpus < min_gpus:
+        raise f._err("max_gpus", f"must be >= min_gpus ({min_gpus}), got {max_gpus}")
+    requested = f.int_("requested_gpus", minimum=1) if f.has("requested_gpus") else None
+    gpu_types: tuple[str, ...] | None = None
+    if f.has("gpu_types"):
+        raw = data["gpu_types"]
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not raw or not all(isinstance(t, str) for t in raw):
+            raise f._err("gpu_types", "expected a non-empty list of GPU type names")
+        gpu_types = tuple(t.lower() for t in raw)
+    command: tuple[str, ...] | None = None
+    if f.has("command"):
+        raw = data["command"]
+        if isinstance(raw, str):
+            try:
+                argv = shlex.split(raw)
+            except ValueError as e:
+                raise f._err("command", f"cannot split into arguments: {e}") from None
+        elif isinstance(raw, list) and all(isinstance(a, (str, int, float)) for a in raw):
+            argv = [str(a) for a in raw]
+        else:
+            raise f._err("command", "expected a string or a list of arguments")
+        if not argv:
+            raise f._err("command", "must not be empty")
+        command = tuple(argv)
+    entrypoint = None
+    if f.has("entrypoint"):
+        entrypoint = f.str_("entrypoint", pattern=ENTRYPOINT_RE, valid="'module.path:function'")
+    if command is not None and entrypoint is not None:
+        raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    memory_gb = f.num("memory_gb", minimum=0, strict=True) if f.has("memory_gb") else None
+    return Job(
+        name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
+        global_batch=global_batch, weight=weight, arrival_s=arrival_s,
+        model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
+        gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
+        memory_gb=memory_gb,
+    )
+
+
+def parse_jobs(data: Any, source: str) -> list[Job]:
+    """Validate a whole jobs document: ``{jobs: [...]}`` or a bare list."""
+    if isinstance(data, Mapping):
+        unknown = sorted(set(map(str, data)) - {"jobs"})
+        if unknown:
+            raise InputError(source, f"unknown top-level key {unknown[0]!r}; expected 'jobs'")
+        data = data.get("jobs")
+    if data is None:
+        raise InputError(source, "no jobs: expected a list under 'jobs:'")
+    if not isinstance(data, list):
+        raise InputError(source, f"'jobs' must be a list, got {type(data).__name__}")
+    if not data:
+        raise InputError(source, "no jobs: the 'jobs' list is empty")
+    jobs = [parse_job(item, source, i) for i, item in enumerate(data)]
+    seen: set[str] = set()
+    for j in jobs:
+        if j.name in seen:
+            raise InputError(source, "duplicate job name; names must be unique", f"job {j.name!r}")
+        seen.add(j.name)
+    return jobs
+
+
+def load_jobs(path: str | Path) -> list[Job]:
+    """Load and validate a jobs YAML file."""
+    return parse_jobs(read_yaml(path), str(path))
+
+
+NODE_FIELDS = ("names", "name", "gpu_type", "gpus", "gpu_memory_gb", "state")
+CLUSTER_FIELDS = ("name", "partition", "network", "nodes")
+NETWORK_FIELDS = ("intra_node_gbps", "inter_node_gbps")
+
+
+def expand_hostlist(expr: str, source: str, where: str) -> list[str]:
+    """Expand Slurm hostlist syntax (``a100-[1-4,7]``) with python-hostlist."""
+    try:
+        names = hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist as e:
+        raise InputError(source, f"bad hostlist {expr!r}: {e}; expected e.g. 'gpu-[1-4]'",
+                         where) from None
+    for n in names:
+        if not NAME_RE.match(n):
+            raise InputError(source, f"bad node name {n!r}: letters, digits, '.', '_', '-' only",
+                             where)
+    return names
+
+
+def parse_cluster(data: Any, source: str) -> Cluster:
+    """Validate a cluster document (see docs/formats.md)."""
+    f = _Fields(data, source, "cluster", CLUSTER_FIELDS)
+    net_raw = data.get("network") or {}
+    net = _Fields(net_raw, source, "network", NETWORK_FIELDS)
+    intra = net.num("intra_node_gbps", 300.0, minimum=0, strict=True)
+    inter = net.num("inter_node_gbps", 10.0, minimum=0, strict=True)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise InputError(source, "empty partition: expected a non-empty list under 'nodes:'")
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw_nodes):
+        nf = _Fields(item, source, f"nodes[{i}]", NODE_FIELDS)
+        if nf.has("names") == nf.has("name"):
+            raise InputError(source, "give 'names' (hostlist, e.g. gpu-[1-4]) or 'name'",
+                             f"nodes[{i}]")
+        expr = nf.str_("names" if nf.has("names") else "name")
+        gpu_type = nf.str_("gpu_type", pattern=GPU_TYPE_RE,
+                           valid="a GPU type name such as a100, v100, t4").lower()
+        gpus = nf.int_("gpus", minimum=1)
+        mem = nf.num("gpu_memory_gb", minimum=0, strict=True) if nf.has("gpu_memory_gb") else None
+        state = nf.str_("state", "idle").lower()
+        for name in expand_hostlist(expr, source, f"nodes[{i}]"):
+            if name in seen:
+                raise InputError(source, f"node {name!r} is listed twice", f"nodes[{i}]")
+            seen.add(name)
+            nodes.append(Node(name=name, gpu_type=gpu_type, gpus=gpus, gpu_memory_gb=mem,
+                              state=state))
+    cluster = Cluster(
+        nodes=tuple(nodes), intra_node_gbps=intra, inter_node_gbps=inter,
+        name=f.str_("name", "cluster"),
+        partition=f.str_("partition") if f.has("partition") else None,
+    )
+    if not cluster.gpus:
+        raise InputError(source, "empty partition: no node is up (all are down or drained)")
+    return cluster
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Load and validate a cluster YAML file."""
+    return parse_cluster(read_yaml(path), str(path))

@@ -1,0 +1,252 @@
+"""The one pool-mode evaluator: validates a task schedule and computes its objective.
+
+Every pool policy returns only *where* (GPU) and *when* (start) each task
+runs. This module recomputes everything else from the model of
+:mod:`hetsched.planning.pool.problem` — each task's compute end and synchronisation
+end, every round's barrier, every job's completion, the total weighted JCT —
+and rejects any schedule that breaks a constraint of Hare_Sched (4)-(8):
+a task missing or duplicated, a task on a GPU type it may not use, a task
+before its job's arrival, two tasks overlapping on one GPU, a round starting
+before every task of the previous round has finished and synchronised. So
+all pool policies are measured by the same code, and the numbers compare.
+
+:func:`to_plan` turns an evaluated schedule into a :class:`~hetsched.core.plan.Plan`
+(foundation keys plus the compact ``tasks`` section); :func:`evaluate_tasks_section`
+re-reads that section and evaluates it again (tests, scripts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hetsched.core.plan import JobPlan, Plan, Segment, Worker
+from hetsched.planning.pool.compact import COLUMNS, compress_rows, count_rows, expand_runs
+from hetsched.planning.pool.memory import plan_gpu_memory
+from hetsched.planning.pool.problem import PoolProblem
+
+TASKS_FORMAT = "hetsched-pool-runs/1"
+
+
+class InvalidSchedule(ValueError):
+    """A pool schedule breaks a constraint of Hare_Sched (a policy bug, never user input)."""
+
+
+@dataclass
+class TaskSchedule:
+    """What a pool policy decides: for every task (job, round, task) its GPU and start time."""
+
+    job: np.ndarray
+    rnd: np.ndarray
+    task: np.ndarray
+    gpu: np.ndarray
+    start: np.ndarray
+    policy: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.job)
+
+
+@dataclass
+class Evaluation:
+    """Model times of every task and the resulting job completions and objective."""
+
+    end: np.ndarray  # compute end of each task (GPU free)
+    sync_end: np.ndarray  # end of its synchronisation
+    completion: np.ndarray  # (S,) job completion (last round's barrier)
+    objective: float  # total weighted JCT: sum w_i (C_i - a_i)
+
+    def jct(self, pp: PoolProblem) -> np.ndarray:
+        return self.completion - pp.arrival
+
+
+def task_times(pp: PoolProblem, job: np.ndarray, rnd: np.ndarray,
+               gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compute and sync durations of tasks on the given GPUs (inf where not allowed)."""
+    typ = pp.gpu_type[gpu]
+    n = pp.round_iters_array(job, rnd)
+    return n * pp.t_it[job, typ], n * pp.s_it[job, typ]
+
+
+def evaluate(pp: PoolProblem, s: TaskSchedule, tol: float | None = None) -> Evaluation:
+    """Validate ``s`` against Hare_Sched's constraints and compute its objective."""
+    job = np.asarray(s.job, dtype=np.int64)
+    rnd = np.asarray(s.rnd, dtype=np.int64)
+    task = np.asarray(s.task, dtype=np.int64)
+    gpu = np.asarray(s.gpu, dtype=np.int64)
+    start = np.asarray(s.start, dtype=float)
+    n = pp.n_tasks
+    if not (len(job) == len(rnd) == len(task) == len(gpu) == len(start) == n):
+        raise InvalidSchedule(f"{s.policy}: {len(job)} tasks scheduled, the problem has {n}")
+    if n == 0:
+        return Evaluation(start, start, np.zeros(0), 0.0)
+    if ((job < 0) | (job >= pp.S)).any() or ((gpu < 0) | (gpu >= pp.K)).any():
+        raise InvalidSchedule(f"{s.policy}: job or GPU index out of range")
+    if ((rnd < 0) | (rnd >= pp.R[job]) | (task < 0) | (task >= pp.P[job])).any():
+        raise InvalidSchedule(f"{s.policy}: round or task index out of range")
+    R = pp.R.astype(np.int64)
+    P = pp.P.astype(np.int64)
+    off_task = np.concatenate([[0], np.cumsum(R * P)[:-1]])
+    tid = off_task[job] + rnd * P[job] + task
+    if (np.bincount(tid, minlength=n) != 1).any():
+        raise InvalidSchedule(f"{s.policy}: a task is missing or scheduled twice")
+    if not np.isfinite(start).all():
+        raise InvalidSchedule(f"{s.policy}: a start time is not finite")
+    tc, ts = task_times(pp, job, rnd, gpu)
+    if not np.isfinite(tc).all():
+        k = int(np.nonzero(~np.isfinite(tc))[0][0])
+        raise InvalidSchedule(f"{s.policy}: job {pp.base.jobs[job[k]].name} runs a task on "
+                              f"GPU type {pp.base.types[pp.gpu_type[gpu[k]]]} it may not use")
+    end = start + tc
+    sync_end = end + ts
+    if tol is None:
+        tol = 1e-6 + 1e-9 * float(np.abs(sync_end).max())
+    if (start < pp.arrival[job] - tol).any():
+        raise InvalidSchedule(f"{s.policy}: a task starts before its job's arrival")
+    order = np.lexsort((start, gpu))
+    g, st, en = gpu[order], start[order], end[order]
+    same = g[1:] == g[:-1]
+    if (same & (st[1:] < en[:-1] - tol)).any():
+        k = int(np.nonzero(same & (st[1:] < en[:-1] - tol))[0][0])
+        raise InvalidSchedule(f"{s.policy}: two tasks overlap on GPU {int(g[k])} at "
+                              f"{st[k + 1]:.6f} < {en[k]:.6f}")
+    off_round = np.concatenate([[0], np.cumsum(R)[:-1]])
+    key = off_round[job] + rnd
+    nr = int(R.sum())
+    rstart = np.full(nr, np.inf)
+    rdone = np.full(nr, -np.inf)
+    np.minimum.at(rstart, key, start)
+    np.maximum.at(rdone, key, sync_end)
+    not_last = np.ones(nr, dtype=bool)
+    not_last[off_round + R - 1] = False
+    idx = np.nonzero(not_last)[0]
+    if (rstart[idx + 1] < rdone[idx] - tol).any():
+        raise InvalidSchedule(f"{s.policy}: a round starts before the previous round's "
+                              "tasks and synchronisation have ended")
+    completion = rdone[off_round + R - 1]
+    objective = float((pp.weight * (completion - pp.arrival)).sum())
+    return Evaluation(end, sync_end, completion, objective)
+
+
+# ---------------------------------------------------------------------------
+# Plan output
+
+
+def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> dict[str, Any]:
+    """The plan's ``tasks`` section: per GPU the compact ordered task sequence and memory plan."""
+    p = pp.base
+    names = [j.name for j in p.jobs]
+    gpus = p.cluster.gpus
+    order = np.lexsort((s.start, s.gpu))
+    g_sorted = np.asarray(s.gpu)[order]
+    bounds = np.searchsorted(g_sorted, np.arange(pp.K + 1))
+    out_gpus: list[dict[str, Any]] = []
+    loads = warm = 0
+    for g in range(pp.K):
+        idx = order[bounds[g]:bounds[g + 1]]
+        if len(idx) == 0:
+            continue
+        seq = [int(j) for j in np.asarray(s.job)[idx]]
+        mp = plan_gpu_memory(seq, pp.mem_gb.tolist(), float(pp.gpu_mem_gb[g]))
+        loads += mp.loads
+        warm += len(seq) - mp.loads
+        runs = compress_rows(
+            [names[j] for j in seq], np.asarray(s.rnd)[idx], np.asarray(s.task)[idx],
+            np.asarray(s.start)[idx], ev.end[idx], ev.sync_end[idx], mp.keep,
+            [[names[o] for o in e] for e in mp.evict_others])
+        gg = gpus[g]
+        out_gpus.append({"node": gg.node, "gpu": gg.index, "gpu_type": gg.gpu_type,
+                         "memory_gb": float(pp.gpu_mem_gb[g]), "tasks": len(idx), "runs": runs})
+    return {
+        "format": TASKS_FORMAT,
+        "columns": COLUMNS,
+        "switch_s": pp.switch_s,
+        "jobs": {names[i]: {"tasks_per_round": int(pp.P[i]), "rounds": int(pp.R[i]),
+                            "iterations_per_task": int(pp.N[i]),
+                            "last_round_iterations": int(pp.last[i]),
+                            "local_batch": int(pp.slice_b[i]),
+                            "model_memory_gb": round(float(pp.mem_gb[i]), 6)}
+                 for i in range(pp.S)},
+        "total_tasks": len(s),
+        "stored_rows": sum(sum(len(r["tasks"]) for r in g["runs"]) for g in out_gpus),
+        "memory": {"model_loads": loads, "warm_starts": warm},
+        "gpus": out_gpus,
+    }
+
+
+def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: float,
+            planning_time_s: float = 0.0, params: dict[str, Any] | None = None) -> Plan:
+    """An evaluated pool schedule as a Plan (mode ``pool``), foundation keys kept.
+
+    Each job gets one segment from its first task's start to its completion,
+    listing every GPU its tasks ran on with the task's local batch, so scripts
+    reading only the foundation keys still see who used which GPU and when.
+    """
+    p = pp.base
+    gpus = p.cluster.gpus
+    jobs: list[JobPlan] = []
+    first = np.full(pp.S, np.inf)
+    np.minimum.at(first, np.asarray(s.job), np.asarray(s.start, dtype=float))
+    used: list[set[int]] = [set() for _ in range(pp.S)]
+    for j, g in zip(np.asarray(s.job).tolist(), np.asarray(s.gpu).tolist(), strict=True):
+        used[j].add(g)
+    for i, job in enumerate(p.jobs):
+        ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index, int(pp.slice_b[i]))
+              for g in sorted(used[i])]
+        span = float(ev.completion[i] - first[i])
+        it = float(pp.total_iters[i])
+        seg = Segment(start_s=float(first[i]), end_s=float(ev.completion[i]), workers=ws,
+                      iteration_s=span / it if it else 0.0, iterations=it)
+        jobs.append(JobPlan(job.name, job.weight, job.arrival_s, [seg], spec=job.to_dict()))
+    ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
+    plan = Plan(policy=s.policy, jobs=jobs, lower_bound_s=lower_bound_s,
+                params={**s.params, **(params or {})}, mode="pool",
+                cluster={"name": p.cluster.name,
+                         "gpus": {t: int(n) for t, n in zip(p.types, p.n_type, strict=True)}},
+                fairness_ref=ref)
+    plan.tasks = tasks_section(pp, s, ev)
+    plan.planning_time_s = planning_time_s
+    return plan
+
+
+def schedule_from_tasks(pp: PoolProblem, tasks: dict[str, Any]) -> tuple[TaskSchedule, np.ndarray,
+                                                                          np.ndarray]:
+    """Expand a plan's ``tasks`` section back into a schedule (plus its stated end times)."""
+    p = pp.base
+    jindex = {j.name: i for i, j in enumerate(p.jobs)}
+    gindex = {(g.node, g.index): k for k, g in enumerate(p.cluster.gpus)}
+    job, rnd, task, gpu, start, end, sync_end = [], [], [], [], [], [], []
+    for gd in tasks["gpus"]:
+        g = gindex[(gd["node"], int(gd["gpu"]))]
+        rows = expand_runs(gd["runs"])
+        if len(rows) != int(gd["tasks"]) or count_rows(gd["runs"]) != len(rows):
+            raise InvalidSchedule(f"GPU {gd['node']}/{gd['gpu']}: runs expand to {len(rows)} "
+                                  f"tasks, the section says {gd['tasks']}")
+        for r in rows:
+            job.append(jindex[r[0]])
+            rnd.append(r[1])
+            task.append(r[2])
+            gpu.append(g)
+            start.append(r[3])
+            end.append(r[4])
+            sync_end.append(r[5])
+    sched = TaskSchedule(np.array(job, dtype=np.int64), np.array(rnd, dtype=np.int64),
+                         np.array(task, dtype=np.int64), np.array(gpu, dtype=np.int64),
+                         np.array(start, dtype=float), policy="plan")
+    return sched, np.array(end, dtype=float), np.array(sync_end, dtype=float)
+
+
+def evaluate_tasks_section(pp: PoolProblem, tasks: dict[str, Any],
+                           tol: float = 1e-4) -> Evaluation:
+    """Re-evaluate a plan from its ``tasks`` section alone, checking its stated times.
+
+    ``tol`` absorbs the 1 us rounding of written times and the pattern tolerance.
+    """
+    sched, end, sync_end = schedule_from_tasks(pp, tasks)
+    ev = evaluate(pp, sched, tol=tol)
+    if len(end) and (np.abs(ev.end - end).max() > tol or np.abs(ev.sync_end - sync_end).max() > tol):
+        raise InvalidSchedule("stated task end times disagree with the model")
+    return ev

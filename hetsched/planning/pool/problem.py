@@ -1,0 +1,198 @@
+"""The pool-mode problem: Hare_Sched (Hare, HPDC'22, section 5.1) built from a PlanningProblem.
+
+In pool mode the partition's GPUs are one shared pool. Job ``i`` is a chain of
+``R_i`` training rounds; every round has ``P_i`` tasks (the job's parallelism:
+``requested_gpus``, else ``min_gpus``); a task trains the per-task slice
+``b_i = ceil(B_i / P_i)`` of the round's global batch. All tasks of round r
+(and their synchronisation) must end before any task of round r+1 starts
+(constraint 7); tasks are non-preemptive (8); nothing starts before the
+job's arrival (4).
+
+Task granularity. Real jobs run 10^4-10^6 iterations, so a task stands for
+``N_i`` iterations of its slice (``--task-iterations``): its compute time on
+GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model) and its
+synchronisation time ``N_i * s_it``, where ``s_it`` is the comm model's time
+per iteration for ``P_i`` workers (ring all-reduce of ``model_size_mb`` over
+the inter-node bandwidth, or the profiled sync time when no model size is
+given). The last round takes the remaining iterations. ``N_i = 1`` is exactly
+the paper's model. The default picks, per job, the smallest N for which a
+task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
+the job's fastest GPU type, raised if needed so that no job has more than
+``max_rounds`` rounds (keeps planning time and plan size bounded).
+
+Synchronisation does not occupy the GPU: it overlaps the next task on that
+GPU (Algorithm 1, line 16); it only delays the job's next round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsched.core.model import comm_time
+from hetsched.core.problem import PlanningProblem
+from hetsched.errors import InputError, PlanningError
+
+#: Hare's measured task switch is <= 6 ms (paper Table 3); we plan for 5 ms.
+DEFAULT_SWITCH_S = 0.005
+#: a switch may cost at most this share of a task (the issue: < 1%)
+SWITCH_SHARE = 0.01
+#: the default task size never makes a job longer than this many rounds
+DEFAULT_MAX_ROUNDS = 200
+#: refuse instances that would expand to more tasks than this (memory, time)
+MAX_TASKS = 2_000_000
+
+#: GPU memory (GB) per type when the cluster file gives no ``gpu_memory_gb``.
+#: K80 is the per-die figure (a K80 board is two 12 GB GPUs as Slurm sees them).
+DEFAULT_GPU_MEMORY_GB = {
+    "k80": 12.0, "m60": 8.0, "p100": 16.0, "p40": 24.0, "v100": 16.0, "t4": 16.0,
+    "a10": 24.0, "a100": 40.0, "a40": 48.0, "l4": 24.0, "l40s": 48.0, "h100": 80.0,
+    "h200": 141.0,
+}
+#: fallback for GPU types not in the table above
+FALLBACK_GPU_MEMORY_GB = 16.0
+#: model state per MB of gradients when a job gives no ``memory_gb``: fp32
+#: weights + gradients + two Adam moments = 4x the gradient bytes
+MODEL_STATE_FACTOR = 4.0
+#: resident footprint when neither memory_gb nor model_size_mb is known
+FALLBACK_MODEL_GB = 1.0
+
+
+@dataclass
+class PoolProblem:
+    """Hare_Sched instance: per job rounds x tasks, per job x GPU type task times.
+
+    Built from a :class:`PlanningProblem` (which validated the inputs). All
+    arrays are indexed by job ``i`` (order of ``base.jobs``) and GPU type
+    ``t`` (order of ``base.types``); ``gpu_type`` maps each GPU of
+    ``base.cluster.gpus`` to its type.
+    """
+
+    base: PlanningProblem
+    task_iterations: int | None = None
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    switch_s: float = DEFAULT_SWITCH_S
+    P: np.ndarray = field(init=False)  # (S,) tasks per round
+    slice_b: np.ndarray = field(init=False)  # (S,) local batch of one task
+    N: np.ndarray = field(init=False)  # (S,) iterations per (full) round
+    R: np.ndarray = field(init=False)  # (S,) rounds
+    last: np.ndarray = field(init=False)  # (S,) iterations of the last round
+    total_iters: np.ndarray = field(init=False)  # (S,) iterations of the job
+    t_it: np.ndarray = field(init=False)  # (S, T) compute s/iteration of one task; inf = not allowed
+    s_it: np.ndarray = field(init=False)  # (S, T) sync s/iteration
+    ok: np.ndarray = field(init=False)  # (S, T) task may run on type t
+    gpu_type: np.ndarray = field(init=False)  # (K,) type index of each GPU
+    mem_gb: np.ndarray = field(init=False)  # (S,) resident model state
+    gpu_mem_gb: np.ndarray = field(init=False)  # (K,) memory of each GPU
+
+    def __post_init__(self) -> None:
+        p = self.base
+        S, T = p.S, p.T
+        if self.task_iterations is not None and self.task_iterations < 1:
+            raise InputError("--task-iterations", f"must be >= 1, got {self.task_iterations}")
+        self.P = np.zeros(S, dtype=int)
+        self.slice_b = np.zeros(S, dtype=int)
+        self.ok = np.zeros((S, T), dtype=bool)
+        for i, job in enumerate(p.jobs):
+            P = max(int(job.requested), int(p.lo[i]))
+            capmax = int(p.cap[i][p.allowed[i]].max())
+            # more tasks when one slice would not fit in any allowed GPU's memory cap
+            P = max(P, math.ceil(int(p.B[i]) / capmax))
+            P = min(P, int(p.B[i]))  # every task trains at least one sample
+            b = math.ceil(int(p.B[i]) / P)
+            self.P[i], self.slice_b[i] = P, b
+            self.ok[i] = p.allowed[i] & (p.cap[i] >= b)
+            if not self.ok[i].any():  # unreachable given the P rule above; keep the guard
+                raise InputError(p.jobs_source, f"a task slice of {b} samples fits no GPU type",
+                                 f"job {job.name!r}")
+        bcol = self.slice_b[:, None].astype(float)
+        self.t_it = np.where(self.ok, p.a + p.c * bcol, np.inf)
+        single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
+        bw = p.bandwidth(single_node)
+        self.s_it = np.zeros((S, T))
+        for i in range(S):
+            for t in range(T):
+                self.s_it[i, t] = comm_time(int(self.P[i]), float(p.model_mb[i]), bw,
+                                            float(p.sync[i, t])) if self.ok[i, t] else np.inf
+        self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
+        if self.task_iterations is not None:
+            N = np.full(S, int(self.task_iterations), dtype=np.int64)
+        else:
+            fastest = np.where(self.ok, self.t_it, np.inf).min(axis=1)
+            n_switch = np.ceil(self.switch_s / SWITCH_SHARE / fastest)
+            n_rounds = np.ceil(self.total_iters / self.max_rounds)
+            N = np.maximum(1, np.maximum(n_switch, n_rounds)).astype(np.int64)
+        self.N = np.minimum(N, self.total_iters)
+        self.R = -(-self.total_iters // self.N)
+        self.last = self.total_iters - (self.R - 1) * self.N
+        n_tasks = int((self.R * self.P).sum())
+        if n_tasks > MAX_TASKS:
+            raise PlanningError(
+                f"pool mode: {n_tasks:,} tasks exceed the limit of {MAX_TASKS:,}; "
+                "raise --task-iterations (or leave it unset for the automatic size)")
+        tindex = {t: k for k, t in enumerate(p.types)}
+        gpus = p.cluster.gpus
+        self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
+        node_mem = {n.name: n.gpu_memory_gb for n in p.cluster.nodes}
+        self.gpu_mem_gb = np.array([
+            node_mem.get(g.node) or DEFAULT_GPU_MEMORY_GB.get(g.gpu_type, FALLBACK_GPU_MEMORY_GB)
+            for g in gpus], dtype=float)
+        self.mem_gb = np.array([
+            j.memory_gb if j.memory_gb is not None else
+            (MODEL_STATE_FACTOR * j.model_size_mb / 1000.0 if j.model_size_mb > 0
+             else FALLBACK_MODEL_GB)
+            for j in p.jobs], dtype=float)
+
+    # ------------------------------------------------------------------
+    @property
+    def S(self) -> int:
+        return self.base.S
+
+    @property
+    def T(self) -> int:
+        return self.base.T
+
+    @property
+    def K(self) -> int:
+        return len(self.gpu_type)
+
+    @property
+    def weight(self) -> np.ndarray:
+        return self.base.weight
+
+    @property
+    def arrival(self) -> np.ndarray:
+        return self.base.arrival
+
+    @property
+    def n_type_gpus(self) -> np.ndarray:
+        """(T,) GPUs of each type in the pool."""
+        return np.bincount(self.gpu_type, minlength=self.T)
+
+    @property
+    def n_tasks(self) -> int:
+        return int((self.R * self.P).sum())
+
+    def round_iters(self, i: int, r: int) -> int:
+        """Iterations in round r of job i (the last round may be shorter)."""
+        return int(self.last[i]) if r == int(self.R[i]) - 1 else int(self.N[i])
+
+    def round_iters_array(self, job: np.ndarray, rnd: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`round_iters`."""
+        return np.where(rnd == self.R[job] - 1, self.last[job], self.N[job])
+
+    def allowed_gpus(self, i: int) -> int:
+        """How many GPUs of the pool job i's tasks may use."""
+        return int(self.ok[i][self.gpu_type].sum())
+
+    def best_rate(self, i: int) -> float:
+        """Task-iterations/s of job i on its min(P, allowed GPUs) fastest GPUs (an upper bound)."""
+        t = np.sort(self.t_it[i][self.gpu_type][self.ok[i][self.gpu_type]])
+        return float((1.0 / t[: int(self.P[i])]).sum())
+
+    def critical_path(self, i: int) -> float:
+        """No schedule finishes job i faster than this after it starts (see hare.py)."""
+        s_min = float(self.s_it[i][self.ok[i]].min())
+        return float(self.total_iters[i]) * (float(self.P[i]) / self.best_rate(i) + s_min)

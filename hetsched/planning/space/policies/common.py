@@ -1,0 +1,253 @@
+"""Pieces several policies share: admission, initial sizes, exact matching, objectives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.space.policies.base import Snapshot
+
+INF = float("inf")
+
+
+def min_feasible(p: PlanningProblem, i: int, free: np.ndarray,
+                 order: Sequence[int] | np.ndarray,
+                 at_least: int | None = None) -> np.ndarray:
+    """Fewest GPUs (taking types in ``order``) that meet min_gpus and hold the global batch.
+
+    ``at_least`` raises the GPU count to reach (default: the job's min_gpus).
+    Returns zeros if the free GPUs cannot do it.
+    """
+    n = [0] * p.T
+    _, _, cap, allowed = p._rows[i]
+    lo, hi, B = int(p.lo[i]), int(p.hi[i]), p._Bf[i]
+    if at_least is not None:
+        lo = max(lo, int(at_least))
+    held = 0.0
+    k = 0
+    for t in order:
+        if not allowed[t]:
+            continue
+        room = int(free[t])
+        while room > 0 and (k < lo or held < B) and k < hi:
+            n[t] += 1
+            room -= 1
+            held += cap[t]
+            k += 1
+        if k >= lo and held >= B:
+            return np.array(n, dtype=int)
+    by_memory = largest_memory_types(p, i)
+    if [int(t) for t in order] != by_memory:
+        # Taking types in ``order`` (e.g. fastest first) can reach max_gpus
+        # before the GPUs taken hold the global batch (fast GPUs with little
+        # memory); such a job was never admitted, even alone on an idle
+        # cluster, and the plan failed. Largest memory first holds the batch
+        # on the fewest GPUs whenever any free set can (the check
+        # PlanningProblem makes on the whole cluster).
+        return min_feasible(p, i, free, by_memory, at_least)
+    return np.zeros(p.T, dtype=int)
+
+
+def largest_memory_types(p: PlanningProblem, i: int) -> list[int]:
+    """GPU types by decreasing local-batch cap for job i, cached."""
+    cache = p.__dict__.setdefault("_by_memory", {})
+    if i not in cache:
+        cache[i] = [int(t) for t in np.argsort(-p.cap[i], kind="stable")]
+    return cache[i]
+
+
+def fastest_types(p: PlanningProblem, i: int) -> list[int]:
+    """GPU types from fastest to slowest for job i (peak per-GPU throughput), cached."""
+    cache = p.__dict__.setdefault("_fastest", {})
+    if i not in cache:
+        cache[i] = [int(t) for t in np.argsort(-p.per_gpu_rate(i), kind="stable")]
+    return cache[i]
+
+
+def smith_priority(p: PlanningProblem, snap: Snapshot) -> np.ndarray:
+    """Smith's rule key (higher first): weight over remaining time on the job's minimal set."""
+    cache = p.__dict__.setdefault("_minimal_time", {})
+    base = np.empty(len(snap.jobs))
+    for r, i in enumerate(snap.jobs):
+        i = int(i)
+        if i not in cache:
+            n = min_feasible(p, i, p.n_type, fastest_types(p, i))
+            if n.sum() == 0:
+                n = min_feasible(p, i, p.n_type, list(range(p.T)))
+            cache[i] = p.iter_time1(i, tuple(int(v) for v in n)) if n.sum() else INF
+        base[r] = cache[i]
+    with np.errstate(divide="ignore"):
+        return p.weight[snap.jobs] / (base * snap.remaining)
+
+
+def admit(p: PlanningProblem, snap: Snapshot, priority: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Choose the rows (jobs) that run now when not all fit; their minimal counts.
+
+    Jobs are taken in priority order while their minimal feasible set still
+    fits in the free GPUs. Returns the admitted rows and a (rows, T) array of
+    the minimal counts reserved for them.
+    """
+    free = snap.free.copy()
+    rows: list[int] = []
+    mins: list[np.ndarray] = []
+    # A job's minimal set on the whole cluster is also its minimal set whenever
+    # it fits in the free GPUs (min_feasible takes the same types in the same
+    # order then), which is the common case: compute it once per job.
+    whole = p.__dict__.setdefault("_minimal_set", {})
+    for r in np.argsort(-priority, kind="stable"):
+        i = int(snap.jobs[r])
+        if i not in whole:
+            whole[i] = min_feasible(p, i, p.n_type, fastest_types(p, i))
+        n = whole[i]
+        if not (n.sum() and (n <= free).all()):
+            n = min_feasible(p, i, free, fastest_types(p, i))
+        if n.sum() == 0:
+            continue
+        rows.append(int(r))
+        mins.append(n)
+        free -= n
+        if free.sum() == 0:
+            break
+    return rows, (np.array(mins) if mins else np.zeros((0, p.T), dtype=int))
+
+
+def match_counts(values: np.ndarray, sizes: np.ndarray, free: np.ndarray) -> np.ndarray | None:
+    """Exact throughput-maximising assignment for one category (HAS problem P3).
+
+    ``values[j, t]`` is the worth of one GPU of type t to job j (``-inf`` if not
+    allowed), ``sizes[j]`` how many GPUs job j gets, ``free[t]`` the GPUs of
+    each type. P3 is an assignment problem (job slots x GPUs), solved exactly
+    by the Hungarian method in polynomial time; the paper's auction reaches
+    the same optimum. Returns counts (J, T) or None if infeasible.
+    """
+    J, T = values.shape
+    slot_job = np.repeat(np.arange(J), sizes)
+    col_type = np.repeat(np.arange(T), free)
+    if len(slot_job) > len(col_type):
+        return None
+    w = values[slot_job][:, col_type]
+    big = np.nanmax(np.abs(np.where(np.isfinite(w), w, 0.0))) * 10 + 1.0
+    cost = np.where(np.isfinite(w), -w, big)
+    r, c = linear_sum_assignment(cost)
+    if not np.isfinite(w[r, c]).all():
+        return None
+    out = np.zeros((J, T), dtype=int)
+    np.add.at(out, (slot_job[r], col_type[c]), 1)
+    return out
+
+
+def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
+    """Iteration time with an equal split of the global batch (no load balancing).
+
+    This is how the baselines' papers run data parallelism: every worker gets
+    B/K samples, so the slowest GPU type sets the pace.
+    """
+    from hetsched.core.model import equal_shares, step_time
+
+    K = int(n.sum())
+    if K == 0 or K > p.B[i] or (n[~p.allowed[i]] > 0).any():
+        return INF
+    types = np.repeat(np.arange(p.T), n)
+    caps = p.cap[i, types]
+    if caps.sum() < p.B[i]:
+        return INF
+    b = equal_shares(list(caps), int(p.B[i]))
+    comp = step_time(p.a[i, types], p.c[i, types], b)
+    return comp + float(p.comm_estimate(i, n[None, :])[0])
+
+
+IterTime = Callable[[int, tuple[int, ...]], float]
+
+
+def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
+    """The policy-side iteration-time estimate matching a policy's share mode (scalar, cached)."""
+    if shares == "equal":
+        cache = p.__dict__.setdefault("_equal_cache", {})
+
+        def eq(i: int, n: tuple[int, ...]) -> float:
+            key = (i, n)
+            if key not in cache:
+                cache[key] = equal_iter_time(p, i, np.array(n, dtype=int))
+            return cache[key]
+
+        return eq
+    return p.iter_time1
+
+
+def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarray,
+                free: np.ndarray, it: IterTime, order_of: Callable[[int], list[int]],
+                memo_key: str) -> np.ndarray:
+    """Optimus' greedy: repeatedly add one GPU to the job with the largest JCT gain.
+
+    ``X`` holds the admitted rows' starting counts (modified in place), ``it(i,
+    counts_tuple)`` is the iteration-time estimate, ``order_of(i)`` the GPU
+    types job i takes, most preferred first (the next GPU is the first of
+    them with a free GPU). Lazy re-evaluation keeps it O(K log S) gain
+    updates. The step-time change of adding one GPU of a type to given counts
+    does not depend on time, so it is memoised on the problem under
+    ``memo_key`` across events; plain lists and tuples because this loop runs
+    at every event.
+    """
+    import heapq
+
+    memo: dict[tuple[int, tuple[int, ...], int], float] = (
+        p.__dict__.setdefault("_gain_memo", {}).setdefault(memo_key, {}))
+    jobs = [int(i) for i in snap.jobs]
+    wrem = (p.weight[snap.jobs] * snap.remaining).tolist()
+    hi = p.hi.tolist()
+    allowed = [p._rows[i][3] for i in range(p.S)]
+    cnt = {r: [int(v) for v in X[r]] for r in rows}
+    fl = [int(v) for v in free]
+
+    def gain(r: int) -> tuple[float, int]:
+        i = jobs[r]
+        x = cnt[r]
+        if sum(x) >= hi[i]:
+            return 0.0, -1
+        ok = allowed[i]
+        for t in order_of(i):
+            if fl[t] > 0 and ok[t]:
+                break
+        else:
+            return 0.0, -1
+        key = (i, tuple(x), t)
+        d = memo.get(key)
+        if d is None:
+            cur = it(i, key[1])
+            x[t] += 1
+            nxt = it(i, tuple(x))
+            x[t] -= 1
+            d = cur - nxt
+            if d != d or d == INF or d == -INF:  # nan or inf: adding cannot be judged
+                d = 0.0
+            memo[key] = d
+        return wrem[r] * d, t
+
+    heap = []
+    for r in rows:
+        g, t = gain(r)
+        if g > 0:
+            heap.append((-g, r, t))
+    heapq.heapify(heap)
+    left = sum(fl)
+    while heap and left > 0:
+        _, r, t = heapq.heappop(heap)
+        g, t2 = gain(r)  # re-evaluate: free GPUs may have changed
+        if g <= 0:
+            continue
+        if heap and g < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-g, r, t2))
+            continue
+        cnt[r][t2] += 1
+        fl[t2] -= 1
+        left -= 1
+        g, t3 = gain(r)
+        if g > 0:
+            heapq.heappush(heap, (-g, r, t3))
+    for r in rows:
+        X[r] = cnt[r]
+    free[:] = fl
+    return X

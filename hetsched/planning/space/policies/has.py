@@ -1,0 +1,288 @@
+"""HAS: the Heterogeneity-Aware Scheduler (Zhou et al., TPDS 2024, Algorithms 1-2).
+
+Feasible-solution categories: every way ``(K_1..K_S)`` to split the GPUs
+among the jobs (Algorithm 1's systematic enumeration, stars and bars). Per
+category the paper solves P3 -- maximise total throughput with job i getting
+exactly K_i workers -- by a matching-market auction. P3 is an assignment
+problem, so we solve it exactly with the Hungarian method
+(:func:`scipy.optimize.linear_sum_assignment`), the same optimum (Theorem 2)
+in polynomial time. The category with the lowest predicted weighted JCT wins.
+
+Two refinements over the paper, both measured in docs/benchmarks.md:
+
+* worker throughput in P3 is the affine model's at the category's batch
+  ``B/K_i`` rather than one constant per worker;
+* ``matching="both"`` also solves P3 with each job's throughput normalised
+  by its own best GPU (so a job with large raw samples/s does not take every
+  fast GPU) and keeps whichever matching predicts the lower JCT.
+  ``matching="raw"`` is the paper's P3 alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from math import comb
+
+import numpy as np
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.errors import PlanningError
+from hetsched.planning.space.policies.base import Policy, Snapshot, register
+from hetsched.planning.space.policies.common import admit, match_counts, smith_priority
+
+MATCHINGS = ("both", "raw", "normalized")
+TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
+
+
+def compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """All compositions of ``total`` into ``parts`` positive parts, in Algorithm 1's order.
+
+    The order varies K_2 fastest, then K_3, ..., with K_1 taking the rest:
+    for K=5, S=3 it yields (3,1,1), (2,2,1), (1,3,1), (2,1,2), (1,2,2), (1,1,3).
+    """
+    if parts == 1:
+        yield (total,)
+        return
+    for last in range(1, total - parts + 2):
+        for head in compositions(total - last, parts - 1):
+            yield (*head, last)
+
+
+def count_compositions(total: int, parts: int) -> int:
+    return comb(total - 1, parts - 1) if total >= parts >= 1 else 0
+
+
+def unrank_composition(rank: int, total: int, parts: int) -> tuple[int, ...]:
+    """The composition at position ``rank`` of :func:`compositions` without enumerating."""
+    out = [0] * parts
+    n = total
+    for i in range(parts - 1, 0, -1):
+        v = 1
+        while True:
+            cnt = comb(n - v - 1, i - 1)
+            if rank < cnt:
+                break
+            rank -= cnt
+            v += 1
+        out[i] = v
+        n -= v
+    out[0] = n
+    return tuple(out)
+
+
+class CategorySolver:
+    """Evaluates categories (per-job GPU counts) for the admitted jobs of one snapshot."""
+
+    def __init__(self, p: PlanningProblem, snap: Snapshot, rows: list[int], matching: str,
+                 trim: bool = True) -> None:
+        self.p, self.snap, self.rows, self.matching, self.trim = p, snap, rows, matching, trim
+        self.jobs = [int(snap.jobs[r]) for r in rows]
+        free = snap.free
+        usable = np.array([int((free * p.allowed[i]).sum()) for i in self.jobs])
+        self.lo = np.array([int(p.lo[i]) for i in self.jobs])
+        self.hi = np.minimum(np.array([int(p.hi[i]) for i in self.jobs]), usable)
+        self.total = int(min(free.sum(), self.hi.sum()))
+        self._tab: dict[str, np.ndarray] = {}
+        self._best_sub: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def feasible(self, sizes: tuple[int, ...]) -> bool:
+        s = np.asarray(sizes)
+        return bool((s >= self.lo).all() and (s <= self.hi).all())
+
+    def repair(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        """Clamp a category into the per-job bounds keeping the total (JPS samples)."""
+        s = np.clip(np.asarray(sizes), self.lo, self.hi)
+        while s.sum() > self.total:
+            j = int(np.argmax(s - self.lo))
+            s[j] -= 1
+        while s.sum() < self.total:
+            room = self.hi - s
+            if room.max() <= 0:
+                break
+            s[int(np.argmax(room))] += 1
+        return tuple(int(v) for v in s)
+
+    def _rates(self, normalized: bool) -> np.ndarray:
+        """Per-GPU worth table (J, K+1, T): job j's samples/s on one GPU of type t when
+        it has k workers (batch B/k), -inf where not allowed. Built once per snapshot."""
+        key = "norm" if normalized else "raw"
+        if key not in self._tab:
+            p = self.p
+            ks = np.arange(1, int(self.snap.free.sum()) + 1, dtype=float)
+            tab = np.full((len(self.jobs), len(ks) + 1, p.T), -np.inf)
+            for j, i in enumerate(self.jobs):
+                b = np.clip(p.B[i] / ks[:, None], 1.0, p.cap[i][None, :])
+                r = b / (p.a[i][None, :] + p.c[i][None, :] * b)
+                if normalized:
+                    r = r / r.max(axis=1, keepdims=True)
+                tab[j, 1:] = np.where(p.allowed[i][None, :], r, -np.inf)
+            self._tab[key] = tab
+        return self._tab[key]
+
+    def _match(self, sizes: np.ndarray, normalized: bool) -> np.ndarray:
+        """P3 for one category (see :func:`match_counts`), with the precomputed tables."""
+        tab = self._rates(normalized)
+        J = len(self.jobs)
+        V = tab[np.arange(J), np.minimum(sizes, tab.shape[1] - 1)]
+        X = match_counts(V, sizes, self.snap.free)
+        return X if X is not None else np.zeros((J, self.p.T), dtype=int)
+
+    def _objective(self, A: np.ndarray) -> np.ndarray:
+        """Predicted weighted remaining time of each allocation (trimming A in place)."""
+        p = self.p
+        obj = np.zeros(len(A))
+        for j, i in enumerate(self.jobs):
+            it = self._trim(j, A[:, j, :]) if self.trim else p.iter_time(i, A[:, j, :])
+            obj += p.weight[i] * self.snap.remaining[self.rows[j]] * it
+        obj[A.sum(axis=(1, 2)) == 0] = np.inf
+        return obj
+
+    def solve(self, categories: list[tuple[int, ...]], rematch: int = 64
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Match every category; return allocations (C, J, T) and objectives (C,).
+
+        With trimming, the ``rematch`` best (category, matching) rows are matched
+        once more with their trimmed sizes: GPUs a big job gave back can then go
+        to the jobs that value them most, instead of staying idle.
+        """
+        p = self.p
+        modes = {"both": (False, True), "raw": (False,), "normalized": (True,)}[self.matching]
+        M = len(modes)
+        A = np.array([self._match(np.asarray(sizes), norm)
+                      for sizes in categories for norm in modes]).reshape(
+                          len(categories) * M, len(self.jobs), p.T)
+        obj = self._objective(A)
+        if self.trim:
+            top = np.argsort(obj)[:rematch]
+            top = top[np.isfinite(obj[top])]
+            if len(top):
+                A2 = np.array([self._match(A[r].sum(axis=1), modes[r % M]) for r in top])
+                obj2 = self._objective(A2)
+                better = obj2 < obj[top]
+                A[top[better]] = A2[better]
+                obj[top[better]] = obj2[better]
+        obj = obj.reshape(len(categories), M)
+        best = obj.argmin(axis=1)
+        A4 = A.reshape(len(categories), M, len(self.jobs), p.T)
+        return A4[np.arange(len(categories)), best], obj[np.arange(len(categories)), best]
+
+    def _trim(self, j: int, X: np.ndarray) -> np.ndarray:
+        """Replace each row of X (job j's counts) by its best sub-allocation; return times.
+
+        Constraint (8c) of the paper gives every GPU to some job, which pays
+        when adding a worker always speeds a job up. With real intercepts and
+        a ring all-reduce over a 10 Gbit/s network it often does not: a slow
+        or remote worker can lengthen the iteration. The best ``y <= x`` for
+        every count vector x is a prefix minimum over the lattice of count
+        vectors, so one table per job (a cumulative minimum along each type's
+        axis) trims every category exactly. Above ``TRIM_TABLE_MAX`` lattice
+        points a greedy one-GPU-at-a-time trim is used instead.
+        """
+        p, i = self.p, self.jobs[j]
+        dims = tuple(int(v) + 1 for v in self.snap.free)
+        if int(np.prod(dims)) > TRIM_TABLE_MAX:
+            return self._trim_greedy(j, X)
+        if j not in self._best_sub:
+            states = np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
+            f = p.iter_time(i, states)
+            f[states.sum(axis=1) < self.lo[j]] = np.inf
+            V = f.reshape(dims)
+            idx = np.arange(V.size).reshape(dims)
+            for ax in range(len(dims)):
+                V = np.moveaxis(V, ax, 0).copy()
+                idx = np.moveaxis(idx, ax, 0).copy()
+                for k in range(1, V.shape[0]):
+                    # V[k, ...] (not V[k]) stays a writable view when there is
+                    # one GPU type: V is then 1-D and V[k] would be a scalar copy.
+                    worse = V[k, ...] > V[k - 1, ...]
+                    np.copyto(V[k, ...], V[k - 1, ...], where=worse)
+                    np.copyto(idx[k, ...], idx[k - 1, ...], where=worse)
+                V = np.moveaxis(V, 0, ax)
+                idx = np.moveaxis(idx, 0, ax)
+            self._best_sub[j] = (V.reshape(-1), idx.reshape(-1), states)
+        val, idx, states = self._best_sub[j]
+        flat = np.ravel_multi_index(X.T, dims)
+        X[:] = states[idx[flat]]
+        return val[flat].copy()
+
+    def _trim_greedy(self, j: int, X: np.ndarray) -> np.ndarray:
+        """Local-search trim for huge lattices.
+
+        Moves: drop one GPU of a type, drop every GPU of a type (leaving the
+        slow type or crossing to one type can switch the all-reduce to a faster
+        link), or cut a type down to one node's worth (intra-node bandwidth).
+        The best improving move is applied until none improves.
+        """
+        p, i = self.p, self.jobs[j]
+        T = p.T
+        cur = p.iter_time(i, X)
+        live = np.nonzero(np.isfinite(cur) & (X.sum(axis=1) > self.lo[j]))[0]
+        while len(live):
+            Xl = X[live]
+            moves = []
+            for t in range(T):
+                one = Xl.copy()
+                one[:, t] -= 1
+                none = Xl.copy()
+                none[:, t] = 0
+                node = Xl.copy()
+                node[:, t] = np.minimum(node[:, t], p.node_max[t])
+                moves += [one, none, node]
+            cand = np.stack(moves, axis=1)  # (L, 3T, T)
+            ok = ((cand >= 0).all(axis=2) & (cand.sum(axis=2) >= self.lo[j])
+                  & (cand.sum(axis=2) < Xl.sum(axis=1)[:, None]))
+            it = np.full(ok.shape, np.inf)
+            if ok.any():
+                it[ok] = p.iter_time(i, cand[ok])
+            best = it.argmin(axis=1)
+            val = it[np.arange(len(live)), best]
+            better = val < cur[live] * (1 - 1e-12)
+            rows = live[better]
+            X[rows] = cand[np.nonzero(better)[0], best[better]]
+            cur[rows] = val[better]
+            live = rows[X[rows].sum(axis=1) > self.lo[j]]
+        return cur
+
+    def expand(self, X: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(self.snap.jobs), self.p.T), dtype=int)
+        out[self.rows] = X
+        return out
+
+
+@register
+class HAS(Policy):
+    name = "has"
+    paper = "Zhou et al., TPDS 2024 (HAS/JPS), Algorithms 1 and 2"
+    summary = ("All feasible-solution categories, exact throughput-maximising matching per "
+               "category, best category by predicted weighted JCT")
+    param_docs = {
+        "matching": "P3 objective: 'raw' samples/s (paper), 'normalized' per job, or 'both'",
+        "max_categories": "refuse above this many categories (use jps)",
+        "trim": "drop workers that slow their job down (False: every GPU used, paper's (8c))",
+    }
+
+    def __init__(self, *, matching: str = "both", max_categories: int = 20000,
+                 trim: bool = True) -> None:
+        if matching not in MATCHINGS:
+            raise ValueError(f"matching must be one of {', '.join(MATCHINGS)}, got {matching!r}")
+        self.matching = matching
+        self.max_categories = int(max_categories)
+        self.trim = bool(trim)
+
+    def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
+        rows, mins = admit(problem, snap, smith_priority(problem, snap))
+        if not rows:
+            return np.zeros((len(snap.jobs), problem.T), dtype=int)
+        solver = CategorySolver(problem, snap, rows, self.matching, self.trim)
+        n = count_compositions(solver.total, len(rows))
+        if n > self.max_categories:
+            raise PlanningError(
+                f"has: {n:,} feasible-solution categories for {len(rows)} jobs on "
+                f"{solver.total} GPUs exceeds max_categories={self.max_categories:,}; "
+                "use --policy jps (sampling) or raise --param max_categories=N")
+        cats = [c for c in compositions(solver.total, len(rows)) if solver.feasible(c)]
+        if not cats:
+            cats = [solver.repair(tuple(int(v) for v in solver.lo))]
+        A, obj = solver.solve(cats)
+        best = int(np.argmin(obj))
+        return solver.expand(A[best] if np.isfinite(obj[best]) else mins)

@@ -1,0 +1,1 @@
+"""Persistent state: the SQLite store (plans, submissions, events) and the profile history."""

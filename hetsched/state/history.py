@@ -1,0 +1,226 @@
+"""The profile history (Hare section 3: repeat jobs skip profiling) and the sbatch probes.
+
+* History: the store's ``profiles`` rows, keyed by workload identity (the job
+  spec's ``workload`` key, the same key the planner's throughput table uses)
+  and GPU type, one row per measured local batch; ``profile_status`` marks a
+  pair ``ok`` or ``unusable`` (its probe failed or timed out) so one bad pair
+  never fails a batch and is not re-probed at every call.
+* :func:`table_from_store` turns the history into the planner's
+  :class:`~hetsched.core.throughput.ThroughputTable`.
+* :func:`run_probes` submits one short probe job per missing (workload, GPU
+  type) through the :class:`~hetsched.slurm.client.SlurmClient` and the probe
+  template, all at once (they run concurrently wherever Slurm has GPUs of
+  their type), waits with one ``squeue`` per poll, cancels those past their
+  time limit, and stores what came back.
+* :func:`ingest_reports` refines the history while jobs run: each rank's
+  measured compute time per step (report kind ``steps``) moves the stored step
+  time of its (workload, GPU type, local batch) by an exponentially weighted
+  moving average, ``new = (1 - alpha) * old + alpha * measured``.
+
+Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hetsched.core.throughput import ProfileRow, ThroughputTable
+from hetsched.errors import InputError
+from hetsched.io.profiles import write_csv
+from hetsched.state.store import Store
+
+OK = "ok"
+UNUSABLE = "unusable"
+#: workloads the runtime can build without an entrypoint (hetsched.runtime.workloads)
+BUILTIN_WORKLOADS = frozenset({"mlp", "cnn", "transformer", "tiny-transformer"})
+DEFAULT_ALPHA = 0.3
+
+
+# ---------------------------------------------------------------------------
+# history
+
+
+def _rows(store: Store) -> list[dict[str, Any]]:
+    return store.profiles()
+
+
+def statuses(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["workload"], r["gpu_type"]): dict(r) for r in store.conn.execute(
+        "SELECT * FROM profile_status")}
+
+
+def set_status(store: Store, workload: str, gpu_type: str, status: str, reason: str = "",
+               slurm_id: str | None = None, probe_s: float | None = None) -> None:
+    with store.tx() as c:
+        c.execute("INSERT OR REPLACE INTO profile_status VALUES (?,?,?,?,?,?,?)",
+                  (workload, gpu_type, status, reason, slurm_id, probe_s, time.time()))
+
+
+def history_rows(store: Store, include_unusable: bool = False) -> list[ProfileRow]:
+    """The stored profile rows as planner rows (unusable pairs left out)."""
+    bad = {k for k, s in statuses(store).items() if s["status"] == UNUSABLE}
+    return [ProfileRow(r["workload"], r["gpu_type"], int(r["local_batch"]),
+                       float(r["step_time_s"]), r["sync_time_s"], r.get("max_local_batch"))
+            for r in _rows(store)
+            if include_unusable or (r["workload"], r["gpu_type"]) not in bad]
+
+
+def table_from_store(store: Store) -> ThroughputTable:
+    """The planner's throughput source from the profile history.
+
+    Raises InputError when the history is empty (run ``hetsched profile`` or
+    give a CSV).
+    """
+    rows = history_rows(store)
+    if not rows:
+        raise InputError("--throughputs", f"the profile history in {store.path} is empty; run "
+                         "`hetsched profile JOBS.yaml` or pass --throughputs profiles.csv")
+    return ThroughputTable(rows, source=f"{store.path}:profiles")
+
+
+def usable_pairs(store: Store) -> set[tuple[str, str]]:
+    return {(r.workload, r.gpu_type) for r in history_rows(store)}
+
+
+def export_csv(store: Store, workload: str | None = None, gpu_type: str | None = None) -> str:
+    rows = [r for r in history_rows(store)
+            if (workload is None or r.workload == workload)
+            and (gpu_type is None or r.gpu_type == gpu_type)]
+    buf = io.StringIO()
+    write_csv(rows, buf)
+    return buf.getvalue()
+
+
+def import_rows(store: Store, rows: Iterable[ProfileRow], source: str) -> int:
+    n = 0
+    pairs: set[tuple[str, str]] = set()
+    with store.tx():
+        for r in rows:
+            store.put_profile(r.workload, r.gpu_type, r.local_batch, r.step_time_s,
+                              r.sync_time_s, source, r.max_local_batch)
+            pairs.add((r.workload, r.gpu_type))
+            n += 1
+        for w, g in pairs:
+            set_status(store, w, g, OK, source)
+    return n
+
+
+def forget(store: Store, workload: str | None = None, gpu_type: str | None = None) -> int:
+    """Delete history rows (and probe status) matching the filters; returns rows deleted."""
+    if workload is None and gpu_type is None:
+        raise InputError("profiles forget", "give --workload and/or --gpu-type (or --all)")
+    conds, args = [], []
+    if workload is not None:
+        conds.append("workload = ?")
+        args.append(workload)
+    if gpu_type is not None:
+        conds.append("gpu_type = ?")
+        args.append(gpu_type.lower())
+    where = " AND ".join(conds)
+    with store.tx() as c:
+        n = c.execute(f"DELETE FROM profiles WHERE {where}", args).rowcount  # noqa: S608 - fixed columns
+        c.execute(f"DELETE FROM profile_status WHERE {where}", args)  # noqa: S608
+    return int(n)
+
+
+def forget_all(store: Store) -> int:
+    with store.tx() as c:
+        n = c.execute("DELETE FROM profiles").rowcount
+        c.execute("DELETE FROM profile_status")
+    return int(n)
+
+
+def listing(store: Store) -> list[dict[str, Any]]:
+    """One entry per (workload, GPU type): batches, fit, status, source, age."""
+    st = statuses(store)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in _rows(store):
+        groups.setdefault((r["workload"], r["gpu_type"]), []).append(r)
+    out = []
+    table = ThroughputTable(history_rows(store, include_unusable=True)) if groups else None
+    for key in sorted(set(groups) | set(st)):
+        rs = groups.get(key, [])
+        fit = table.get(*key) if table else None
+        s = st.get(key, {})
+        out.append({
+            "workload": key[0], "gpu_type": key[1],
+            "status": s.get("status", OK if rs else "-"), "reason": s.get("reason", ""),
+            "batches": [int(r["local_batch"]) for r in rs],
+            "samples": sum(int(r.get("samples") or 1) for r in rs),
+            "a_s": fit.a if fit else None, "c_s": fit.c if fit else None,
+            "max_batch": fit.max_batch if fit else None,
+            "peak_samples_per_s": fit.peak_throughput if fit else None,
+            "sources": sorted({str(r["source"]).split(":")[0] for r in rs}),
+            "updated": max((float(r["updated"]) for r in rs), default=s.get("updated")),
+            "probe_s": s.get("probe_s"),
+        })
+    return out
+
+
+# ---------------------------------------------------------------------------
+# EWMA refinement from running jobs' reports
+
+
+def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEFAULT_ALPHA
+                   ) -> list[tuple[str, str, int, float | None, float]]:
+    """Fold new ``steps`` records of job reports into the history; returns the changes.
+
+    Each file is read from where the previous call stopped (``report_offsets``),
+    so calling this from every monitor cycle counts each measurement once.
+    """
+    from hetsched.io.reports import read_reports
+
+    if not 0 < alpha <= 1:
+        raise InputError("--alpha", f"{alpha} must be in (0, 1]")
+    changes: list[tuple[str, str, int, float | None, float]] = []
+    current = {(r["workload"], r["gpu_type"], int(r["local_batch"])): dict(r)
+               for r in _rows(store)}
+    caps: dict[tuple[str, str], int] = {}
+    for r in current.values():
+        if r.get("max_local_batch"):
+            caps[(r["workload"], r["gpu_type"])] = int(r["max_local_batch"])
+    with store.tx() as c:
+        for path in paths:
+            key_path = str(Path(path).resolve())
+            row = c.execute("SELECT offset FROM report_offsets WHERE path = ?",
+                            (key_path,)).fetchone()
+            recs, new_off = read_reports(path, int(row[0]) if row else 0)
+            for rec in recs:
+                if rec.get("kind") != "steps":
+                    continue
+                try:
+                    w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+                    b, meas = int(rec["local_batch"]), float(rec["compute_s"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if not w or not g or b < 1 or not meas > 0 or not math.isfinite(meas):
+                    continue
+                sync = rec.get("sync_s")
+                key = (w, g, b)
+                old = current.get(key)
+                new: dict[str, Any]
+                if old is None:
+                    new = {"workload": w, "gpu_type": g, "local_batch": b, "step_time_s": meas,
+                           "sync_time_s": sync if rec.get("world_size", 1) > 1 else None,
+                           "max_local_batch": caps.get((w, g)), "samples": 1}
+                    changes.append((w, g, b, None, meas))
+                else:
+                    est = (1 - alpha) * float(old["step_time_s"]) + alpha * meas
+                    osync = old.get("sync_time_s")
+                    if isinstance(sync, (int, float)) and rec.get("world_size", 1) > 1:
+                        osync = sync if osync is None else (1 - alpha) * osync + alpha * sync
+                    changes.append((w, g, b, float(old["step_time_s"]), est))
+                    new = {**old, "step_time_s": est, "sync_time_s": osync,
+                           "samples": int(old.get("samples") or 1) + 1}
+                current[key] = new
+                store.put_profile(w, g, b, float(new["step_time_s"]), new["sync_time_s"],
+                                  f"ewma:{Path(path).name}", new.get("max_local_batch"),
+                                  int(new["samples"]))
+            c.execute("INSERT OR REPLACE INTO report_offsets VALUES (?,?,?)",
+                      (key_path, new_off, time.time()))
+    return changes

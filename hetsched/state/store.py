@@ -1,0 +1,469 @@
+"""hetsched's state: one SQLite file (plans, submissions, events, replans, profiles).
+
+Why SQLite: cron-driven replans, ``watch`` and ``submit`` may run at the same
+time; SQLite's transactions (WAL mode, ``BEGIN IMMEDIATE``, a busy timeout)
+keep the file consistent when any of them is killed mid-write, and it needs
+no server.
+
+Safety rules:
+
+* the file is created with mode 0600 (it holds job commands);
+* a file that is not a hetsched state file, is corrupted, or has a *newer*
+  schema than this code reads is refused with a clear error and left
+  untouched: nothing is written before the checks pass (even switching to WAL
+  mode writes the header, so that comes after them);
+* every multi-row change happens in one transaction.
+
+Schema (version 1) is documented in docs/slurm.md, version 2 (profiler) in docs/runtime.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetsched import config
+from hetsched.errors import HetschedError
+
+SCHEMA_VERSION = 2
+APPLICATION = "hetsched"
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE plans (
+    id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    policy TEXT NOT NULL DEFAULT '',
+    source TEXT NOT NULL DEFAULT '',
+    active INTEGER NOT NULL DEFAULT 0,
+    body TEXT NOT NULL
+);
+CREATE TABLE submissions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    plan_id TEXT NOT NULL REFERENCES plans(id),
+    job TEXT NOT NULL,
+    segment INTEGER NOT NULL,
+    slurm_id TEXT,
+    state TEXT NOT NULL,
+    script_hash TEXT NOT NULL,
+    script_path TEXT NOT NULL DEFAULT '',
+    workers TEXT NOT NULL DEFAULT '[]',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    UNIQUE (plan_id, job, segment)
+);
+CREATE INDEX submissions_slurm ON submissions (slurm_id);
+CREATE INDEX submissions_job ON submissions (job);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    job TEXT,
+    node TEXT,
+    slurm_id TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    handled INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE replans (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started REAL NOT NULL,
+    finished REAL,
+    old_plan TEXT,
+    new_plan TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    cancelled TEXT NOT NULL DEFAULT '[]',
+    submitted TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL DEFAULT 'running'
+);
+CREATE TABLE node_states (
+    node TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    gpu_type TEXT NOT NULL DEFAULT '',
+    gpus INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL
+);
+CREATE TABLE spool_seen (
+    path TEXT PRIMARY KEY,
+    sha TEXT NOT NULL,
+    seen REAL NOT NULL
+);
+CREATE TABLE profiles (
+    workload TEXT NOT NULL,
+    gpu_type TEXT NOT NULL,
+    local_batch INTEGER NOT NULL,
+    step_time_s REAL NOT NULL,
+    sync_time_s REAL,
+    source TEXT NOT NULL DEFAULT '',
+    updated REAL NOT NULL,
+    PRIMARY KEY (workload, gpu_type, local_batch)
+);
+"""
+
+#: schema changes after version 1, applied in order inside the opening transaction
+#: (a new file gets SCHEMA, then every migration). Version 2 (the profiler):
+#: profiles gain the memory cap and the number of measurements behind the EWMA,
+#: profile_status says which (workload, GPU type) pairs were probed and whether
+#: they are usable, report_offsets remembers how far each job report was read.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        "ALTER TABLE profiles ADD COLUMN max_local_batch INTEGER",
+        "ALTER TABLE profiles ADD COLUMN samples INTEGER NOT NULL DEFAULT 1",
+        """CREATE TABLE profile_status (
+            workload TEXT NOT NULL,
+            gpu_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT NOT NULL DEFAULT '',
+            slurm_id TEXT,
+            probe_s REAL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (workload, gpu_type)
+        )""",
+        """CREATE TABLE report_offsets (
+            path TEXT PRIMARY KEY,
+            offset INTEGER NOT NULL,
+            updated REAL NOT NULL
+        )""",
+    ),
+}
+
+#: submission states hetsched sets itself (Slurm's own states are stored as Slurm spells them)
+SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
+SUBMIT_FAILED = "SUBMIT_FAILED"
+SUPERSEDED = "SUPERSEDED"  # cancelled by hetsched because a newer plan replaced it
+GONE = "GONE"  # Slurm forgot the job and hetsched never saw it finish
+
+
+class StoreError(HetschedError):
+    """The state file cannot be used; the message says why and what to do."""
+
+    exit_code = 6
+
+
+def default_path() -> Path:
+    """The configured state file (:func:`hetsched.config.state_path`)."""
+    return config.state_path()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One (plan, job, segment) handed to Slurm."""
+
+    id: int
+    plan_id: str
+    job: str
+    segment: int
+    slurm_id: str | None
+    state: str
+    script_hash: str
+    script_path: str
+    workers: list[dict[str, Any]]
+    created: float
+    updated: float
+
+
+def _submission(row: sqlite3.Row) -> Submission:
+    return Submission(row["id"], row["plan_id"], row["job"], row["segment"], row["slurm_id"],
+                      row["state"], row["script_hash"], row["script_path"],
+                      json.loads(row["workers"] or "[]"), row["created"], row["updated"])
+
+
+class Store:
+    """An open state file. Use :func:`open_store`; close with ``close()`` or ``with``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.conn = self._open()
+
+    # -- opening and checks ------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        p = self.path
+        created = False
+        if not p.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.close(fd)
+                created = True
+            except FileExistsError:
+                pass  # another process created it first; check it like any file
+        elif p.is_dir():
+            raise StoreError(f"state file {p} is a directory")
+        try:
+            conn = sqlite3.connect(str(p), timeout=30.0, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open state file {p}: {e}") from None
+        conn.row_factory = sqlite3.Row
+        try:
+            self._check(conn, p)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._init_schema(conn)
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise StoreError(
+                f"state file {p} is corrupted or not a SQLite file ({e}); it was left "
+                "untouched: move it away (or restore a backup) and run again") from None
+        except BaseException:
+            conn.close()
+            raise
+        if created:
+            os.chmod(p, 0o600)
+        return conn
+
+    @staticmethod
+    def _check(conn: sqlite3.Connection, p: Path) -> None:
+        """Refuse foreign, corrupted or newer files before anything is written."""
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return  # new, empty database
+        if "meta" not in tables:
+            raise StoreError(f"{p} is a SQLite file but not a hetsched state file (no 'meta' "
+                             "table); it was left untouched. Point HETSCHED_STATE elsewhere.")
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("application") != APPLICATION:
+            raise StoreError(f"{p} is not a hetsched state file (application="
+                             f"{meta.get('application')!r}); it was left untouched")
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            version = -1
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"state file {p} has schema version {version}, written by a newer hetsched; "
+                f"this one reads up to {SCHEMA_VERSION}. Upgrade hetsched; the file was left "
+                "untouched.")
+        if version < 1:
+            raise StoreError(f"state file {p} has an invalid schema version "
+                             f"{meta.get('schema_version')!r}; it was left untouched")
+        bad = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if bad != "ok":
+            raise StoreError(f"state file {p} failed SQLite's integrity check ({bad}); it "
+                             "was left untouched: move it away and run again")
+
+    @staticmethod
+    def _init_schema(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            has_meta = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            if not has_meta:
+                # statement by statement: executescript() would COMMIT first
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                    ("application", APPLICATION), ("schema_version", "1"),
+                    ("created", repr(time.time()))])
+            version = int(conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            # _check refused newer and invalid versions before anything was written
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[v]:
+                    conn.execute(stmt)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it lands, or none of it (also on a crash)."""
+        if self.conn.in_transaction:  # nested use joins the outer transaction
+            yield self.conn
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.conn.execute(
+            "SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+
+    # -- plans -------------------------------------------------------------
+    def add_plan(self, plan: Mapping[str, Any], source: str = "", active: bool = True) -> str:
+        """Store a plan (idempotent on its id); make it the active one."""
+        pid = str(plan["plan_id"])
+        body = json.dumps(plan, sort_keys=True)
+        with self.tx() as c:
+            c.execute("INSERT OR IGNORE INTO plans (id, created, policy, source, body) "
+                      "VALUES (?, ?, ?, ?, ?)",
+                      (pid, time.time(), str(plan.get("policy", "")), source, body))
+            if active:
+                c.execute("UPDATE plans SET active = (id = ?)", (pid,))
+        return pid
+
+    def plan(self, plan_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT body FROM plans WHERE id = ?", (plan_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def active_plan(self) -> dict[str, Any] | None:
+        """The plan Slurm is being kept in line with (the latest submitted/replanned)."""
+        row = self.conn.execute("SELECT body FROM plans WHERE active = 1 "
+                                "ORDER BY created DESC LIMIT 1").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def plans(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT id, created, policy, source, active FROM plans "
+                                 "ORDER BY created").fetchall()
+        return [dict(r) for r in rows]
+
+    # -- submissions -------------------------------------------------------
+    def submission(self, plan_id: str, job: str, segment: int) -> Submission | None:
+        row = self.conn.execute(
+            "SELECT * FROM submissions WHERE plan_id = ? AND job = ? AND segment = ?",
+            (plan_id, job, segment)).fetchone()
+        return _submission(row) if row else None
+
+    def begin_submission(self, plan_id: str, job: str, segment: int, script_hash: str,
+                         script_path: str, workers: list[dict[str, Any]]) -> Submission:
+        """Record the intent to submit *before* calling sbatch (crash-safe ordering)."""
+        now = time.time()
+        with self.tx() as c:
+            c.execute(
+                "INSERT INTO submissions (plan_id, job, segment, state, script_hash, "
+                "script_path, workers, created, updated) VALUES (?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (plan_id, job, segment) DO UPDATE SET state = excluded.state, "
+                "slurm_id = NULL, script_hash = excluded.script_hash, "
+                "script_path = excluded.script_path, workers = excluded.workers, updated = excluded.updated",
+                (plan_id, job, segment, SUBMITTING, script_hash, script_path,
+                 json.dumps(workers), now, now))
+        sub = self.submission(plan_id, job, segment)
+        assert sub is not None
+        return sub
+
+    def set_submitted(self, sub_id: int, slurm_id: str, state: str = "PENDING") -> None:
+        with self.tx() as c:
+            c.execute("UPDATE submissions SET slurm_id = ?, state = ?, updated = ? WHERE id = ?",
+                      (slurm_id, state, time.time(), sub_id))
+
+    def set_state(self, sub_id: int, state: str) -> None:
+        with self.tx() as c:
+            c.execute("UPDATE submissions SET state = ?, updated = ? WHERE id = ?",
+                      (state, time.time(), sub_id))
+
+    def delete_submission(self, sub_id: int) -> None:
+        with self.tx() as c:
+            c.execute("DELETE FROM submissions WHERE id = ?", (sub_id,))
+
+    def submissions(self, plan_id: str | None = None, job: str | None = None
+                    ) -> list[Submission]:
+        q, args = "SELECT * FROM submissions WHERE 1=1", []
+        if plan_id is not None:
+            q += " AND plan_id = ?"
+            args.append(plan_id)
+        if job is not None:
+            q += " AND job = ?"
+            args.append(job)
+        return [_submission(r) for r in self.conn.execute(q + " ORDER BY id", args)]
+
+    def by_slurm_id(self, slurm_id: str) -> Submission | None:
+        row = self.conn.execute("SELECT * FROM submissions WHERE slurm_id = ? "
+                                "ORDER BY id DESC LIMIT 1", (slurm_id,)).fetchone()
+        return _submission(row) if row else None
+
+    # -- events --------------------------------------------------------------
+    def add_event(self, kind: str, *, job: str | None = None, node: str | None = None,
+                  slurm_id: str | None = None, detail: str = "", handled: bool = False) -> int:
+        """Record an event; ``handled`` ones are for the record only (not reset events)."""
+        with self.tx() as c:
+            cur = c.execute("INSERT INTO events (at, kind, job, node, slurm_id, detail, "
+                            "handled) VALUES (?,?,?,?,?,?,?)",
+                            (time.time(), kind, job, node, slurm_id, detail, int(handled)))
+        return int(cur.lastrowid or 0)
+
+    def events(self, unhandled_only: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
+        q = "SELECT * FROM events"
+        if unhandled_only:
+            q += " WHERE handled = 0"
+        q += " ORDER BY id DESC LIMIT ?"
+        return [dict(r) for r in reversed(self.conn.execute(q, (limit,)).fetchall())]
+
+    def mark_handled(self, event_ids: list[int]) -> None:
+        if not event_ids:
+            return
+        with self.tx() as c:
+            c.executemany("UPDATE events SET handled = 1 WHERE id = ?",
+                          [(i,) for i in event_ids])
+
+    # -- replans -------------------------------------------------------------
+    def begin_replan(self, reason: str, old_plan: str | None) -> int:
+        with self.tx() as c:
+            cur = c.execute("INSERT INTO replans (started, old_plan, reason) VALUES (?,?,?)",
+                            (time.time(), old_plan, reason))
+        return int(cur.lastrowid or 0)
+
+    def finish_replan(self, replan_id: int, status: str, new_plan: str | None = None,
+                      cancelled: list[str] | None = None,
+                      submitted: list[str] | None = None) -> None:
+        with self.tx() as c:
+            c.execute("UPDATE replans SET finished = ?, status = ?, new_plan = ?, "
+                      "cancelled = ?, submitted = ? WHERE id = ?",
+                      (time.time(), status, new_plan, json.dumps(cancelled or []),
+                       json.dumps(submitted or []), replan_id))
+
+    def replans(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM replans ORDER BY id")]
+
+    # -- monitor snapshots ---------------------------------------------------
+    def node_snapshot(self) -> dict[str, dict[str, Any]]:
+        return {r["node"]: dict(r) for r in self.conn.execute("SELECT * FROM node_states")}
+
+    def put_node_snapshot(self, nodes: list[tuple[str, str, str, int]]) -> None:
+        """Replace the last-seen node states: (node, state, gpu_type, gpus)."""
+        now = time.time()
+        with self.tx() as c:
+            c.execute("DELETE FROM node_states")
+            c.executemany("INSERT INTO node_states VALUES (?,?,?,?,?)",
+                          [(n, s, t, g, now) for n, s, t, g in nodes])
+
+    def spool_seen(self) -> dict[str, str]:
+        return {r[0]: r[1] for r in self.conn.execute("SELECT path, sha FROM spool_seen")}
+
+    def mark_spool_seen(self, path: str, sha: str) -> None:
+        with self.tx() as c:
+            c.execute("INSERT OR REPLACE INTO spool_seen VALUES (?,?,?)", (path, sha, time.time()))
+
+    # -- profiles (filled by the profiler) -------------------------------------
+    def put_profile(self, workload: str, gpu_type: str, local_batch: int, step_time_s: float,
+                    sync_time_s: float | None = None, source: str = "",
+                    max_local_batch: int | None = None, samples: int = 1) -> None:
+        with self.tx() as c:
+            c.execute("INSERT OR REPLACE INTO profiles (workload, gpu_type, local_batch, "
+                      "step_time_s, sync_time_s, source, updated, max_local_batch, samples) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
+                      (workload, gpu_type, local_batch, step_time_s, sync_time_s, source,
+                       time.time(), max_local_batch, samples))
+
+    def profiles(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
+
+
+def open_store(path: str | Path | None = None) -> Store:
+    """Open (creating if needed) the state file at ``path`` or :func:`default_path`."""
+    return Store(path if path is not None else default_path())
