@@ -59,7 +59,7 @@ def run(n_jobs: int, directory: Path, keep: bool) -> dict[str, float | int | str
         jobs = [Job(name=f"bench{i:03d}", workload="w", dataset_size=20000 + 500 * i, epochs=1,
                     global_batch=64, min_gpus=3, max_gpus=3) for i in range(n_jobs)]
         t0 = time.perf_counter()
-        plan = make_plan(jobs, cluster, table(), policy="fifo").to_dict()
+        plan = make_plan(jobs, cluster, table(), policy="fifo")
         out["plan_s"] = round(time.perf_counter() - t0, 3)
         state = tb.dir / f"bench-{int(time.time())}.db"
         with open_store(state) as st:
@@ -77,7 +77,7 @@ def run(n_jobs: int, directory: Path, keep: bool) -> dict[str, float | int | str
             out["monitor_cycle_commands"] = cycle.commands
             out["monitor_cycle_s"] = round(cycle.seconds, 4)
             # drain a node that pending jobs are pinned to, then replan
-            pinned = {w["node"] for j in plan["jobs"] for w in j["segments"][0]["workers"]}
+            pinned = {w.node for j in plan.jobs for w in j.segments[0].workers}
             node = sorted(pinned)[0]
             t0 = time.perf_counter()
             client.runner.run(["scontrol", "update", f"nodename={node}", "state=drain",

@@ -39,10 +39,11 @@ from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
 from hetsched.app.submit import files_dir, submit
-from hetsched.core.plan import plan_id as content_plan_id
+from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError, InputError
-from hetsched.io.specs import load_jobs, parse_job
+from hetsched.io.plan_json import plan_from_dict
+from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
 from hetsched.state.store import GONE, SUBMIT_FAILED, SUPERSEDED, Store, Submission
@@ -131,16 +132,15 @@ def latest_rows(store: Store) -> dict[str, Submission]:
     return out
 
 
-def _job_from_plan(plan: dict[str, Any], name: str) -> Job | None:
-    for i, j in enumerate(plan.get("jobs") or []):
-        if j.get("name") == name:
-            spec = dict(j.get("spec") or {})
-            spec.setdefault("name", name)
-            try:
-                return parse_job(spec, f"plan {plan.get('plan_id')}", i)
-            except InputError:
-                return None
-    return None
+def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
+    """A plan from the store, typed; None if absent or no longer valid."""
+    raw = store.plan(plan_id) if plan_id else None
+    if raw is None:
+        return None
+    try:
+        return plan_from_dict(raw, f"stored plan {plan_id}")
+    except InputError:
+        return None
 
 
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
@@ -172,16 +172,16 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             if fails > max_failures:
                 result.given_up.append(name)
                 continue
-        plan = store.plan(row.plan_id) or {}
-        job = _job_from_plan(plan, name)
-        if job is None:
+        plan = _stored_plan(store, row.plan_id)
+        jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
+        if jp is None or jp.spec is None:
             log(f"job {name}: no usable spec in plan {row.plan_id}; left as is")
             continue
+        job = jp.spec
         frac = 1.0
         if row.state in RUNNING_STATES:
             starts = [c.start_time for c in cycle.infos.get(name, []) if c.start_time]
-            planned = next((float(j["end_s"]) - float(j["start_s"]) for j in plan["jobs"]
-                            if j["name"] == name), 0.0)
+            planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
@@ -205,26 +205,26 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
                             given_up=result.given_up)
 
-    old = store.active_plan()
-    if policy is None:
-        policy = str((old or {}).get("policy") or "auto")
-        policy = "auto" if policy.startswith("auto") else policy
+    old_raw = store.active_plan()
+    old_id = (old_raw or {}).get("plan_id")
+    settings = how_planned(_stored_plan(store, old_id), policy)
     cluster = load_inventory(client, partition).cluster
-    new = make_plan(jobs, cluster, table, policy=policy, jobs_source="replan").to_dict()
-    new["replan_of"] = (old or {}).get("plan_id")
-    new["replanned_at"] = round(now, 3)
-    new["plan_id"] = content_plan_id(new)  # unique per replan
+    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         **settings.make_plan_kwargs())
+    new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
+    new_plan.plan_id = None  # a fresh content hash: unique per replan
+    new = new_plan.to_dict()
+    new_plan.plan_id = new["plan_id"]
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
     to_submit: set[str] = set()
     to_cancel: list[Submission] = []
-    for j in new["jobs"]:
-        name = j["name"]
-        segs = j.get("segments") or []
-        if not segs:
+    for jp in new_plan.jobs:
+        name = jp.name
+        if not jp.segments:
             continue
-        ws = segs[0]["workers"]
+        ws = [w.to_dict() for w in jp.segments[0].workers]
         cur = rows.get(name)
         if cur is None or cur.state in FAILED_STATES:
             to_submit.add(name)
@@ -245,11 +245,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
         return result
 
-    rid = store.begin_replan(reason, (old or {}).get("plan_id"))
+    rid = store.begin_replan(reason, old_id)
     try:
         if to_submit:
             # new hetjobs first: if this fails, the old ones are still queued
-            res = submit(new, store, client, only=to_submit, partition=partition,
+            res = submit(new_plan, store, client, only=to_submit, partition=partition,
                          source="replan", allow_active_elsewhere=True)
             result.submitted = res.submitted + res.skipped
         else:
@@ -275,6 +275,24 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status = "unchanged"
         result.reason = f"{reason}; plan unchanged for queued jobs"
     return result
+
+
+def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:
+    """The settings for the next plan: the active plan's own, ``policy`` overriding.
+
+    A plan made with ``--static --restart-cost 10 --policy jps --param
+    samples=80`` (or ``--mode pool``) is replanned the same way. Plans from
+    before settings were recorded fall back to their policy label.
+    """
+    if old is not None and old.settings is not None:
+        s = old.settings
+    else:
+        label = old.policy if old is not None else "auto"
+        s = PlanSettings(mode=old.mode if old is not None else "space",
+                         policy="auto" if label.startswith("auto") else label)
+    if policy is not None and policy != s.policy:
+        s = dataclasses.replace(s, policy=policy, params={})
+    return s
 
 
 def default_lock(store: Store) -> Path:

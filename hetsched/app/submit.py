@@ -22,12 +22,12 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from hetsched.core.plan import plan_id as content_plan_id
+from hetsched.core.plan import Plan
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
+from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
 from hetsched.slurm.templates import Script, render_hetjob, submission_comment
@@ -57,72 +57,36 @@ def files_dir(store: Store) -> Path:
     return Path(str(store.path) + ".files")
 
 
-def normalise_plan(plan: Mapping[str, Any], source: str = "plan") -> dict[str, Any]:
-    """Check the parts of the plan JSON contract that submission relies on.
-
-    Returns a copy with ``plan_id`` set (the content hash when absent).
-    """
-    if not isinstance(plan, Mapping):
-        raise InputError(source, "expected a JSON object (a plan from `hetsched plan`)")
-    if plan.get("version") != 1:
-        raise InputError(source, f"unsupported plan version {plan.get('version')!r}; "
-                         "expected 1", "version")
-    jobs = plan.get("jobs")
-    if not isinstance(jobs, list) or not jobs:
-        raise InputError(source, "no jobs in the plan", "jobs")
-    seen: set[str] = set()
-    for i, j in enumerate(jobs):
-        where = f"jobs[{i}]"
-        if not isinstance(j, Mapping):
-            raise InputError(source, "expected an object", where)
-        name = j.get("name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise InputError(source, f"job name {name!r} is not valid; use letters, digits, "
-                             "'.', '_' or '-'", where)
-        if name in seen:
-            raise InputError(source, "duplicate job name", f"job {name!r}")
-        seen.add(name)
-        segs = j.get("segments")
-        if not isinstance(segs, list):
-            raise InputError(source, "missing 'segments' list", f"job {name!r}")
-        for k, s in enumerate(segs):
-            ws = s.get("workers") if isinstance(s, Mapping) else None
-            if not isinstance(ws, list):
-                raise InputError(source, "missing 'workers' list", f"job {name!r} segment {k}")
-            for w in ws:
-                if not isinstance(w, Mapping) or not {"node", "gpu_type", "local_batch"} <= set(
-                        w):
-                    raise InputError(source, "a worker needs node, gpu_type, local_batch",
-                                     f"job {name!r} segment {k}")
-    out = dict(plan)
-    if not out.get("plan_id"):
-        out["plan_id"] = content_plan_id(out)
-    if not NAME_RE.match(str(out["plan_id"])):
-        raise InputError(source, f"plan_id {out['plan_id']!r} is not valid", "plan_id")
-    return out
+class PoolPlanError(InputError):
+    """A pool-mode plan reached the space-mode path."""
 
 
-def render_plan(plan: Mapping[str, Any], *, plan_path: Path, log_dir: Path,
+def check_plan(plan: Plan, source: str = "plan") -> str:
+    """The plan's id, after the checks submission relies on beyond the file contract."""
+    pid = plan.plan_id or str(plan.to_dict()["plan_id"])
+    if not NAME_RE.match(pid):
+        raise InputError(source, f"plan_id {pid!r} is not valid", "plan_id")
+    return pid
+
+
+def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None
                 ) -> dict[str, tuple[int, Script]]:
     """Render every job's script (segment 0 unless ``segment_of`` says otherwise)."""
     out: dict[str, tuple[int, Script]] = {}
-    for j in plan["jobs"]:
-        name = j["name"]
-        if only is not None and name not in only:
+    for j in plan.jobs:
+        if only is not None and j.name not in only:
             continue
-        seg = (segment_of or {}).get(name, 0)
-        segs = j.get("segments") or []
-        if seg >= len(segs) or not segs[seg].get("workers"):
+        seg = (segment_of or {}).get(j.name, 0)
+        if seg >= len(j.segments) or not j.segments[seg].workers:
             continue  # nothing (left) to run for this job
-        out[name] = (seg, render_hetjob(str(plan["plan_id"]), j, seg, plan_path=plan_path,
-                                        log_dir=log_dir, partition=partition,
-                                        pin_nodes=pin_nodes))
+        out[j.name] = (seg, render_hetjob(pid, j, seg, plan_path=plan_path, log_dir=log_dir,
+                                          partition=partition, pin_nodes=pin_nodes))
     return out
 
 
-def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | None, *,
+def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
            only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
            source: str = "plan", allow_active_elsewhere: bool = False,
@@ -133,11 +97,14 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
     segment per job. With ``dry_run`` nothing is written and Slurm is not
     touched: the result carries the scripts.
     """
-    plan = normalise_plan(plan, source)
-    pid = str(plan["plan_id"])
+    if plan.mode == "pool":
+        raise PoolPlanError(source, "this is a pool-mode plan (Hare's task-level sharing); "
+                            "it runs under the fast-switch executor, not as space-mode "
+                            "hetjobs", "mode")
+    pid = check_plan(plan, source)
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
-        scripts = render_plan(plan, plan_path=base / "plans" / f"{pid}.json",
+        scripts = render_plan(plan, pid, plan_path=base / "plans" / f"{pid}.json",
                               log_dir=base / "logs", partition=partition, pin_nodes=pin_nodes,
                               only=only, segment_of=segment_of)
         return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()})
@@ -147,14 +114,14 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
     plan_path = base / "plans" / f"{pid}.json"
     log_dir = base / "logs"
     # render everything first: a bad value fails before anything reaches Slurm
-    scripts = render_plan(plan, plan_path=plan_path, log_dir=log_dir, partition=partition,
+    scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=only, segment_of=segment_of)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(scripts))
     log_dir.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
-        atomic_write(plan_path, json.dumps(plan, indent=2, sort_keys=True) + "\n")
-    store.add_plan(plan, source=source)
+        atomic_write(plan_path, dump_plan(plan) + "\n")
+    store.add_plan(plan.to_dict(), source=source)
     result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()})
 
     # crash recovery: intents without an id may have reached Slurm
@@ -180,7 +147,7 @@ def submit(plan: Mapping[str, Any], store: Store | None, client: SlurmClient | N
             continue
         path = base / "scripts" / pid / f"{name}-{seg}.sh"
         atomic_write(path, script.text)
-        workers = next(j for j in plan["jobs"] if j["name"] == name)["segments"][seg]["workers"]
+        workers = [w.to_dict() for w in plan.job(name).segments[seg].workers]
         sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
         try:
             jid = client.submit(path)

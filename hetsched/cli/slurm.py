@@ -29,7 +29,9 @@ from hetsched.app.replan import (
     result_json,
 )
 from hetsched.app.submit import submit
+from hetsched.core.plan import Plan
 from hetsched.errors import HetschedError, InputError
+from hetsched.io.plan_json import load_plan
 from hetsched.slurm.client import CliSlurmClient, make_client
 from hetsched.slurm.inventory import load_cluster_from_slurm, load_inventory
 from hetsched.slurm.runner import Runner
@@ -196,8 +198,8 @@ STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state
 
 
 def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
-                    partition: str | None, backend: str = "cli") -> dict[str, object]:
-    """A plan dict from plan.json, or from jobs.yaml by planning first."""
+                    partition: str | None, backend: str = "cli") -> Plan:
+    """A typed plan from plan.json, or from jobs.yaml by planning first."""
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         from hetsched.io.profiles import load_throughputs
@@ -211,16 +213,8 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
         table = load_throughputs(throughputs)
         cl = load_cluster(cluster_file) if cluster_file else load_cluster_from_slurm(
             _client(backend), _partition(partition))
-        return make_plan(jobs, cl, table, policy=policy, jobs_source=str(p)).to_dict()
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except (OSError, ValueError) as e:
-        raise InputError(path, f"not a readable plan JSON file: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a JSON object (a plan from `hetsched plan`)")
-    return data
+        return make_plan(jobs, cl, table, policy=policy, jobs_source=str(p))
+    return load_plan(p)
 
 
 @click.command("submit")

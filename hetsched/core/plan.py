@@ -1,8 +1,11 @@
 """The Plan: what crosses from the planner to Slurm, the renderers and scripts.
 
 A plan is a timeline. Each job has segments; within a segment its worker set
-and local batches are fixed. ``to_dict`` produces the stable JSON contract
-(version 1) documented in docs/formats.md.
+and local batches are fixed. The plan also says how it was made (mode,
+policy, parameters, static, restart cost, task iterations) so that a replan
+makes the next plan the same way. ``to_dict`` produces the JSON contract
+(version 1, docs/formats.md, docs/plan.schema.json); reading it back is
+:func:`hetsched.io.plan_json.load_plan`'s job.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from hetsched.config import DEFAULT_RESTART_COST_S
+from hetsched.core.spec import Job
 
 PLAN_VERSION = 1
 
@@ -51,13 +57,40 @@ class Segment:
         }
 
 
+@dataclass(frozen=True)
+class PlanSettings:
+    """How a plan was asked for: what ``replan`` needs to make the next one the same way.
+
+    ``Plan.policy`` and ``Plan.params`` say what ran (``auto:has``, the
+    chosen candidate, a pool plan's bound); these are the request.
+    """
+
+    mode: str = "space"
+    policy: str = "auto"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    static: bool = False
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
+    task_iterations: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "policy": self.policy, "params": dict(self.params),
+                "static": self.static, "restart_cost_s": self.restart_cost_s,
+                "task_iterations": self.task_iterations}
+
+    def make_plan_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`hetsched.planning.planner.make_plan`."""
+        return {"mode": self.mode, "policy": self.policy, "params": dict(self.params),
+                "static": self.static, "restart_cost_s": self.restart_cost_s,
+                "task_iterations": self.task_iterations}
+
+
 @dataclass
 class JobPlan:
     name: str
     weight: float
     arrival_s: float
     segments: list[Segment] = field(default_factory=list)
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: Job | None = None
 
     @property
     def start_s(self) -> float:
@@ -76,7 +109,7 @@ class JobPlan:
             "name": self.name, "weight": self.weight, "arrival_s": self.arrival_s,
             "start_s": round(self.start_s, 6), "end_s": round(self.end_s, 6),
             "jct_s": round(self.jct_s, 6),
-            "spec": self.spec,
+            "spec": self.spec.to_dict() if self.spec is not None else {},
             "segments": [s.to_dict() for s in self.segments],
         }
 
@@ -96,7 +129,7 @@ class Plan:
     lower_bound_s: float
     params: dict[str, Any] = field(default_factory=dict)
     static: bool = False
-    restart_cost_s: float = 60.0
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
     planning_time_s: float = 0.0
     cluster: dict[str, Any] = field(default_factory=dict)
     fairness_ref: dict[str, float] = field(default_factory=dict)  # job -> equal-share JCT
@@ -104,6 +137,15 @@ class Plan:
     mode: str = "space"
     #: pool mode only: per-GPU task sequences (hetsched.planning.pool.evaluator.tasks_section)
     tasks: dict[str, Any] | None = None
+    #: how the plan was asked for (set by make_plan; replan reuses it)
+    settings: PlanSettings | None = None
+    #: the id of a plan read from a file (None: the content hash of to_dict)
+    plan_id: str | None = None
+    #: fairness as read from a file (a loaded plan has no equal-share references)
+    fairness_value: float | None = None
+    #: top-level and lower-bound keys of a plan file this version does not model, kept as read
+    extra: dict[str, Any] = field(default_factory=dict)
+    lower_bound_extra: dict[str, Any] = field(default_factory=dict)
 
     # -- objective -----------------------------------------------------
     @property
@@ -121,6 +163,8 @@ class Plan:
     @property
     def fairness(self) -> float:
         """Jain's index over JCT / equal-share JCT (HAS paper eq. 33)."""
+        if not self.fairness_ref and self.fairness_value is not None:
+            return self.fairness_value
         xs = [j.jct_s / self.fairness_ref[j.name] for j in self.jobs
               if self.fairness_ref.get(j.name, 0) > 0]
         return jain(xs)
@@ -153,7 +197,7 @@ class Plan:
                 "fairness": round(self.fairness, 6),
             },
             "lower_bound": {"weighted_jct_s": round(self.lower_bound_s, 6),
-                            "gap": round(self.gap, 6)},
+                            "gap": round(self.gap, 6), **self.lower_bound_extra},
             "cluster": self.cluster,
             "jobs": [j.to_dict() for j in self.jobs],
         }
@@ -161,41 +205,15 @@ class Plan:
             body["candidates"] = {k: round(v, 6) for k, v in self.candidates.items()}
         if self.tasks is not None:
             body["tasks"] = self.tasks
-        body["plan_id"] = plan_id(body)
+        if self.settings is not None:
+            body["settings"] = self.settings.to_dict()
+        body.update({k: v for k, v in self.extra.items() if k not in body})
+        body["plan_id"] = self.plan_id or plan_id(body)
         body["planning_time_s"] = round(self.planning_time_s, 6)
         return body
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Plan:
-        jobs = [
-            JobPlan(
-                name=j["name"], weight=float(j["weight"]), arrival_s=float(j["arrival_s"]),
-                spec=j.get("spec", {}),
-                segments=[
-                    Segment(
-                        start_s=float(s["start_s"]), end_s=float(s["end_s"]),
-                        workers=[Worker(w["node"], w["gpu_type"], int(w["gpu"]),
-                                        int(w["local_batch"])) for w in s["workers"]],
-                        iteration_s=float(s.get("iteration_s", 0.0)),
-                        compute_s=float(s.get("compute_s", 0.0)),
-                        comm_s=float(s.get("comm_s", 0.0)),
-                        iterations=float(s.get("iterations", 0.0)),
-                        restart_s=float(s.get("restart_s", 0.0)),
-                    )
-                    for s in j["segments"]
-                ],
-            )
-            for j in d["jobs"]
-        ]
-        return cls(policy=d["policy"], jobs=jobs,
-                   lower_bound_s=float(d["lower_bound"]["weighted_jct_s"]),
-                   params=d.get("params", {}), static=bool(d.get("static", False)),
-                   restart_cost_s=float(d.get("restart_cost_s", 60.0)),
-                   cluster=d.get("cluster", {}), mode=d.get("mode", "space"),
-                   tasks=d.get("tasks"))
 
 
 def worker_groups(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str,

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hetsched.core.plan import Plan
+from hetsched.config import DEFAULT_RESTART_COST_S
+from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
@@ -20,7 +21,7 @@ AUTO_CANDIDATES = ("has", "jps", "optimus-lb", "optimus", "srtf", "fifo", "allox
 
 def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy: str = "auto",
               params: dict[str, Any] | None = None, *, static: bool = False,
-              restart_cost_s: float = 60.0, jobs_source: str = "jobs",
+              restart_cost_s: float = DEFAULT_RESTART_COST_S, jobs_source: str = "jobs",
               progress: Callable[[str], None] | None = None, mode: str = "space",
               task_iterations: int | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best of AUTO_CANDIDATES.
@@ -28,24 +29,30 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     ``mode='pool'`` plans task-level sharing of the whole pool instead
     (Hare; :mod:`hetsched.planning.pool`, docs/pool.md); ``task_iterations`` is its task size.
     Raises InputError for bad inputs and PlanningError when no plan can be made.
+    The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
+    settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
+                            task_iterations)
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source)
     if mode == "pool":  # pool mode (issue 3) lives in its own package
         from hetsched.planning.pool import plan_pool
 
         if static:
             raise PlanningError("--static applies to space mode; pool mode plans every task")
-        return plan_pool(problem, policy, params, task_iterations=task_iterations,
+        plan = plan_pool(problem, policy, params, task_iterations=task_iterations,
                          progress=progress)
-    if mode != "space":
+    elif mode == "space":
+        plan = plan_problem(problem, policy, params, static=static,
+                            restart_cost_s=restart_cost_s, progress=progress)
+    else:
         raise PlanningError(f"unknown mode {mode!r}; expected space or pool")
-    return plan_problem(problem, policy, params, static=static, restart_cost_s=restart_cost_s,
-                        progress=progress)
+    plan.settings = settings
+    return plan
 
 
 def plan_problem(problem: PlanningProblem, policy: str = "auto",
                  params: dict[str, Any] | None = None, *, static: bool = False,
-                 restart_cost_s: float = 60.0,
+                 restart_cost_s: float = DEFAULT_RESTART_COST_S,
                  progress: Callable[[str], None] | None = None) -> Plan:
     if policy != "auto":
         return simulate(problem, make_policy(policy, params), static=static,

@@ -6,7 +6,6 @@ Torch-free until the rank actually trains, so ``command`` mode (which
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from hetsched import config
 from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
+from hetsched.io.plan_json import load_plan
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
 
@@ -29,26 +29,20 @@ def default_report(job: str) -> Path:
 def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
                                                                         list[dict[str, Any]]]:
     """The job's spec and the segment's workers in rank order (the template's order)."""
-    try:
-        plan = json.loads(Path(plan_path).read_text())
-    except FileNotFoundError:
-        raise InputError(plan_path, "file not found") from None
-    except (OSError, ValueError) as e:
-        raise InputError(plan_path, f"not a readable plan JSON file: {e}") from None
-    jobs = {j.get("name"): j for j in plan.get("jobs", []) if isinstance(j, dict)}
+    plan = load_plan(plan_path)
+    jobs = {j.name: j for j in plan.jobs}
     if job not in jobs:
         raise InputError(plan_path, f"no job {job!r} in the plan (jobs: "
-                         f"{', '.join(sorted(map(str, jobs))) or 'none'})", "--job")
+                         f"{', '.join(sorted(jobs)) or 'none'})", "--job")
     j = jobs[job]
-    segs = j.get("segments") or []
-    if not 0 <= segment < len(segs):
+    if not 0 <= segment < len(j.segments):
         raise InputError(plan_path, f"job {job!r} has no segment {segment} "
-                         f"(it has {len(segs)})", "--segment")
-    workers = segs[segment].get("workers") or []
+                         f"(it has {len(j.segments)})", "--segment")
+    workers = [w.to_dict() for w in j.segments[segment].workers]
     ordered: list[dict[str, Any]] = []
     for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
-    return dict(j.get("spec") or {}), ordered
+    return (j.spec.to_dict() if j.spec is not None else {}), ordered
 
 
 def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,

@@ -34,7 +34,7 @@ from typing import Any
 import jinja2
 
 from hetsched import config
-from hetsched.core.plan import worker_groups
+from hetsched.core.plan import JobPlan, worker_groups
 from hetsched.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -191,39 +191,35 @@ def submission_comment(plan_id: str, job: str, segment: int) -> str:
     return f"hetsched:{plan_id}:{job}:{segment}"
 
 
-def render_hetjob(plan_id: str, job: Mapping[str, Any], segment: int = 0, *,
+def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                   plan_path: str | Path, log_dir: str | Path, partition: str | None = None,
                   pin_nodes: bool = True, hetsched: str | None = None,
                   directory: Path | None = None) -> Script:
-    """The hetjob script for segment ``segment`` of one job of a plan (JSON contract)."""
-    segs = job.get("segments") or []
-    if segment >= len(segs):
-        raise TemplateValueError("plan", f"job {job.get('name')!r} has no segment {segment}")
-    workers = segs[segment].get("workers") or []
+    """The hetjob script for segment ``segment`` of one job of a plan."""
+    if segment >= len(job.segments):
+        raise TemplateValueError("plan", f"job {job.name!r} has no segment {segment}")
+    workers = [w.to_dict() for w in job.segments[segment].workers]
     if not workers:
-        raise TemplateValueError("plan", f"job {job.get('name')!r} segment {segment} has no "
-                                 "workers")
+        raise TemplateValueError("plan", f"job {job.name!r} segment {segment} has no workers")
     comps = components(workers)
-    spec = job.get("spec") or {}
-    cmd = spec.get("command")
-    command = shlex.join([str(a) for a in cmd]) if isinstance(cmd, list) else (
-        str(cmd) if cmd else "")
+    spec = job.spec
+    command = shlex.join(spec.command) if spec is not None and spec.command else ""
     batches = [b for c in comps for b in c.local_batches]
     ctx = {
-        "plan_id": plan_id, "job": job["name"], "segment": segment,
+        "plan_id": plan_id, "job": job.name, "segment": segment,
         "components": [
             {"gpu_type": c.gpu_type, "node": c.node if pin_nodes else "", "gpus": c.gpus,
              "tasks": c.tasks} for c in comps],
         "partition": partition or "",
-        "comment": submission_comment(plan_id, str(job["name"]), segment),
+        "comment": submission_comment(plan_id, job.name, segment),
         "log_dir": str(log_dir),
-        "workload": str(spec.get("workload", "")),
-        "global_batch": int(spec.get("global_batch") or sum(batches)),
+        "workload": spec.workload if spec is not None else "",
+        "global_batch": spec.global_batch if spec is not None else sum(batches),
         "local_batches": ",".join(str(b) for b in batches),
         "gpu_types": ",".join(c.gpu_type for c in comps for _ in c.local_batches),
         "rank_nodes": ",".join(c.node for c in comps for _ in c.local_batches),
         "command": command,
-        "entrypoint": str(spec.get("entrypoint") or ""),
+        "entrypoint": (spec.entrypoint or "") if spec is not None else "",
         "het_groups": ",".join(str(i) for i in range(len(comps))),
         "hetsched": hetsched or hetsched_executable(),
         "plan_path": str(plan_path),

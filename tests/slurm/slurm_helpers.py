@@ -7,6 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
+from hetsched.core.plan import JobPlan, Plan, Segment
+from hetsched.core.plan import Worker as PlanWorker
+from hetsched.core.spec import Job
+from hetsched.io.plan_json import plan_from_dict
+
 
 def wait_for(cond: Callable[[], object], timeout_s: float, what: str,
              every_s: float = 0.3) -> None:
@@ -22,9 +27,9 @@ def wait_for(cond: Callable[[], object], timeout_s: float, what: str,
 Worker = tuple[str, str, int]  # (node, gpu_type, local_batch)
 
 
-def plan_dict(plan_id: str | None, jobs: dict[str, list[list[Worker]]],
-              policy: str = "test") -> dict:
-    """A plan in the JSON contract: job -> segments -> workers."""
+def contract_plan(plan_id: str | None, jobs: dict[str, list[list[Worker]]],
+              policy: str = "test") -> Plan:
+    """A plan through the JSON contract (validated by plan_from_dict): job -> segments."""
     out_jobs = []
     for name, segs in jobs.items():
         t = 0.0
@@ -37,14 +42,29 @@ def plan_dict(plan_id: str | None, jobs: dict[str, list[list[Worker]]],
         gb = sum(b for _, _, b in segs[0]) if segs else 1
         out_jobs.append({"name": name, "weight": 1.0, "arrival_s": 0.0, "start_s": 0.0,
                          "end_s": t, "spec": {"name": name, "workload": "resnet-18",
-                                              "global_batch": gb, "command": ["true"]},
+                                              "global_batch": gb, "command": ["true"],
+                                              "dataset_size": 1000, "epochs": 1},
                          "segments": segments})
     plan = {"version": 1, "policy": policy,
             "objective": {"weighted_jct_s": 1.0, "avg_jct_s": 1.0, "makespan_s": 1.0},
             "lower_bound": {"weighted_jct_s": 1.0}, "jobs": out_jobs}
     if plan_id:
         plan["plan_id"] = plan_id
-    return plan
+    return plan_from_dict(plan, "test plan")
+
+
+def job_plan(d: dict) -> JobPlan:
+    """A JobPlan built straight from a dict, bypassing validation (to test the templates'
+    own defence against values that a validated plan could never carry)."""
+    spec = d.get("spec") or {}
+    job = Job(name=d["name"], workload=spec.get("workload", "w"), dataset_size=1, epochs=1,
+              global_batch=spec.get("global_batch", 1),
+              command=tuple(spec["command"]) if spec.get("command") else None,
+              entrypoint=spec.get("entrypoint"))
+    segs = [Segment(s["start_s"], s["end_s"], [PlanWorker(w["node"], w["gpu_type"], w["gpu"],
+                                                          w["local_batch"]) for w in s["workers"]])
+            for s in d["segments"]]
+    return JobPlan(d["name"], 1.0, 0.0, segs, spec=job)
 
 
 def invoke(cmd: object, args: list[str]) -> tuple[int, str]:
@@ -71,7 +91,7 @@ def throughput_rows() -> list:
             for b in (8, 16, 32, 64)]
 
 
-def make_testbed_plan(client: object, jobs_yaml: str, policy: str = "fifo") -> dict:
+def make_testbed_plan(client: object, jobs_yaml: str, policy: str = "fifo") -> Plan:
     """Plan ``jobs_yaml`` (text) with the real planner on the testbed's inventory."""
     import yaml
 
@@ -82,4 +102,4 @@ def make_testbed_plan(client: object, jobs_yaml: str, policy: str = "fifo") -> d
 
     jobs = parse_jobs(yaml.safe_load(jobs_yaml), "test")
     cluster = load_cluster_from_slurm(client, "gpu")  # type: ignore[arg-type]
-    return make_plan(jobs, cluster, ThroughputTable(throughput_rows()), policy=policy).to_dict()
+    return make_plan(jobs, cluster, ThroughputTable(throughput_rows()), policy=policy)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_helpers import invoke, make_testbed_plan, plan_dict, throughput_rows, wait_for
+from slurm_helpers import contract_plan, invoke, make_testbed_plan, throughput_rows, wait_for
 
 from hetsched.app.monitor import Event, Monitor, watch
 from hetsched.app.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
@@ -43,7 +43,7 @@ def _running(client: CliSlurmClient, ids: list[str]) -> bool:
 
 def test_one_squeue_per_cycle(testbed: Testbed, client: CliSlurmClient, clean_queue: None,
                               tmp_path: Path) -> None:
-    plan = plan_dict("mon1", {f"m{i}": [[("v100-1", "v100", 4)]] for i in range(8)})
+    plan = contract_plan("mon1", {f"m{i}": [[("v100-1", "v100", 4)]] for i in range(8)})
     with open_store(tmp_path / "s.db") as st:
         submit(plan, st, client, partition="gpu")
         mon = Monitor(st, client, partition="gpu")
@@ -70,8 +70,7 @@ def test_node_down_mid_run_replans_only_the_affected_job(
         wait_for(lambda: _running(client, list(ids.values())), 20, "A and B to run")
         mon = Monitor(st, client, partition="gpu")
         mon.poll()  # baseline: both running, nodes recorded
-        a_node = next(j for j in plan["jobs"] if j["name"] == "A")["segments"][0]["workers"][0][
-            "node"]
+        a_node = plan.job("A").segments[0].workers[0].node
         testbed.stop_node(a_node)  # keep it down (ReturnToService=2 would revive it)
         client.runner.run(["scontrol", "update", f"nodename={a_node}", "state=down",
                            "reason=hetsched-test"])
@@ -96,7 +95,7 @@ def test_node_down_mid_run_replans_only_the_affected_job(
 
 def test_watch_survives_slurmctld_restart(testbed: Testbed, client: CliSlurmClient,
                                           clean_queue: None, tmp_path: Path) -> None:
-    plan = plan_dict("wr1", {"w1": [[("t4-1", "t4", 4)]]})
+    plan = contract_plan("wr1", {"w1": [[("t4-1", "t4", 4)]]})
     with open_store(tmp_path / "s.db") as st:
         jid = dict(submit(plan, st, client, partition="gpu").submitted)["w1"]
         wait_for(lambda: _running(client, [jid]), 20, "job to run")
@@ -192,7 +191,7 @@ def test_completion_and_spool_events(testbed: Testbed, client: CliSlurmClient,
 def test_status_and_quiet_replan_cli(testbed: Testbed, client: CliSlurmClient,
                                      clean_queue: None, tmp_path: Path) -> None:
     state = str(tmp_path / "s.db")
-    plan = plan_dict("cli1", {"k1": [[("t4-1", "t4", 4)]]})
+    plan = contract_plan("cli1", {"k1": [[("t4-1", "t4", 4)]]})
     with open_store(state) as st:
         submit(plan, st, client, partition="gpu")
     code, out = invoke(cli_slurm.status_cmd, ["--state", state, "--json"])

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_helpers import plan_dict, wait_for
+from slurm_helpers import contract_plan, wait_for
 
 from hetsched.app.submit import SubmitError, submit
 from hetsched.slurm.client import CliSlurmClient
@@ -68,7 +68,7 @@ def test_lua_rejects_gpu_type_the_partition_lacks(lua_client: CliSlurmClient,
 
 def test_lua_tags_hetsched_jobs_and_plan_failure_rolls_back(
         plugin_bed: Testbed, lua_client: CliSlurmClient, tmp_path: Path) -> None:
-    plan = plan_dict("lua1", {"l1": [[("a100-1", "a100", 8), ("t4-1", "t4", 4)]]})
+    plan = contract_plan("lua1", {"l1": [[("a100-1", "a100", 8), ("t4-1", "t4", 4)]]})
     with open_store(tmp_path / "s.db") as st:
         jid = dict(submit(plan, st, lua_client, partition="gpu").submitted)["l1"]
     comps = [c for c in lua_client.job_detail(jid)]
@@ -76,7 +76,7 @@ def test_lua_tags_hetsched_jobs_and_plan_failure_rolls_back(
     res = lua_client.runner.run(["scontrol", "show", "job", "--oneliner", jid])
     assert res.stdout.count("AdminComment=hetsched plan=lua1 job=l1 segment=0") == 2
     lua_client.cancel([jid])
-    bad = plan_dict("lua2", {"m1": [[("t4-1", "t4", 4)]], "m2": [[("a100-1", "a100", 4)]],
+    bad = contract_plan("lua2", {"m1": [[("t4-1", "t4", 4)]], "m2": [[("a100-1", "a100", 4)]],
                              "m3": [[("a100-1", "h100", 4)]]})
     with open_store(tmp_path / "s2.db") as st:
         with pytest.raises(SubmitError, match="no GPU type 'h100'"):

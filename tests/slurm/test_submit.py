@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_helpers import invoke, plan_dict, wait_for
+from slurm_helpers import contract_plan, invoke, wait_for
 
 from hetsched.app.submit import SubmitError, files_dir, submit
 from hetsched.cli import slurm as cli_slurm
+from hetsched.core.plan import Plan
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.templates import submission_comment
 from hetsched.slurm.testbed import Testbed
@@ -25,9 +25,9 @@ def _active(client: CliSlurmClient, plan_id: str) -> list:
 
 
 def test_dry_run_touches_nothing(testbed: Testbed, client: CliSlurmClient, tmp_path: Path) -> None:
-    plan = plan_dict("dry1", {"a": [[("a100-1", "a100", 8), ("t4-1", "t4", 4)]]})
+    plan = contract_plan("dry1", {"a": [[("a100-1", "a100", 8), ("t4-1", "t4", 4)]]})
     pf = tmp_path / "plan.json"
-    pf.write_text(json.dumps(plan))
+    pf.write_text(plan.to_json())
     state = tmp_path / "state.db"
     before = client.runner.total()
     res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--state", str(state)])
@@ -40,7 +40,7 @@ def test_dry_run_touches_nothing(testbed: Testbed, client: CliSlurmClient, tmp_p
 
 def test_submit_is_idempotent(testbed: Testbed, client: CliSlurmClient, clean_queue: None,
                               tmp_path: Path) -> None:
-    plan = plan_dict("idem1", {
+    plan = contract_plan("idem1", {
         "j1": [[("a100-1", "a100", 8), ("a100-1", "a100", 8), ("v100-1", "v100", 4)]],
         "j2": [[("t4-1", "t4", 4)]],
         "j3": [[("v100-2", "v100", 4), ("v100-2", "v100", 4)]],
@@ -64,13 +64,13 @@ def test_submit_is_idempotent(testbed: Testbed, client: CliSlurmClient, clean_qu
 
 def test_crash_between_sbatch_and_record(testbed: Testbed, client: CliSlurmClient,
                                          clean_queue: None, tmp_path: Path) -> None:
-    plan = plan_dict("crash1", {"c1": [[("t4-1", "t4", 4)]], "c2": [[("t4-1", "t4", 4)]]})
+    plan = contract_plan("crash1", {"c1": [[("t4-1", "t4", 4)]], "c2": [[("t4-1", "t4", 4)]]})
     with open_store(tmp_path / "state.db") as st:
         # what a crash leaves: the intent recorded and the job in Slurm, no id stored
-        from hetsched.app.submit import normalise_plan, render_plan
-        p = normalise_plan(plan)
-        st.add_plan(p)
-        _, script = render_plan(p, plan_path=tmp_path / "p.json", log_dir=tmp_path,
+        from hetsched.app.submit import check_plan, render_plan
+        pid = check_plan(plan)
+        st.add_plan(plan.to_dict())
+        _, script = render_plan(plan, pid, plan_path=tmp_path / "p.json", log_dir=tmp_path,
                                 partition="gpu")["c1"]
         sub = st.begin_submission("crash1", "c1", 0, script.sha256, "", [])
         (tmp_path / "c1.sh").write_text(script.text)
@@ -88,7 +88,7 @@ def test_crash_between_sbatch_and_record(testbed: Testbed, client: CliSlurmClien
 
 def test_failure_mid_batch_leaves_no_orphans(testbed: Testbed, client: CliSlurmClient,
                                              clean_queue: None, tmp_path: Path) -> None:
-    plan = plan_dict("fail1", {
+    plan = contract_plan("fail1", {
         "f1": [[("a100-1", "a100", 8)]],
         "f2": [[("v100-1", "v100", 8), ("t4-1", "t4", 4)]],
         "f3": [[("a100-2", "h100", 8)]],  # a GPU type the partition lacks
@@ -132,7 +132,7 @@ def test_submit_from_jobs_yaml_plans_on_slurm_inventory(
     assert "--gres=gpu:" in res.output
 
 
-def _write(tmp_path: Path, plan: dict) -> Path:
+def _write(tmp_path: Path, plan: Plan) -> Path:
     p = tmp_path / "plan.json"
-    p.write_text(json.dumps(plan))
+    p.write_text(plan.to_json())
     return p

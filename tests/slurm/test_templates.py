@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_helpers import wait_for
+from slurm_helpers import job_plan, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.templates import TemplateValueError, environment, render_hetjob, render_probe
@@ -30,7 +30,7 @@ def _job(name: str = "tj", command: list[str] | None = None,
 
 
 def _render(job: dict, tmp_path: Path, **kw: object):
-    return render_hetjob("p1", job, plan_path=tmp_path / "plan.json", log_dir=tmp_path,
+    return render_hetjob("p1", job_plan(job), plan_path=tmp_path / "plan.json", log_dir=tmp_path,
                          partition="gpu", **kw)  # type: ignore[arg-type]
 
 
@@ -44,7 +44,7 @@ def test_bad_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TemplateValueError):
         _render(_job(workers=bad_type), tmp_path)
     with pytest.raises(TemplateValueError, match="spaces or shell"):
-        render_hetjob("p1", _job(), plan_path="/x", log_dir="/tmp/a b", partition="gpu")
+        render_hetjob("p1", job_plan(_job()), plan_path="/x", log_dir="/tmp/a b", partition="gpu")
 
 
 def test_unfiltered_value_cannot_reach_a_script(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import wait_for
+from slurm_helpers import job_plan, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.templates import (
@@ -68,7 +68,7 @@ def _render_hetjob(tmp: Path, stub: str, **field: Any) -> Script:
     plan_id = field.pop("plan_id", "p1")
     kw = {k: field.pop(k) for k in ("plan_path", "log_dir", "partition") if k in field}
     job = _hetjob_job(**field)
-    return render_hetjob(plan_id, job, plan_path=kw.get("plan_path", tmp / "plan.json"),
+    return render_hetjob(plan_id, job_plan(job), plan_path=kw.get("plan_path", tmp / "plan.json"),
                          log_dir=kw.get("log_dir", tmp), partition=kw.get("partition", "gpu"),
                          hetsched=field.get("hetsched", stub))
 

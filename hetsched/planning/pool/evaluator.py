@@ -200,7 +200,7 @@ def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: flo
         it = float(pp.total_iters[i])
         seg = Segment(start_s=float(first[i]), end_s=float(ev.completion[i]), workers=ws,
                       iteration_s=span / it if it else 0.0, iterations=it)
-        jobs.append(JobPlan(job.name, job.weight, job.arrival_s, [seg], spec=job.to_dict()))
+        jobs.append(JobPlan(job.name, job.weight, job.arrival_s, [seg], spec=job))
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
     plan = Plan(policy=s.policy, jobs=jobs, lower_bound_s=lower_bound_s,
                 params={**s.params, **(params or {})}, mode="pool",

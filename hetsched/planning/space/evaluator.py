@@ -206,7 +206,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     ready_at = np.zeros(S)
     has_run = np.zeros(S, dtype=bool)
     done = np.zeros(S, dtype=bool)
-    plans = [JobPlan(j.name, j.weight, j.arrival_s, spec=j.to_dict()) for j in p.jobs]
+    plans = [JobPlan(j.name, j.weight, j.arrival_s, spec=j) for j in p.jobs]
     open_seg: dict[int, Segment] = {}
     timing: dict[int, Timing] = {}
     oblivious = policy.placement == "oblivious"

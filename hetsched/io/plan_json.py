@@ -1,0 +1,200 @@
+"""The plan file: the one contract between planning, Slurm submission and the runtime.
+
+:func:`load_plan` reads a plan file and returns a typed, validated
+:class:`~hetsched.core.plan.Plan`; :func:`plan_from_dict` does the same for a
+plan already parsed (one stored in the state store). Everything after
+planning (``submit``, ``replan``, ``status``, ``hetsched run``) takes a
+``Plan`` from here and never parses plan JSON itself.
+
+The structure is described once, by the pydantic models below; the JSON
+Schema published in ``docs/plan.schema.json`` is generated from them
+(:func:`json_schema`; a test keeps the file current). Errors are one line:
+the file, the field path (``jobs[2].segments[0].workers[1].local_batch``) and
+what would be valid.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segment, Worker
+from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
+from hetsched.errors import InputError
+from hetsched.io.files import read_text
+from hetsched.io.specs import parse_job
+
+#: plan files larger than this are refused before parsing (a 10,000-job plan is ~20 MB)
+MAX_PLAN_BYTES = 256 * 1024 * 1024
+
+Name = Annotated[str, Field(pattern=NAME_RE.pattern, max_length=256)]
+GpuType = Annotated[str, Field(pattern=GPU_TYPE_RE.pattern, max_length=64)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Open(BaseModel):
+    """Sections other tools may extend: unknown keys are kept out of the typed plan."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class WorkerModel(_Strict):
+    node: Name
+    gpu_type: GpuType
+    gpu: Annotated[int, Field(ge=0)]
+    local_batch: Annotated[int, Field(ge=0)]
+
+
+class SegmentModel(_Strict):
+    start_s: Seconds
+    end_s: Seconds
+    workers: list[WorkerModel]
+    iteration_s: Seconds = 0.0
+    compute_s: Seconds = 0.0
+    comm_s: Seconds = 0.0
+    iterations: Seconds = 0.0
+    restart_s: Seconds = 0.0
+
+
+class JobModel(_Strict):
+    name: Name
+    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    arrival_s: Seconds
+    start_s: float | None = None  # derived from the segments; informative
+    end_s: float | None = None
+    jct_s: float | None = None
+    spec: dict[str, Any] = Field(default_factory=dict,
+                                 description="the job spec (docs/formats.md, jobs file)")
+    segments: list[SegmentModel]
+
+
+class LowerBoundModel(_Open):
+    weighted_jct_s: Annotated[float, Field(allow_inf_nan=False)]
+    gap: float | None = None
+
+
+class SettingsModel(_Strict):
+    """How the plan was asked for; ``replan`` makes the next plan the same way."""
+
+    mode: Literal["space", "pool"] = "space"
+    policy: Annotated[str, Field(min_length=1, max_length=64)] = "auto"
+    params: dict[str, Any] = Field(default_factory=dict)
+    static: bool = False
+    restart_cost_s: Seconds = 60.0
+    task_iterations: Annotated[int, Field(ge=1)] | None = None
+
+
+class PlanModel(_Open):
+    version: Literal[1]
+    policy: Annotated[str, Field(min_length=1, max_length=64)]
+    mode: Literal["space", "pool"] = "space"
+    params: dict[str, Any] = Field(default_factory=dict)
+    static: bool = False
+    restart_cost_s: Seconds = 60.0
+    settings: SettingsModel | None = None
+    objective: dict[str, Any] = Field(default_factory=dict)
+    lower_bound: LowerBoundModel
+    cluster: dict[str, Any] = Field(default_factory=dict)
+    jobs: Annotated[list[JobModel], Field(min_length=1)]
+    candidates: dict[str, float] | None = None
+    tasks: dict[str, Any] | None = None
+    plan_id: Name | None = None
+    planning_time_s: float | None = None
+
+
+def json_schema() -> dict[str, Any]:
+    """The plan file's JSON Schema (published as docs/plan.schema.json)."""
+    schema = PlanModel.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "hetsched plan"
+    return schema
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "plan"
+
+
+def plan_from_dict(data: Any, source: str = "plan") -> Plan:
+    """Validate a parsed plan and build the typed :class:`Plan` (one-line errors)."""
+    if not isinstance(data, dict):
+        raise InputError(source, "expected a JSON object (a plan written by `hetsched plan`)")
+    if data.get("version") != PLAN_VERSION:
+        raise InputError(source, f"unsupported plan version {data.get('version')!r}; this "
+                         f"hetsched reads version {PLAN_VERSION}", "version")
+    try:
+        m = PlanModel.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(source, f"{err['msg']} (got {str(err.get('input'))[:60]!r})",
+                         _where(err["loc"])) from None
+    seen: set[str] = set()
+    jobs: list[JobPlan] = []
+    for i, j in enumerate(m.jobs):
+        if j.name in seen:
+            raise InputError(source, "duplicate job name", f"jobs[{i}].name")
+        seen.add(j.name)
+        spec = dict(j.spec)
+        spec.setdefault("name", j.name)
+        job = parse_job(spec, source, i)  # the same validation as a jobs file
+        if job.name != j.name:
+            raise InputError(source, f"spec name {job.name!r} differs from the job's",
+                             f"jobs[{i}].spec.name")
+        segs = [Segment(s.start_s, s.end_s,
+                        [Worker(w.node, w.gpu_type, w.gpu, w.local_batch) for w in s.workers],
+                        iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
+                        iterations=s.iterations, restart_s=s.restart_s) for s in j.segments]
+        jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job))
+    if m.mode == "pool" and not m.tasks:
+        raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")
+    return Plan(policy=m.policy, jobs=jobs, lower_bound_s=m.lower_bound.weighted_jct_s,
+                params=dict(m.params), static=m.static, restart_cost_s=m.restart_cost_s,
+                planning_time_s=m.planning_time_s or 0.0, cluster=dict(m.cluster),
+                candidates=dict(m.candidates or {}), mode=m.mode, tasks=m.tasks,
+                settings=PlanSettings(**m.settings.model_dump()) if m.settings else None,
+                plan_id=m.plan_id,
+                fairness_value=m.objective.get("fairness") if isinstance(
+                    m.objective.get("fairness"), (int, float)) else None,
+                extra={k: v for k, v in (m.model_extra or {}).items()},
+                lower_bound_extra=dict(m.lower_bound.model_extra or {}))
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file written by ``hetsched plan``."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        size = 0
+    if size > MAX_PLAN_BYTES:
+        raise InputError(str(p), f"plan file is {size / 2**20:.0f} MiB; the limit is "
+                         f"{MAX_PLAN_BYTES // 2**20} MiB")
+    text = read_text(p, "a plan JSON file")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except ValueError as e:
+        raise InputError(str(p), f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise InputError(str(p), "not valid JSON: nested too deeply") from None
+    return plan_from_dict(data, str(p))
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def dump_plan(plan: Plan) -> str:
+    """The plan file's text (no NaN or Infinity can be written)."""
+    body = plan.to_dict()
+    return json.dumps(body, indent=2, allow_nan=False)
+
+
