@@ -141,8 +141,10 @@ class Plan:
     settings: PlanSettings | None = None
     #: the id of a plan read from a file (None: the content hash of to_dict)
     plan_id: str | None = None
-    #: fairness as read from a file (a loaded plan has no equal-share references)
-    fairness_value: float | None = None
+    #: the objective section as read from a file: a loaded plan reports what was planned
+    #: (recomputing from rounded times would drift in the last digit; it has no
+    #: equal-share references for fairness)
+    objective_read: dict[str, Any] | None = None
     #: top-level and lower-bound keys of a plan file this version does not model, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     lower_bound_extra: dict[str, Any] = field(default_factory=dict)
@@ -163,8 +165,8 @@ class Plan:
     @property
     def fairness(self) -> float:
         """Jain's index over JCT / equal-share JCT (HAS paper eq. 33)."""
-        if not self.fairness_ref and self.fairness_value is not None:
-            return self.fairness_value
+        if not self.fairness_ref and self.objective_read is not None:
+            return float(self.objective_read.get("fairness", 1.0))
         xs = [j.jct_s / self.fairness_ref[j.name] for j in self.jobs
               if self.fairness_ref.get(j.name, 0) > 0]
         return jain(xs)
@@ -173,7 +175,9 @@ class Plan:
     def gap(self) -> float:
         """Relative gap of the objective to the lower bound."""
         lb = self.lower_bound_s
-        return (self.weighted_jct_s - lb) / lb if lb > 0 else 0.0
+        wj = float(self.objective_read["weighted_jct_s"]) if self.objective_read \
+            else self.weighted_jct_s
+        return (wj - lb) / lb if lb > 0 else 0.0
 
     def job(self, name: str) -> JobPlan:
         for j in self.jobs:
@@ -190,7 +194,7 @@ class Plan:
             "params": self.params,
             "static": self.static,
             "restart_cost_s": self.restart_cost_s,
-            "objective": {
+            "objective": self.objective_read or {
                 "weighted_jct_s": round(self.weighted_jct_s, 6),
                 "avg_jct_s": round(self.avg_jct_s, 6),
                 "makespan_s": round(self.makespan_s, 6),

@@ -162,8 +162,7 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
                 candidates=dict(m.candidates or {}), mode=m.mode, tasks=m.tasks,
                 settings=PlanSettings(**m.settings.model_dump()) if m.settings else None,
                 plan_id=m.plan_id,
-                fairness_value=m.objective.get("fairness") if isinstance(
-                    m.objective.get("fairness"), (int, float)) else None,
+                objective_read=dict(m.objective) or None,
                 extra={k: v for k, v in (m.model_extra or {}).items()},
                 lower_bound_extra=dict(m.lower_bound.model_extra or {}))
 
@@ -198,3 +197,7 @@ def dump_plan(plan: Plan) -> str:
     return json.dumps(body, indent=2, allow_nan=False)
 
 
+
+
+if __name__ == "__main__":  # python -m hetsched.io.plan_json > docs/plan.schema.json
+    print(json.dumps(json_schema(), indent=2))

@@ -94,8 +94,11 @@ def _plan(tmp: Path, spec: dict[str, object]) -> Path:
     workers = [{"node": "v100-1", "gpu_type": "v100", "gpu": 0, "local_batch": 2},
                {"node": "a100-1", "gpu_type": "a100", "gpu": 0, "local_batch": 5},
                {"node": "v100-1", "gpu_type": "v100", "gpu": 1, "local_batch": 1}]
-    plan = {"version": 1, "jobs": [{"name": "j", "spec": spec,
-                                    "segments": [{"workers": workers}]}]}
+    # a minimal plan that satisfies the plan contract (io/plan_json.py)
+    full = {"workload": "mlp", "dataset_size": 64, "epochs": 1, "global_batch": 8, **spec}
+    plan = {"version": 1, "policy": "test", "lower_bound": {"weighted_jct_s": 1.0},
+            "jobs": [{"name": "j", "weight": 1.0, "arrival_s": 0.0, "spec": full,
+                      "segments": [{"start_s": 0.0, "end_s": 1.0, "workers": workers}]}]}
     p = tmp / "plan.json"
     p.write_text(json.dumps(plan))
     return p
