@@ -288,6 +288,9 @@ def _register_commands() -> None:
 
     for cmd in cli_runtime.COMMANDS:
         main.add_command(cmd)
+    from hetsched.cli.config import config_cmd
+
+    main.add_command(config_cmd)
 
 
 _register_commands()

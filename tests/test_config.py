@@ -1,0 +1,45 @@
+"""Settings: CLI > environment > user config > site config > default, shown by `config show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+
+def _show(tmp_path: Path, **env: str) -> tuple[int, dict, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
+    base.update(XDG_CONFIG_HOME=str(tmp_path / "user"),
+                HETSCHED_SITE_CONFIG=str(tmp_path / "site.toml"), **env)
+    r = subprocess.run(["hetsched", "config", "show", "--format", "json"], env=base,
+                       capture_output=True, text=True, timeout=60)
+    rows = {x["key"]: x for x in json.loads(r.stdout)} if r.returncode == 0 else {}
+    return r.returncode, rows, r.stderr
+
+
+def test_precedence_env_user_site_default(tmp_path: Path) -> None:
+    (tmp_path / "user" / "hetsched").mkdir(parents=True)
+    (tmp_path / "site.toml").write_text('partition = "site-gpu"\nrestart_cost_s = 30\n'
+                                        'state = "/site/state.db"\n')
+    (tmp_path / "user" / "hetsched" / "config.toml").write_text('partition = "user-gpu"\n')
+    code, rows, err = _show(tmp_path, HETSCHED_STATE="/env/state.db")
+    assert code == 0, err
+    assert (rows["state"]["value"], rows["state"]["origin"]) == (
+        "/env/state.db", "environment $HETSCHED_STATE")
+    assert rows["partition"]["value"] == "user-gpu"
+    assert rows["partition"]["origin"].startswith("user config")
+    assert rows["restart_cost_s"]["value"] == 30.0
+    assert rows["restart_cost_s"]["origin"].startswith("site config")
+    assert (rows["templates"]["value"], rows["templates"]["origin"]) == ("", "default")
+
+
+def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "site.toml").write_text('partiton = "x"\n')
+    code, _, err = _show(tmp_path)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert f"{tmp_path / 'site.toml'}: unknown setting 'partiton'; valid: state, " in line
+    (tmp_path / "site.toml").write_text('restart_cost_s = "soon"\n')
+    code, _, err = _show(tmp_path)
+    assert code == 2 and "restart_cost_s: 'soon' is not a number" in err
