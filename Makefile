@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			slurmctld slurmd slurm-client munge libslurm-dev gcc >/dev/null; fi
 	$(PIP) install -q 'torch==2.13.0' || $(PIP) install -q torch
-	$(PIP) install -q -e '.[test,lint]'
+	$(PIP) install -q -e '.[plot,test,lint]'
 	@touch $(STAMP)
 
 deps: $(STAMP)

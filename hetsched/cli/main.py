@@ -28,14 +28,29 @@ def _fail(e: HetschedError) -> None:
     sys.exit(e.exit_code)
 
 
+#: optional dependencies and the extra that installs each (pyproject's optional-dependencies)
+EXTRAS = {"torch": "runtime", "matplotlib": "plot", "pyslurm": "pyslurm"}
+
+
 class Main(click.Group):
-    """Turns every HetschedError into one line on stderr and its exit code."""
+    """Turns every HetschedError into one line on stderr and its exit code.
+
+    A missing optional dependency (torch for ``run``, matplotlib for PNGs)
+    becomes one line naming the extra that installs it.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HetschedError as e:
             _fail(e)
+        except ModuleNotFoundError as e:
+            top = (e.name or "").split(".")[0]
+            if top not in EXTRAS:
+                raise
+            click.echo(f"hetsched: error: this command needs {top}, which is not installed; "
+                       f"install it with: pip install 'hetsched[{EXTRAS[top]}]'", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"],
