@@ -179,6 +179,22 @@ class Plan:
             else self.weighted_jct_s
         return (wj - lb) / lb if lb > 0 else 0.0
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat dict per job (a ``pandas.DataFrame(plan.rows())`` takes them)."""
+        out = []
+        for j in self.jobs:
+            first = j.segments[0].workers if j.segments else []
+            out.append({
+                "job": j.name, "weight": j.weight, "arrival_s": j.arrival_s,
+                "start_s": float(j.start_s), "end_s": float(j.end_s), "jct_s": float(j.jct_s),
+                "queue_s": float(j.start_s - j.arrival_s), "gpus": len(first),
+                "gpu_types": ",".join(sorted({w.gpu_type for w in first})),
+                "local_batches": ",".join(str(w.local_batch) for w in first),
+                "segments": len(j.segments),
+                "restart_s": float(sum(s.restart_s for s in j.segments)),
+            })
+        return out
+
     def job(self, name: str) -> JobPlan:
         for j in self.jobs:
             if j.name == name:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segment, Worker
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
 from hetsched.errors import InputError
-from hetsched.io.files import read_text
+from hetsched.io.files import atomic_write, read_text
 from hetsched.io.specs import parse_job
 
 #: plan files larger than this are refused before parsing (a 10,000-job plan is ~20 MB)
@@ -185,6 +185,11 @@ def load_plan(path: str | Path) -> Plan:
     except RecursionError:
         raise InputError(str(p), "not valid JSON: nested too deeply") from None
     return plan_from_dict(data, str(p))
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    """Write ``plan`` to ``path`` atomically (what ``hetsched plan --out`` writes)."""
+    atomic_write(Path(path), dump_plan(plan) + "\n")
 
 
 def _no_constant(name: str) -> float:
