@@ -137,6 +137,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     result = make_plan(jobs, cluster, table, policy, kv, static=static,
                        restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress,
                        mode=mode, task_iterations=task_iterations)
+    from hetsched.io.profiles import coverage_warnings
+
+    for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
+        click.echo(f"hetsched: warning: {warning}", err=True)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
