@@ -310,6 +310,9 @@ def _register_commands() -> None:
     from hetsched.cli.config import config_cmd
 
     main.add_command(config_cmd)
+    from hetsched.cli.state import state_cmd  # check, backup, restore
+
+    main.add_command(state_cmd)
 
 
 _register_commands()
