@@ -139,6 +139,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
         result = make_plan(jobs, cluster, table, policy, kv, static=static,
                            restart_cost_s=restart_cost, jobs_source=jobs_file,
                            reporter=reporter, mode=mode, task_iterations=task_iterations)
+    from hetsched.io.profiles import coverage_warnings
+
+    for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
+        click.echo(f"hetsched: warning: {warning}", err=True)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
@@ -286,6 +290,9 @@ def _register_commands() -> None:
     from hetsched.cli.config import config_cmd
 
     main.add_command(config_cmd)
+    from hetsched.cli.state import state_cmd  # check, backup, restore
+
+    main.add_command(state_cmd)
 
 
 _register_commands()
