@@ -261,7 +261,7 @@ def convert_gavel(src: str, out: str | None) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N jobs.")
 def convert_trace(src: str, out: str | None, limit: int | None) -> None:
-    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x global batch)."""
+    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x per-worker batch)."""
     import yaml
 
     from hetsched.io.traces import parse_trace
