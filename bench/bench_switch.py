@@ -197,24 +197,46 @@ def h2d_floor(nbytes: int, dev: torch.device) -> dict[str, float]:
     return {"pinned_GBps": bw / 1e9, "floor_ms": nbytes / bw * 1e3}
 
 
-def zeroing_check(model: str, dev: torch.device) -> dict[str, Any]:
-    """Run a task of ``model``, evict and scrub, then allocate over the freed blocks."""
-    from hetsched.runtime.executor.slots import JobSlot, scrub_free_memory
+def _probe_free_blocks(dev: torch.device) -> tuple[int, int]:
+    """Allocate a tensor over every free cached block; (bytes probed, bytes not zero)."""
+    sizes = sorted((int(b["size"]) for seg in torch.cuda.memory_snapshot()
+                    for b in seg.get("blocks", []) if b.get("state") == "inactive"),
+                   reverse=True)
+    probes = [torch.empty(s, dtype=torch.uint8, device=dev) for s in sizes]
+    bad = sum(int((p != 0).sum()) for p in probes)
+    return sum(sizes), bad
+
+
+def _dirty_task(model: str, dev: torch.device) -> Any:
+    """One task of ``model`` on ``dev`` (activations and gradients freed), evicted."""
+    from hetsched.runtime.executor.slots import JobSlot
 
     wl = BUILD[model](4, 0)
     slot = JobSlot(wl.model, dev)
     slot.load(0)
     x, y = wl.dataset[:2]  # type: ignore[index]
     slot.collect = True
-    (wl.loss_fn(slot.model(x.to(dev)), y.to(dev)) * 1.0).backward()
+    wl.loss_fn(slot.model(x.to(dev)), y.to(dev)).backward()
     slot.finish_gradients()
     slot.evict()
+    return slot
+
+
+def zeroing_check(model: str, dev: torch.device) -> dict[str, Any]:
+    """After a task, allocate over the freed blocks: without the scrub (control: the
+    check can fail) and with it (what the executor does before another job's task)."""
+    from hetsched.runtime.executor.slots import scrub_free_memory
+
+    torch.cuda.empty_cache()
+    _dirty_task(model, dev)
+    probed0, dirty0 = _probe_free_blocks(dev)
+    torch.cuda.empty_cache()
+    _dirty_task(model, dev)
     zeroed = scrub_free_memory(dev)
-    free = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
-    probe = torch.empty(max(free // 4 - 1024, 1), dtype=torch.float32, device=dev)
-    nonzero = int((probe != 0).sum())
-    return {"scrubbed_MB": zeroed / 2**20, "probe_MB": probe.numel() * 4 / 2**20,
-            "nonzero_after_scrub": nonzero}
+    probed1, dirty1 = _probe_free_blocks(dev)
+    return {"control_probed_MB": round(probed0 / 2**20, 1), "control_nonzero_B": dirty0,
+            "scrubbed_MB": round(zeroed / 2**20, 1), "probed_MB": round(probed1 / 2**20, 1),
+            "nonzero_B": dirty1}
 
 
 # -- driver -----------------------------------------------------------------------------

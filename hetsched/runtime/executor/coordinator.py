@@ -93,6 +93,7 @@ class Coordinator:
         self.bye: set[str] = set()
         self.hello_deadline = time.monotonic() + hello_timeout_s
         threading.Thread(target=self._accept, daemon=True, name="coord-accept").start()
+        threading.Thread(target=self._watch, daemon=True, name="coord-watch").start()
 
     def rounds_done(self) -> dict[str, int]:
         return {n: s.version for n, s in self.jobs.items()}
@@ -107,13 +108,21 @@ class Coordinator:
         """Block until every executor said bye (None) or the pool job failed (the reason)."""
         with self.cond:
             while self.failed is None and set(self.gpus) - self.bye:
-                if time.monotonic() > self.hello_deadline and set(self.gpus) - self.hello:
-                    missing = sorted(set(self.gpus) - self.hello)
-                    self.failed = f"executor for GPU {missing[0]} never connected"
-                    self.cond.notify_all()
-                    break
                 self.cond.wait(poll_s)
             return self.failed
+
+    def _watch(self) -> None:
+        """Fail the pool job when an executor has not connected by the deadline."""
+        while True:
+            time.sleep(0.5)
+            with self.cond:
+                missing = sorted(set(self.gpus) - self.hello)
+                if self.failed is not None or not missing:
+                    return
+                if time.monotonic() > self.hello_deadline:
+                    self.failed = f"executor for GPU {missing[0]} never connected"
+                    self.cond.notify_all()
+                    return
 
     def _accept(self) -> None:
         while True:
@@ -173,11 +182,13 @@ class Coordinator:
             if srv.version != rnd:
                 raise ValueError(f"job {srv.job.name}: round {rnd} requested after the job "
                                  f"reached round {srv.version}")
-            if int(head.get("have", -1)) == srv.version:
-                protocol.send(conn, {"same": True, "version": srv.version})
-                return
-            payload = srv.flat.numpy()  # sent under the lock: no step can change it meanwhile
-            protocol.send(conn, {"version": srv.version}, payload)
+            version = srv.version
+        if int(head.get("have", -1)) == version:
+            protocol.send(conn, {"same": True, "version": version})
+            return
+        # sent outside the lock: round r's step needs this very task's gradient, so the
+        # parameters of version r cannot change while a task of round r pulls them
+        protocol.send(conn, {"version": version}, srv.flat.numpy())
 
     def _put(self, conn: Connection, head: dict[str, Any], payload: bytes | None) -> None:
         srv = self.jobs[str(head["job"])]
