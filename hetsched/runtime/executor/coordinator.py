@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +127,14 @@ class Coordinator:
     def _accept(self) -> None:
         while True:
             try:
-                conn = self.listener.accept()
+                conn = protocol.accept(self.listener)
             except OSError:
                 return  # listener closed
             except Exception:  # noqa: BLE001  (a failed handshake: a stranger, ignore it)
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn: Connection) -> None:
+    def _serve(self, conn: protocol.Channel) -> None:
         gpu = "?"
         try:
             while True:
@@ -170,7 +170,7 @@ class Coordinator:
         finally:
             conn.close()
 
-    def _get(self, conn: Connection, head: dict[str, Any]) -> None:
+    def _get(self, conn: protocol.Channel, head: dict[str, Any]) -> None:
         srv = self.jobs[str(head["job"])]
         rnd = int(head["round"])
         with self.cond:
@@ -190,7 +190,7 @@ class Coordinator:
         # parameters of version r cannot change while a task of round r pulls them
         protocol.send(conn, {"version": version}, srv.flat.numpy())
 
-    def _put(self, conn: Connection, head: dict[str, Any], payload: bytes | None) -> None:
+    def _put(self, conn: protocol.Channel, head: dict[str, Any], payload: bytes | None) -> None:
         srv = self.jobs[str(head["job"])]
         if payload is None or len(payload) != srv.grad.numel() * 4:
             raise ValueError(f"job {srv.job.name}: gradient of the wrong size")
