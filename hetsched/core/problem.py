@@ -20,7 +20,7 @@ from hetsched.errors import InputError
 INF = float("inf")
 #: per-problem memo tables that policies attach (see hetsched.planning.space.policies.common)
 CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory",
-               "_gain_memo")
+               "_gain_memo", "_lower_bound")
 
 
 @dataclass
