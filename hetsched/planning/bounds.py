@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from hetsched.core.estimates import Bound
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.lp_bound import lp_lower_bound
 
@@ -91,26 +92,31 @@ def _wspt(w: np.ndarray, ptime: np.ndarray) -> float:
 
 
 def lower_bound(p: PlanningProblem) -> float:
-    """The best valid lower bound on total weighted JCT (see the module docstring)."""
-    return float(lower_bound_info(p)["weighted_jct_s"])
+    """The best valid lower bound on total weighted JCT (see the module docstring).
 
-
-def lower_bound_info(p: PlanningProblem) -> dict[str, Any]:
-    """``{"weighted_jct_s", "kind", "bounds": {kind: value}}``, memoised on the problem."""
-    hit = p.__dict__.get("_lower_bound")
-    if hit is not None:
-        return dict(hit)
+    Computes every bound afresh; the values per kind are left in
+    ``p.estimates.extra["lower_bounds"]``. :func:`lower_bound_info` memoises.
+    """
     lb_alone, lb_fluid, lattices = _simple_bounds(p)
     vals = {"alone": lb_alone, "fluid": lb_fluid}
     if p.S <= LP_MAX_JOBS:
         lp = lp_lower_bound(p, lattices)
         if lp is not None:
             vals["lp"] = float(lp["weighted_jct_s"])
-    kind = max(vals, key=lambda k: vals[k])
-    info = {"weighted_jct_s": vals[kind], "kind": kind,
-            "bounds": dict(vals)}
-    p.__dict__["_lower_bound"] = info
-    return dict(info)
+    p.estimates.extra["lower_bounds"] = vals
+    return max(vals.values())
+
+
+def lower_bound_info(p: PlanningProblem) -> dict[str, Any]:
+    """``{"weighted_jct_s", "kind", "bounds": {kind: value}}``, computed once per problem."""
+    if p.estimates.bound is None:
+        value = lower_bound(p)
+        vals = p.estimates.extra.get("lower_bounds") or {}
+        kind = max(vals, key=lambda k: vals[k]) if vals else "unknown"
+        p.estimates.bound = Bound(value, kind)
+    b = p.estimates.bound
+    return {"weighted_jct_s": b.value, "kind": b.method,
+            "bounds": dict(p.estimates.extra.get("lower_bounds") or {})}
 
 
 def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | None]]:
@@ -161,3 +167,12 @@ def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | 
         if cap > 0:
             lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
     return lb_alone, lb_fluid, lattices
+
+
+def problem_bound(p: PlanningProblem) -> float:
+    """:func:`lower_bound`, computed once per problem and kept in ``p.estimates.bound``.
+
+    ``auto`` evaluates many candidates on one problem; each plan reports the
+    same bound, so it is computed by the first and read by the others.
+    """
+    return float(lower_bound_info(p)["weighted_jct_s"])

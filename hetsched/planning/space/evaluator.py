@@ -25,6 +25,7 @@ import numpy as np
 from hetsched.core.model import balanced_shares, comm_time, equal_shares, step_time
 from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import BaseReporter
 from hetsched.errors import PlanningError
 from hetsched.planning.bounds import lower_bound_info
 from hetsched.planning.space.policies.base import Policy, Snapshot
@@ -192,7 +193,7 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0) -> Plan:
+             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
     started_clock = time.perf_counter()
     p = problem
@@ -284,6 +285,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         while next_arr < S and p.arrival[order[next_arr]] <= t + EPS:
             next_arr += 1
         active = [int(i) for i in order[:next_arr] if not done[i]]
+        if reporter is not None:
+            reporter.event(policy.name, t, len(active), int(done.sum()), S)
         if active:
             running = [i for i in active if alloc.get(i)]
             waiting = [i for i in active if not alloc.get(i)]
