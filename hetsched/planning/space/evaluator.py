@@ -75,7 +75,9 @@ class Evaluator:
         B = int(p.B[i])
         b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
-        comm = comm_time(len(types), float(p.model_mb[i]), p.bandwidth(single), sync)
+        cal = p.calibrated_comm(i, types, len(types)) if len(types) > 1 else None
+        comm = cal if cal is not None else comm_time(len(types), float(p.model_mb[i]),
+                                                     p.bandwidth(single), sync)
         tm = Timing(b, step_time(a, c, b), comm)
         self._cache[key] = tm
         return tm
