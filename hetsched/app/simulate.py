@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from hetsched.core.estimates import Estimates
 from hetsched.core.plan import Plan
-from hetsched.core.problem import CACHE_ATTRS, PlanningProblem
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import BaseReporter
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
 from hetsched.planning.planner import plan_problem
 from hetsched.planning.space.evaluator import simulate as evaluate
-from hetsched.planning.space.policies.base import Policy, Snapshot, make_policy
+from hetsched.planning.space.policies.base import make_policy
 
 
 def noisy_problem(problem: PlanningProblem, noise: float, seed: int = 0) -> PlanningProblem:
@@ -45,32 +46,8 @@ def noisy_problem(problem: PlanningProblem, noise: float, seed: int = 0) -> Plan
     q.a = problem.a * f[:, None]
     q.c = problem.c * f[:, None]
     q.sync = problem.sync * f[:, None]
-    q._rows = [(q.a[i].tolist(), q.c[i].tolist(), q.cap[i].astype(float).tolist(),
-                q.allowed[i].tolist()) for i in range(q.S)]
-    q._sync = q.sync.tolist()
-    q._it_cache = {}
-    for k in CACHE_ATTRS:
-        q.__dict__.pop(k, None)
+    q.estimates = Estimates.of(q)
     return q
-
-
-class _Watched:
-    """Delegates to a policy and reports the replay's progress (jobs arrived / all)."""
-
-    def __init__(self, inner: Policy, total: int, arrival: np.ndarray,
-                 cb: Callable[[int, int], None]) -> None:
-        self._inner, self._total, self._arrival, self._cb = inner, total, arrival, cb
-        self._seen = -1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
-        n = int(np.searchsorted(self._arrival, snap.t, side="right"))
-        if n != self._seen:
-            self._seen = n
-            self._cb(n, self._total)
-        return self._inner.allocate(problem, snap)
 
 
 def metrics(plan: Plan, problem: PlanningProblem) -> dict[str, float]:
@@ -129,28 +106,29 @@ class SimResult:
 def simulate_problem(problem: PlanningProblem, policy: str, params: dict[str, Any] | None = None,
                      *, noise: float = 0.0, seed: int = 0, restart_cost_s: float = 60.0,
                      offline: str | None = "auto",
-                     progress: Callable[[int, int], None] | None = None,
-                     log: Callable[[str], None] | None = None) -> SimResult:
-    """Replay ``problem`` online under ``policy``; compare with ``offline`` (None: skip)."""
+                     reporter: BaseReporter | None = None) -> SimResult:
+    """Replay ``problem`` online under ``policy``; compare with ``offline`` (None: skip).
+
+    ``reporter`` sees the replay as candidate ``POLICY (online)`` (an event per
+    arrival, completion or wake-up), then the offline plan's candidates.
+    """
     if policy == "auto":
         raise InputError("--policy", "simulate runs one policy online; pick one of "
                          "`hetsched policies` (auto is the offline best-of)")
     pol = make_policy(policy, params)
     pred = noisy_problem(problem, noise, seed) if noise > 0 else None
-    run: Any = pol
-    if progress is not None:
-        run = _Watched(pol, problem.S, np.sort(problem.arrival), progress)
+    rep = reporter or BaseReporter()
     t0 = time.perf_counter()
-    online = evaluate(problem, run, restart_cost_s=restart_cost_s, predicted=pred)
+    rep.candidate_started(pol.name)
+    online = evaluate(problem, pol, restart_cost_s=restart_cost_s, predicted=pred, reporter=rep)
+    replay_s = time.perf_counter() - t0
+    rep.candidate_done(pol.name, online.weighted_jct_s, replay_s)
     online.extra.setdefault("simulation", {"noise": noise, "seed": seed,
-                                           "replay_s": round(time.perf_counter() - t0, 3)})
-    if log:
-        log(f"{policy} online: weighted JCT {online.weighted_jct_s:,.1f} s")
+                                           "replay_s": round(replay_s, 3)})
     off = None
     if offline:
-        off = plan_problem(problem, offline, restart_cost_s=restart_cost_s)
-        if log:
-            log(f"offline {off.policy}: weighted JCT {off.weighted_jct_s:,.1f} s")
+        rep.note(f"offline reference: {offline}, all profiles true")
+        off = plan_problem(problem, offline, restart_cost_s=restart_cost_s, reporter=rep)
     res = SimResult(policy, noise, online, metrics(online, problem), online.lower_bound_s, off)
     if "opd" in online.extra:
         res.extra["opd"] = {k: v for k, v in online.extra["opd"].items() if k != "frames"}

@@ -45,11 +45,9 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     and the ratios to the offline plan and to the lower bound (the empirical
     competitive ratio is at most the latter).
     """
-    from rich.console import Console
-    from rich.progress import Progress
-
     from hetsched.app.simulate import simulate_trace
     from hetsched.cli.main import _load_cluster, _load_throughputs, _stdout_console, _write
+    from hetsched.cli.progress import RichReporter
     from hetsched.io.specs import load_jobs
     from hetsched.planning.space.policies.base import parse_param
 
@@ -57,14 +55,11 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     cluster = _load_cluster(cluster_file, None)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
-    err = Console(stderr=True)
-    with Progress(console=err, transient=True, disable=len(jobs) < 50) as bar:
-        task = bar.add_task("replaying arrivals", total=len(jobs))
+    with RichReporter() as rep:
         res = simulate_trace(
             jobs, cluster, table, policy, kv, jobs_source=trace, noise=noise, seed=seed,
             restart_cost_s=restart_cost, offline=None if offline == "none" else offline,
-            progress=lambda n, total: bar.update(task, completed=n),
-            log=lambda m: err.print(f"[dim]{m}[/dim]"))
+            reporter=rep)
     body = res.to_dict()
     if json_out:
         _write(json_out, json.dumps(body, indent=2) + "\n")

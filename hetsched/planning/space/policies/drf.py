@@ -25,6 +25,7 @@ class DRF(Policy):
     paper = "Ghodsi et al., Dominant Resource Fairness (NSDI 2011); YARN/Mesos default"
     summary = "Max-min fair dominant shares over GPU types, progressive filling"
     shares = "equal"
+    auto = False  # an online scheduler / baseline: `hetsched simulate` compares it
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem

@@ -26,6 +26,7 @@ class LAS(Policy):
     paper = "Gu et al., Tiresias (NSDI 2019): discretised 2D-LAS"
     summary = "Least attained GPU-time first in discrete queues, requested GPU count, preemptive"
     shares = "equal"
+    auto = False  # an online scheduler / baseline: `hetsched simulate` compares it
     param_docs = {
         "queue_gpu_s": "queue threshold in GPU-seconds of attained service (two queues)",
         "starve_factor": "waited > factor x run time promotes a job to the top queue (0: off)",

@@ -74,6 +74,7 @@ class OPD(Policy):
     paper = "Zhou et al., Online Scheduling Algorithm for Heterogeneous Distributed ML Jobs (TPDS)"
     summary = "Online primal-dual: doubling frames, alpha rounds of priced max-weight, RA variant"
     shares = "equal"
+    auto = False  # an online scheduler / baseline: `hetsched simulate` compares it
     preemptive = False
     param_docs = {
         "slot_s": "time slot in seconds (the paper: one hour); 0: the shortest fastest "
