@@ -38,6 +38,16 @@ jobs:
   - {name: %(p)sc, workload: mlp, dataset_size: 160, epochs: 1, global_batch: 8,
      requested_gpus: 1}
 """
+#: the fault test's jobs: shorter (one iteration per task), its timing is not measured
+SMALL_JOBS = """
+jobs:
+  - {name: %(p)sa, workload: mlp, dataset_size: 96, epochs: 1, global_batch: 16,
+     requested_gpus: 1, weight: 2}
+  - {name: %(p)sb, workload: mlp, dataset_size: 64, epochs: 1, global_batch: 16,
+     requested_gpus: 2}
+  - {name: %(p)sc, workload: mlp, dataset_size: 48, epochs: 1, global_batch: 8,
+     requested_gpus: 1}
+"""
 
 
 @pytest.fixture()
@@ -59,10 +69,11 @@ def pool_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _plan(tmp: Path, prefix: str, nodes: list[tuple[str, str, int]], iterations: int) -> dict:
+def _plan(tmp: Path, prefix: str, nodes: list[tuple[str, str, int]], iterations: int,
+          jobs: str = JOBS) -> dict:
     from hetsched.cli.main import main
 
-    (tmp / "jobs.yaml").write_text(JOBS % {"p": prefix})
+    (tmp / "jobs.yaml").write_text(jobs % {"p": prefix})
     import yaml
 
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster_yaml(nodes)))
@@ -171,7 +182,7 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
     from hetsched.io.pool_reports import completed_rounds
 
     tmp = pool_env
-    plan = _plan(tmp, "pk", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 2)
+    plan = _plan(tmp, "pk", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 1, SMALL_JOBS)
     pid = plan["plan_id"]
     code, out = invoke(main, ["submit", str(tmp / "pool.json"), "-p", "gpu"])
     assert code == 0, out
