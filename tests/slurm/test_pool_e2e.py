@@ -142,7 +142,7 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     assert pred == pytest.approx(plan["objective"]["weighted_jct_s"])
     assert meas == pytest.approx(pred, rel=0.10), (meas, pred, pool["jobs"])
     code, out = invoke(main, ["status"])
-    assert code == 0 and f"pool plan {pid}" in out and out.count(": done of ") == 3, out
+    assert code == 0 and f"pool plan {pid}" in out and out.count(": done (round ") == 3, out
 
     # the monitor folded the task records into the profile history
     from hetsched.state.store import open_store
@@ -209,6 +209,11 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
         client.runner.run(["scontrol", "update", f"nodename={n}", "state=drain",
                            "reason=pool-test"])
     time.sleep(1)
+    n_jobs = len(client.jobs())
+    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+                              "--json", "--dry-run"])
+    assert code == 0 and json.loads(out[out.index("{"):])["status"] == "dry-run", out
+    assert len(client.jobs()) == n_jobs  # a dry run submits nothing
     code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out

@@ -65,8 +65,8 @@ def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
     assert by[b].elapsed_s == pytest.approx(1.0)
     assert prog.measured_weighted_jct_s is None  # not every job is done
     line = by[b].line()
-    assert f"round 2 of {meta[b]['rounds']} rounds (1 done)" in line and "running" in line
-    assert by[a].line().startswith(f"{a}: done of ")
+    assert f"round 2 of {meta[b]['rounds']} (1 done)" in line and "running" in line
+    assert by[a].line().startswith(f"{a}: done (round {meta[a]['rounds']} of ")
 
 
 def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
