@@ -68,6 +68,7 @@ def main() -> None:
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
+    hetsched exec --plan P              inside a pool job's step: run this GPU's tasks
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
