@@ -54,7 +54,7 @@ from hetsched.core.problem import PlanningProblem
 MAX_VARS = 40_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 MAX_CONFIGS = 400  # Pareto configurations per job
 INTERVALS = 32  # bounded time intervals (geometric; arrivals added)
-TIME_LIMIT_S = 4.0  # for all cutting-plane rounds together
+TIME_LIMIT_S = 2.0  # for all cutting-plane rounds together
 SAFETY = 1e-6  # relative shave for solver tolerances
 MAX_ROUNDS = 6  # cutting-plane rounds for the tail inequality
 
