@@ -67,6 +67,7 @@ def main() -> None:
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
 
     Errors in the input print one line naming the file and field; exit code 2.
@@ -294,6 +295,9 @@ def _register_commands() -> None:
     from hetsched.cli.state import state_cmd  # check, backup, restore
 
     main.add_command(state_cmd)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+
+    main.add_command(simulate_cmd)
 
 
 _register_commands()
