@@ -100,7 +100,7 @@ def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int) -> n
 
 def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
                    n_intervals: int = INTERVALS,
-                   time_limit_s: float = TIME_LIMIT_S) -> dict[str, Any] | None:
+                   time_limit_s: float | None = None) -> dict[str, Any] | None:
     """The LP bound (module docstring) or ``None`` when the LP would be too large or fails.
 
     ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many.
@@ -111,6 +111,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     from hetsched.planning.solver import lp_solver
 
     t_start = time.perf_counter()
+    if time_limit_s is None:
+        time_limit_s = TIME_LIMIT_S
     if any(X is None or not len(X) for X in lattices):
         return None
     confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
