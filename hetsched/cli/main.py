@@ -109,10 +109,11 @@ def _write(path: str, text: str) -> None:
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,
               help="Accepted for symmetry: planning never touches Slurm.")
-@click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
+@click.option("--mode", type=click.Choice(["space", "pool", "auto"]), default="space",
+              show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
                    "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
-                   "auto).")
+                   "auto); auto: plan both, keep the lower predicted weighted JCT.")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")
