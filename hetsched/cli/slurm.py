@@ -28,8 +28,9 @@ from hetsched.app.replan import (
     replan_lock,
     result_json,
 )
-from hetsched.app.submit import submit
+from hetsched.app.submit import base_sbatch, submit
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.slurm.client import CliSlurmClient, make_client
@@ -217,6 +218,14 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
     return load_plan(p)
 
 
+def _cli_sbatch(**opts: object) -> SbatchOptions:
+    """``hetsched submit``'s sbatch options, validated (the error names the option)."""
+    try:
+        return SbatchOptions.parse({k: v for k, v in opts.items() if v is not None})
+    except SbatchOptionError as e:
+        raise InputError(f"--{'sbatch-option' if e.key == 'extra' else e.key}", str(e)) from None
+
+
 @click.command("submit")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the sbatch scripts; touch neither Slurm "
@@ -233,9 +242,20 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
               help="Policy for planning a jobs.yaml.")
 @click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
               help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
+@click.option("--time", "time_", default=None, help="Time limit for every job (Slurm format); "
+              "default: predicted duration x time_margin + time_pad_s.")
+@click.option("--account", default=None, help="Slurm account (--account).")
+@click.option("--qos", default=None, help="Slurm QoS (--qos).")
+@click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
+@click.option("--constraint", default=None, help="Node features (--constraint).")
+@click.option("--sbatch-option", "extra", multiple=True,
+              help="Extra sbatch option for every job, e.g. --sbatch-option=--exclusive "
+              "(repeatable).")
 def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition: str | None,
                pin_nodes: bool, throughputs: str | None, policy: str,
-               cluster_file: str | None) -> None:
+               cluster_file: str | None, time_: str | None, account: str | None,
+               qos: str | None, mem: str | None, constraint: str | None,
+               extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
 
     Each job's first segment becomes one heterogeneous job: one component per
@@ -244,23 +264,37 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     cancelled. Re-running after a crash does not submit twice. Later segments
     are submitted by `hetsched replan`.
 
+    Jobs go in the plan's order: one that takes GPUs another frees waits for
+    it (--dependency=afterany). Each job gets a time limit and SIGUSR1 before
+    it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
+    then the jobs file's `slurm:`, then these options, then the config
+    (`hetsched config show`); Slurm's SBATCH_* variables override them all.
+    SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
+
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
-    queued), 4 Slurm unreachable, 6 state file unusable.
+    queued), 4 Slurm unreachable, 6 state file unusable, 130 interrupted
+    (nothing left queued).
     """
+    sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
+                                     constraint=constraint, extra=list(extra) or None))
     plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition)
     part = _partition(partition)
     if dry_run:
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
-                     source=plan_file)
-        for name, script in res.scripts.items():
-            click.echo(f"# ---- {name} ({len(script.components)} components) ----")
+                     source=plan_file, sbatch=sbatch)
+        for name in res.order:
+            script = res.scripts[name]
+            after = res.after.get(name)
+            click.echo(f"# ---- {name} ({len(script.components)} components"
+                       + (f"; after {', '.join(after)}" if after else "") + ") ----")
             click.echo(script.text, nl=False)
         click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
                    "nothing submitted", err=True)
         return
     with _store(state_path) as st:
         res = submit(plan, st, _client(), partition=part, pin_nodes=pin_nodes,
-                     source=plan_file, progress=lambda m: click.echo(m, err=True))
+                     source=plan_file, progress=lambda m: click.echo(m, err=True),
+                     sbatch=sbatch)
     for name, jid in res.skipped:
         click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
     click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetsched.core.sbatch import SbatchOptions
+
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -47,6 +49,8 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+    #: how the job is submitted (time limit, account, ...); None = the defaults
+    slurm: SbatchOptions | None = None
 
     @property
     def steps_per_epoch(self) -> int:
@@ -89,6 +93,8 @@ class Job:
             d["entrypoint"] = self.entrypoint
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
+        if self.slurm:
+            d["slurm"] = self.slurm.to_dict()
         return d
 
 
