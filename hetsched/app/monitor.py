@@ -11,7 +11,8 @@ Cost of one poll cycle (what bench/bench_slurm.py measures):
   hetsched saw it finish (rare: it needs MinJobAge to pass between polls).
 
 Reset events (they make ``hetsched replan`` act): ``job-completed``,
-``job-failed``, ``job-requeued``, ``node-down``, ``node-drained``,
+``job-failed``, ``job-requeued``, ``job-cancelled`` (a user's ``scancel`` or
+``hetsched cancel``: final, the job is never resubmitted), ``node-down``, ``node-drained``,
 ``node-back`` (a GPU node usable again), ``spool-new`` (a new jobs file in
 the spool directory). ``job-started`` is recorded for the record only.
 """
@@ -30,8 +31,8 @@ from hetsched.slurm.inventory import from_nodes
 from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.store import GONE, SUBMITTING, SUPERSEDED, Store, Submission
 
-RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "node-down",
-                         "node-drained", "node-back", "spool-new"})
+RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "job-cancelled",
+                         "node-down", "node-drained", "node-back", "spool-new"})
 #: pending reasons that mean "a node this job needs is not available"
 NODE_REASONS = ("ReqNodeNotAvail", "NodeDown", "UnavailableNodes")
 #: hetsched's rows that are still worth asking Slurm about
@@ -157,6 +158,10 @@ class Monitor:
         sid = sub.slurm_id
         if new == "COMPLETED":
             return Event("job-completed", sub.job, slurm_id=sid)
+        if new == "CANCELLED":
+            # hetsched marks its own cancels before scancel: this one is a user's
+            return Event("job-cancelled", sub.job, slurm_id=sid,
+                         detail="cancelled outside hetsched (scancel); final")
         if new in FINISHED_STATES or new == GONE:
             reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                        and c.reason != "None"}))

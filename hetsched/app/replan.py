@@ -16,7 +16,8 @@ Made for cron (``* * * * * hetsched replan -t profiles.csv``):
   running job is left alone unless the new plan resizes it (a different GPU
   count), in which case it is resubmitted in its new shape and resumes from
   its checkpoint. A job that failed is resubmitted, at most ``max_failures``
-  times. Completed jobs are done.
+  times. Completed jobs are done; a job the user cancelled (``scancel`` or
+  ``hetsched cancel``) is final.
 
 Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
 error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.spec import Job
@@ -46,13 +48,22 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.store import GONE, SUBMIT_FAILED, SUPERSEDED, Store, Submission
+from hetsched.state.store import (
+    CANCELLED,
+    GAVE_UP,
+    GONE,
+    SUBMIT_FAILED,
+    SUPERSEDED,
+    Store,
+    Submission,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
 EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
-FAILED_STATES = (FINISHED_STATES - {"COMPLETED"}) | {GONE}
+#: states replan resubmits (up to max_failures); a user's CANCELLED is final, never here
+FAILED_STATES = (FINISHED_STATES - {"COMPLETED", CANCELLED}) | {GONE}
 
 
 class ReplanLocked(HetschedError):
@@ -98,15 +109,29 @@ class ReplanResult:
     kept: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
+    user_cancelled: list[str] = field(default_factory=list)
+    waiting: list[tuple[str, str]] = field(default_factory=list)  # (job, why it waits)
+    gave_up_now: list[str] = field(default_factory=list)  # given up in this pass
     plan: dict[str, Any] | None = None
 
     @property
     def changed(self) -> bool:
         return bool(self.submitted or self.cancelled)
 
+    def notes(self) -> list[str]:
+        """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
+        out = []
+        if self.given_up:
+            out.append("gave up on " + ", ".join(self.given_up) + " (retries exhausted)")
+        if self.waiting:
+            out.append("waiting: " + "; ".join(f"{j} ({w})" for j, w in self.waiting))
+        if self.user_cancelled:
+            out.append("cancelled by the user (final): " + ", ".join(self.user_cancelled))
+        return out
+
     def summary(self) -> str:
         if self.status == "unchanged":
-            return f"replan: nothing to do ({self.reason})"
+            return "; ".join([f"replan: nothing to do ({self.reason})", *self.notes()])
         parts = [f"replan ({self.reason}) -> plan {self.new_plan_id}"]
         if self.submitted:
             parts.append("submitted " + ", ".join(f"{j}={i}" for j, i in self.submitted))
@@ -114,9 +139,7 @@ class ReplanResult:
             parts.append("cancelled " + ", ".join(f"{j}={i}" for j, i in self.cancelled))
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
-        if self.given_up:
-            parts.append("gave up on " + ", ".join(self.given_up))
-        return "; ".join(parts)
+        return "; ".join(parts + self.notes())
 
 
 def _workers_key(workers: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
@@ -167,10 +190,24 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if row.state == "COMPLETED":
             result.done.append(name)
             continue
+        if row.state == CANCELLED:  # the user's cancel is final
+            result.user_cancelled.append(name)
+            continue
+        if row.state == GAVE_UP:
+            result.given_up.append(name)
+            continue
         if row.state in FAILED_STATES:
             fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
             if fails > max_failures:
                 result.given_up.append(name)
+                why = (f"failed {fails} times ({row.state}), more than --max-failures "
+                       f"{max_failures}; not resubmitted")
+                log(f"job {name}: gave up: {why}")
+                result.gave_up_now.append(name)
+                if not dry_run:
+                    store.set_state(row.id, GAVE_UP)
+                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
+                                    detail=why, handled=True)
                 continue
         plan = _stored_plan(store, row.plan_id)
         jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
@@ -203,12 +240,26 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
         return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
-                            given_up=result.given_up)
+                            given_up=result.given_up, user_cancelled=result.user_cancelled,
+                            gave_up_now=result.gave_up_now)
 
     old_raw = store.active_plan()
     old_id = (old_raw or {}).get("plan_id")
     settings = how_planned(_stored_plan(store, old_id), policy)
     cluster = load_inventory(client, partition).cluster
+    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
+    # the rest is replanned: one such job must never wedge replanning
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
+        return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
                          **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
@@ -254,11 +305,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             result.submitted = res.submitted + res.skipped
         else:
             store.add_plan(new, source="replan")
-        ids = [r.slurm_id for r in to_cancel if r.slurm_id]
-        client.cancel(ids)
+        # marked before scancel, so no monitor reads hetsched's cancel as a user's
         with store.tx():
             for r in to_cancel:
                 store.set_state(r.id, SUPERSEDED)
+        client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
         result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
     except BaseException as e:
         store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])

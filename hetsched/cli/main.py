@@ -297,7 +297,8 @@ def _register_commands() -> None:
     from hetsched.cli import slurm as cli_slurm
 
     for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd):
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd,
+                cli_slurm.cancel_cmd):
         main.add_command(cmd)
     from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
 

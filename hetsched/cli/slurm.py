@@ -386,6 +386,39 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
 
 
 # ---------------------------------------------------------------------------
+# cancel
+
+
+@click.command("cancel")
+@click.argument("jobs", nargs=-1)
+@click.option("--all", "all_jobs", is_flag=True, help="Cancel every queued or running job "
+              "of the batch.")
+@click.option("--reason", default="", help="Why (recorded in the state file's events).")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
+               state_path: str | None) -> None:
+    """Cancel JOBs (hetsched job names) or --all, for good, and record why.
+
+    A cancelled job is never resubmitted by `hetsched replan`; neither is one
+    cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
+    The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
+    input (unknown job), 3 scancel failed, 6 state file unusable.
+    """
+    from hetsched.app.cancel import cancel_jobs
+
+    if bool(jobs) == all_jobs:
+        raise InputError("hetsched cancel", "give job names or --all (not both)", "JOB")
+    with _store(state_path) as st:
+        res = cancel_jobs(st, _client(), None if all_jobs else list(jobs), reason=reason)
+    for name, state in res.not_active:
+        click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
+    for name, jid in res.cancelled:
+        click.echo(f"cancelled {name} (Slurm job {jid})")
+    if not res.cancelled:
+        click.echo("nothing to cancel")
+
+
+# ---------------------------------------------------------------------------
 # replan
 
 
@@ -450,5 +483,5 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
         log(res.summary())
     if as_json:
         click.echo(result_json(res))
-    elif res.changed or res.status == "dry-run" or verbose:
+    elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now:
         click.echo(res.summary())

@@ -138,6 +138,8 @@ SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
 SUBMIT_FAILED = "SUBMIT_FAILED"
 SUPERSEDED = "SUPERSEDED"  # cancelled by hetsched because a newer plan replaced it
 GONE = "GONE"  # Slurm forgot the job and hetsched never saw it finish
+CANCELLED = "CANCELLED"  # Slurm's word; for hetsched a user's cancel: final, never resubmitted
+GAVE_UP = "GAVE_UP"  # failed more than --max-failures times: replan stopped resubmitting it
 
 
 class StoreError(HetschedError):
