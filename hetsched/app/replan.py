@@ -301,7 +301,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if to_submit:
             # new hetjobs first: if this fails, the old ones are still queued
             res = submit(new_plan, store, client, only=to_submit, partition=partition,
-                         source="replan", allow_active_elsewhere=True)
+                         source="replan", allow_active_elsewhere=True, check_runnable=False)
             result.submitted = res.submitted + res.skipped
         else:
             store.add_plan(new, source="replan")

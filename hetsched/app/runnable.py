@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
@@ -88,3 +89,34 @@ def listing(items: Sequence[tuple[str, str]], limit: int = 5) -> str:
     head = "; ".join(f"{n} ({w})" for n, w in items[:limit])
     more = len(items) - limit
     return head + (f"; and {more} more" if more > 0 else "")
+
+
+def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
+                   skip_unplaceable: bool = False, jobs_source: str = "jobs",
+                   warn: Callable[[str], None] | None = None, **kwargs: Any) -> Plan:
+    """``make_plan``, with ``--skip-unplaceable``: plan the placeable jobs, list the rest.
+
+    The skipped jobs are recorded in the plan (top-level ``skipped_unplaceable``).
+    Without the option an unplaceable job is refused and the error names it.
+    """
+    from hetsched.planning.planner import make_plan  # heavy; only when planning
+
+    skipped: list[tuple[Job, str]] = []
+    if skip_unplaceable:
+        jobs, skipped = split_placeable(jobs, cluster, table)
+        for job, why in skipped:
+            if warn is not None:
+                warn(f"skipped {job.name}: cannot be placed: {why}")
+        if not jobs:
+            raise UnplaceableError(jobs_source, "no job can be placed on this cluster: "
+                                   + listing([(j.name, w) for j, w in skipped]))
+    try:
+        plan = make_plan(jobs, cluster, table, jobs_source=jobs_source, **kwargs)
+    except InputError as e:
+        if e.where and e.where.startswith("job ") and not skip_unplaceable:
+            raise UnplaceableError(e.source, e.message + "; pass --skip-unplaceable to plan "
+                                   "the other jobs", e.where) from None
+        raise
+    if skipped:
+        plan.extra["skipped_unplaceable"] = [{"job": j.name, "why": w} for j, w in skipped]
+    return plan

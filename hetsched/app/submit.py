@@ -18,6 +18,9 @@ Guarantees (see docs/slurm.md):
 * **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
   the sbatch in flight is recorded; then the jobs this call submitted are
   cancelled and their records removed (exit 130): all or nothing.
+* **Runnable.** A job with no command, no entrypoint and no built-in
+  workload (or a built-in with an absurd dataset) is refused before anything
+  is sent, naming each such job and why (``--skip-unplaceable``: the rest).
 * **Options.** Each job gets a time limit from its predicted duration (or
   its ``slurm: time``), SIGUSR1 before it (``--signal``; the script
   has the step checkpoint, then requeues), and the account/QoS/memory/constraint/extra
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from hetsched import config
 from hetsched.app.order import dependency_expr, plan_order, predecessors
+from hetsched.app.runnable import UnrunnableError, listing, unrunnable
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
@@ -76,6 +80,7 @@ class SubmitResult:
     scripts: dict[str, Script] = field(default_factory=dict)  # job -> script
     order: list[str] = field(default_factory=list)  # submit order (the plan's start order)
     after: dict[str, list[str]] = field(default_factory=dict)  # job -> afterany jobs
+    unrunnable: list[tuple[str, str]] = field(default_factory=list)  # (job, why): not sent
 
 
 def files_dir(store: Store) -> Path:
@@ -154,12 +159,15 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
            source: str = "plan", allow_active_elsewhere: bool = False,
            progress: Callable[[str], None] | None = None,
-           sbatch: SbatchOptions | None = None) -> SubmitResult:
+           sbatch: SbatchOptions | None = None, check_runnable: bool = True,
+           skip_unrunnable: bool = False) -> SubmitResult:
     """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
 
     ``only`` restricts to some jobs (replan), ``segment_of`` picks another
     segment per job. With ``dry_run`` nothing is written and Slurm is not
-    touched: the result carries the scripts.
+    touched: the result carries the scripts (and the jobs that would fail).
+    Jobs that would fail where they run (app/runnable.py) are refused, or
+    left out with ``skip_unrunnable``.
     """
     if plan.mode == "pool":
         raise PoolPlanError(source, "this is a pool-mode plan (Hare's task-level sharing); "
@@ -167,6 +175,13 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                             "hetjobs", "mode")
     pid = check_plan(plan, source)
     preds = predecessors(plan)
+    bad = unrunnable(plan, only) if check_runnable else []
+    if bad and not dry_run and not skip_unrunnable:
+        raise UnrunnableError(source, f"{len(bad)} of {len(only or plan.jobs)} jobs would fail "
+                              f"where they run: {listing(bad)}; fix them, or pass "
+                              "--skip-unplaceable to submit the rest", "jobs")
+    if bad and not dry_run:
+        only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
         scripts = render_plan(plan, pid, plan_path=base / "plans" / f"{pid}.json",
@@ -174,7 +189,8 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                               only=only, segment_of=segment_of, sbatch=sbatch)
         return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()},
                             order=plan_order(plan, set(scripts)),
-                            after={k: v for k, v in preds.items() if k in scripts})
+                            after={k: v for k, v in preds.items() if k in scripts},
+                            unrunnable=bad)
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
@@ -191,7 +207,8 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     store.add_plan(plan.to_dict(), source=source)
     order = plan_order(plan, set(scripts))
     result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()},
-                          order=order, after={k: v for k, v in preds.items() if k in scripts})
+                          order=order, after={k: v for k, v in preds.items() if k in scripts},
+                          unrunnable=bad)
 
     # crash recovery: intents without an id may have reached Slurm
     pending_intents = {name: store.submission(pid, name, seg) for name, (seg, _) in

@@ -199,13 +199,14 @@ STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state
 
 
 def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
-                    partition: str | None, backend: str = "cli") -> Plan:
+                    partition: str | None, backend: str = "cli",
+                    skip_unplaceable: bool = False) -> Plan:
     """A typed plan from plan.json, or from jobs.yaml by planning first."""
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
+        from hetsched.app.runnable import plan_placeable
         from hetsched.io.profiles import load_throughputs
         from hetsched.io.specs import load_cluster, load_jobs
-        from hetsched.planning.planner import make_plan
 
         if not throughputs:
             raise InputError("--throughputs", f"{path} is a jobs file: planning it needs "
@@ -214,7 +215,9 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
         table = load_throughputs(throughputs)
         cl = load_cluster(cluster_file) if cluster_file else load_cluster_from_slurm(
             _client(backend), _partition(partition))
-        return make_plan(jobs, cl, table, policy=policy, jobs_source=str(p))
+        return plan_placeable(jobs, cl, table, skip_unplaceable=skip_unplaceable,
+                              policy=policy, jobs_source=str(p),
+                              warn=lambda m: click.echo(m, err=True))
     return load_plan(p)
 
 
@@ -248,6 +251,9 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
 @click.option("--qos", default=None, help="Slurm QoS (--qos).")
 @click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
 @click.option("--constraint", default=None, help="Node features (--constraint).")
+@click.option("--skip-unplaceable", is_flag=True,
+              help="Leave out the jobs that cannot be placed (planning a jobs.yaml) or would "
+              "fail where they run (no command/entrypoint/built-in); list them on stderr.")
 @click.option("--sbatch-option", "extra", multiple=True,
               help="Extra sbatch option for every job, e.g. --sbatch-option=--exclusive "
               "(repeatable).")
@@ -255,7 +261,7 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
                pin_nodes: bool, throughputs: str | None, policy: str,
                cluster_file: str | None, time_: str | None, account: str | None,
                qos: str | None, mem: str | None, constraint: str | None,
-               extra: tuple[str, ...]) -> None:
+               skip_unplaceable: bool, extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
 
     Each job's first segment becomes one heterogeneous job: one component per
@@ -277,7 +283,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
-    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition)
+    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition,
+                           skip_unplaceable=skip_unplaceable)
     part = _partition(partition)
     if dry_run:
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
@@ -288,13 +295,17 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
             click.echo(f"# ---- {name} ({len(script.components)} components"
                        + (f"; after {', '.join(after)}" if after else "") + ") ----")
             click.echo(script.text, nl=False)
+        for name, why in res.unrunnable:
+            click.echo(f"warning: {name} would fail where it runs: {why}", err=True)
         click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
                    "nothing submitted", err=True)
         return
     with _store(state_path) as st:
         res = submit(plan, st, _client(), partition=part, pin_nodes=pin_nodes,
                      source=plan_file, progress=lambda m: click.echo(m, err=True),
-                     sbatch=sbatch)
+                     sbatch=sbatch, skip_unrunnable=skip_unplaceable)
+    for name, why in res.unrunnable:
+        click.echo(f"skipped {name}: would fail where it runs: {why}", err=True)
     for name, jid in res.skipped:
         click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
     click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "

@@ -18,9 +18,9 @@ NODES = (("a100-1", "a100", 2), ("a100-2", "a100", 2), ("v100-1", "v100", 4),
          ("v100-2", "v100", 4), ("t4-1", "t4", 4))
 TWO_JOBS = """jobs:
   - {name: A, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
-     gpu_types: [v100], min_gpus: 2, max_gpus: 2}
+     gpu_types: [v100], min_gpus: 2, max_gpus: 2, command: [train]}
   - {name: B, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
-     gpu_types: [t4], min_gpus: 2, max_gpus: 2}
+     gpu_types: [t4], min_gpus: 2, max_gpus: 2, command: [train]}
 """
 
 
