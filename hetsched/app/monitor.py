@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +78,23 @@ def combined_state(components: list[JobInfo]) -> str:
         return "COMPLETED"
     lead = [c for c in components if not c.het_offset]
     return (lead or components)[0].state if components else "UNKNOWN"
+
+
+def state_counts(states: Iterable[str]) -> dict[str, int]:
+    """running / pending / done / failed / cancelled among job states (``watch``)."""
+    out = {"running": 0, "pending": 0, "done": 0, "failed": 0, "cancelled": 0}
+    for state in states:
+        if state in ("RUNNING", "COMPLETING", "CONFIGURING"):
+            out["running"] += 1
+        elif state == "COMPLETED":
+            out["done"] += 1
+        elif state == "CANCELLED":
+            out["cancelled"] += 1
+        elif state in FINISHED_STATES or state in (GONE, "GAVE_UP"):
+            out["failed"] += 1
+        else:
+            out["pending"] += 1
+    return out
 
 
 class Monitor:

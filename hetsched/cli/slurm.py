@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from hetsched import config
-from hetsched.app.monitor import Cycle, Monitor, watch
+from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
 from hetsched.app.replan import (
     ReplanLocked,
     default_lock,
@@ -28,6 +28,7 @@ from hetsched.app.replan import (
     replan_lock,
     result_json,
 )
+from hetsched.app.status import JobStatus, when
 from hetsched.app.submit import base_sbatch, submit
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
@@ -37,7 +38,7 @@ from hetsched.slurm.client import CliSlurmClient, make_client
 from hetsched.slurm.inventory import load_cluster_from_slurm, load_inventory
 from hetsched.slurm.runner import Runner
 from hetsched.slurm.testbed import DEFAULT_NODES, open_testbed
-from hetsched.state.store import Store, open_store
+from hetsched.state.store import Store, open_store, open_store_readonly
 
 DIR_HELP = "Testbed directory (configs, logs, state). Default: $HETSCHED_TESTBED or ./.testbed"
 
@@ -320,42 +321,58 @@ def _spool(spool: str | None) -> str | None:
     return spool or config.get("spool") or None
 
 
-def _print_cycle_table(st: Store, cycle: Cycle) -> None:
+def _print_status_table(jobs: list[JobStatus]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    now = time.time()
     t = Table(title="hetsched jobs")
-    for col in ("job", "plan", "Slurm id", "state", "GPUs"):
-        t.add_column(col)
-    for name, row in sorted(latest_rows(st).items()):
-        types: dict[str, int] = {}
-        for w in row.workers:
-            types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
-        t.add_row(name, row.plan_id, row.slurm_id or "-", cycle.jobs.get(name, row.state),
-                  " ".join(f"{k}x{v}" for k, v in sorted(types.items())))
-    Console().print(t)
+    width = max((len(j.job) for j in jobs), default=3)
+    t.add_column("job", no_wrap=True, min_width=width)  # full names, never cut
+    for col in ("Slurm id", "state", "reason", "elapsed", "pred. start", "pred. end",
+                "iter s (meas/pred)", "GPUs"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        it = (f"{j.measured_iter_s:.3g}" if j.measured_iter_s is not None else "-") + " / " \
+            + (f"{j.predicted_iter_s:.3g}" if j.predicted_iter_s is not None else "-")
+        el = f"{j.elapsed_s:.0f}s" if j.elapsed_s is not None else "-"
+        t.add_row(j.job, j.slurm_id, j.state, j.reason or "-", el,
+                  when(j.predicted_start, now), when(j.predicted_end, now), it, j.gpus or "-")
+    Console(width=max(120, width + 110)).print(t)
 
 
 @click.command("status")
 @click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--partition", "-p", default=None, help="Partition to watch for node events.")
-@click.option("--spool", default=None, help="Spool directory for new jobs files "
-              "(default: $HETSCHED_SPOOL).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
-               as_json: bool) -> None:
-    """Show hetsched's jobs as Slurm sees them now (one squeue call) and new events."""
-    with _store(state_path) as st:
-        mon = Monitor(st, _client(), partition=_partition(partition), spool=_spool(spool))
-        cycle = mon.poll()
-        if as_json:
-            click.echo(json.dumps({"jobs": cycle.jobs, "commands": cycle.commands,
-                                   "events": [vars(e) for e in cycle.events]}, indent=2))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="json carries every field of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
+    """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
+
+    Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
+    job waits, was given up or cancelled), elapsed time, the plan's predicted
+    start and end, and the measured vs predicted iteration time from the job
+    reports. Records nothing and creates no file (`watch` and `replan` do).
+    """
+    from hetsched.app.status import batch_status, state_path_missing, status_json
+
+    path = Path(state_path) if state_path else config.state_path()
+    st = open_store_readonly(path)
+    if st is None:
+        if as_json or fmt == "json":
+            click.echo(status_json([], 0))
+        else:
+            click.echo(state_path_missing(path))
+        return
+    with st:
+        client = _client()
+        c0 = client.runner.total()
+        jobs = batch_status(st, client)
+        if as_json or fmt == "json":
+            click.echo(status_json(jobs, client.runner.total() - c0))
             return
-        _print_cycle_table(st, cycle)
-        for ev in cycle.events:
-            click.echo(f"event {ev}")
-        pending = [e for e in st.events(unhandled_only=True)]
+        _print_status_table(jobs)
+        pending = st.events(unhandled_only=True)
         if pending:
             click.echo(f"{len(pending)} reset events wait for `hetsched replan`")
 
@@ -374,7 +391,7 @@ def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
 def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
               interval: float, max_interval: float, cycles: int | None,
               until_done: bool) -> None:
-    """Poll Slurm (one squeue per cycle, with backoff) and print reset events.
+    """Poll Slurm (one squeue per cycle, with backoff); print events and job counts.
 
     When slurmctld stops answering (restart, outage), watch waits with
     exponential backoff and resumes; it does not exit. Events are recorded for
@@ -385,9 +402,16 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
         client = CliSlurmClient(Runner(retries=0, timeout_s=30))
         mon = Monitor(st, client, partition=_partition(partition), spool=_spool(spool))
 
+        last: list[str] = []
+
         def show(cycle: Cycle) -> None:
             for ev in cycle.events:
                 click.echo(f"{time.strftime('%H:%M:%S')} {ev}")
+            c = state_counts(r.state for r in latest_rows(st).values())
+            line = ", ".join(f"{k} {v}" for k, v in c.items() if v or k != "cancelled")
+            if [line] != last:  # print the counts when they change
+                click.echo(f"{time.strftime('%H:%M:%S')} {line}")
+                last[:] = [line]
 
         def done(cycle: Cycle) -> bool:
             return until_done and not mon.live()

@@ -466,6 +466,32 @@ class Store:
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
 
 
+def open_store_readonly(path: str | Path | None = None) -> Store | None:
+    """Open the state file for reading only (``status``); None when there is none.
+
+    Nothing is created or written: no file, no schema, no WAL switch. A file
+    hetsched cannot read is refused with the same checks as :class:`Store`.
+    """
+    p = Path(path if path is not None else default_path())
+    if not p.exists():
+        return None
+    store = Store.__new__(Store)
+    store.path = p
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30.0,
+                               isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        Store._check(conn, p)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"state file {p} is corrupted or not a SQLite file ({e}); it was "
+                         "left untouched") from None
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        conn.close()
+        return None  # an empty file: nothing was ever recorded
+    store.conn = conn
+    return store
+
+
 def open_store(path: str | Path | None = None) -> Store:
     """Open (creating if needed) the state file at ``path`` or :func:`default_path`."""
     return Store(path if path is not None else default_path())
