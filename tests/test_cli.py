@@ -189,13 +189,16 @@ def test_convert_gavel_trace_and_plan_it(runner, gavel_data, tmp_path, examples)
     with_batch = [f for f in lines if "(batch size" in f[0]]
     assert len(jobs) == len(with_batch)
     assert f"skipped {len(lines) - len(with_batch)} job(s)" in res.stderr
-    first = with_batch[0]
-    bs = int(first[0].split("batch size ")[1].rstrip(")"))
-    j = jobs[0]
-    assert j.global_batch == bs * int(first[6])  # batch x scale factor
-    assert j.iterations == int(first[5])  # the trace's total steps, one epoch
-    assert j.requested_gpus == int(first[6])
-    assert j.arrival_s == float(first[9])
+    assert any(int(f[6]) > 1 for f in with_batch)  # the trace has multi-GPU jobs
+    for f, j in zip(with_batch, jobs, strict=True):
+        bs, scale = int(f[0].split("batch size ")[1].rstrip(")")), int(f[6])
+        assert j.global_batch == bs * scale  # batch x scale factor
+        # the trace's steps are summed over the s workers: steps / s synchronous iterations
+        # (Gavel's generate_job: num_steps = duration x aggregate throughput at scale s)
+        assert j.dataset_size == int(f[5]) * bs
+        assert j.iterations == math.ceil(int(f[5]) / scale)
+        assert j.requested_gpus == scale
+        assert j.arrival_s == float(f[9])
     # the converted jobs plan on the example cluster with the Gavel profiles
     short = tmp_path / "few.yaml"
     res = runner.invoke(main, ["convert", "gavel-trace", str(trace), "--limit", "4",

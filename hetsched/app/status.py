@@ -141,9 +141,10 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
     return out
 
 
-def status_json(jobs: list[JobStatus], commands: int) -> str:
+def status_json(jobs: list[JobStatus], commands: int,
+                pool: dict[str, Any] | None = None) -> str:
     return json.dumps({"jobs": [asdict(j) for j in jobs], "counts": counts(jobs),
-                       "commands": commands}, indent=2)
+                       "commands": commands, **({"pool": pool} if pool else {})}, indent=2)
 
 
 def when(t: float | None, now: float) -> str:

@@ -290,13 +290,15 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     if dry_run:
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
                      source=plan_file, sbatch=sbatch)
-        for name in res.order:
+        for name in getattr(res, "order", None) or list(res.scripts):
             script = res.scripts[name]
-            after = res.after.get(name)
+            after = getattr(res, "after", {}).get(name)
             click.echo(f"# ---- {name} ({len(script.components)} components"
                        + (f"; after {', '.join(after)}" if after else "") + ") ----")
             click.echo(script.text, nl=False)
-        for name, why in res.unrunnable:
+        for line in getattr(res, "sequences", []):  # a pool plan: each GPU's tasks
+            click.echo(f"# {line}")
+        for name, why in getattr(res, "unrunnable", []):
             click.echo(f"warning: {name} would fail where it runs: {why}", err=True)
         click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
                    "nothing submitted", err=True)
@@ -368,10 +370,16 @@ def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
         client = _client()
         c0 = client.runner.total()
         jobs = batch_status(st, client)
+        from hetsched.app.pool_status import active_pool_progress
+
+        pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
         if as_json or fmt == "json":
-            click.echo(status_json(jobs, client.runner.total() - c0))
+            click.echo(status_json(jobs, client.runner.total() - c0,
+                                   pool.to_dict() if pool else None))
             return
         _print_status_table(jobs)
+        for line in pool.lines() if pool else []:
+            click.echo(line)
         pending = st.events(unhandled_only=True)
         if pending:
             click.echo(f"{len(pending)} reset events wait for `hetsched replan`")

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from hetsched.core import limits
 from hetsched.core.spec import WORKLOAD_RE, WORKLOAD_VALID
 from hetsched.core.throughput import (
     CSV_COLUMNS,
@@ -27,8 +28,21 @@ from hetsched.io.files import read_text
 
 
 def parse_csv(text: str, source: str) -> list[ProfileRow]:
-    """Parse the throughput CSV (see docs/formats.md) with line-precise errors."""
-    reader = csv.DictReader(io.StringIO(text))
+    """Parse the throughput CSV (see docs/formats.md) with line-precise errors.
+
+    A UTF-8 byte-order mark (spreadsheets write one) is skipped; a field over
+    :data:`~hetsched.core.limits.MAX_CSV_FIELD` characters is refused by line.
+    """
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))
+    try:
+        return _parse_rows(reader, source)
+    except csv.Error as e:
+        raise InputError(source, f"not a readable CSV: {e} (the limit for one field is "
+                         f"{limits.MAX_CSV_FIELD // 1024} KiB)", f"line {reader.line_num}"
+                         ) from None
+
+
+def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     if reader.fieldnames is None:
         raise InputError(source, "empty file; expected a header line "
                          f"'{','.join(CSV_COLUMNS)}[,sync_time_s][,max_local_batch]'")
@@ -44,6 +58,9 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
                          f"{', '.join(CSV_COLUMNS + OPTIONAL_COLUMNS)}", "line 1")
     rows: list[ProfileRow] = []
     for raw in reader:
+        if len(rows) >= limits.MAX_PROFILE_ROWS:
+            raise InputError(source, f"more than {limits.MAX_PROFILE_ROWS} profile rows; "
+                             "that is hetsched's limit", f"line {reader.line_num}")
         # the reader's own line count: DictReader skips blank lines, so counting rows
         # would name the wrong line after one
         where = f"line {reader.line_num}"
@@ -61,16 +78,16 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
                     return None
                 raise InputError(source, f"column {col!r} is empty", _where)
             try:
-                x = float(v)
+                x = float(v) if len(v) <= 64 else math.nan
             except ValueError:
-                raise InputError(source, f"column {col!r}: {v!r} is not a number",
+                raise InputError(source, f"column {col!r}: {v[:60]!r} is not a number",
                                  _where) from None
             if not math.isfinite(x) or x <= 0:
-                raise InputError(source, f"column {col!r}: must be a positive number, got {v!r}",
-                                 _where)
-            if integer and x != int(x):
-                raise InputError(source, f"column {col!r}: must be a whole number, got {v!r}",
-                                 _where)
+                raise InputError(source, f"column {col!r}: must be a positive number, got "
+                                 f"{v[:60]!r}", _where)
+            msg = limits.check_number(x, limits.PROFILE[col])
+            if msg:
+                raise InputError(source, f"column {col!r}: {msg}", _where)
             return x
 
         workload = rec.get("workload") or ""
@@ -78,10 +95,10 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
         if not workload:
             raise InputError(source, "column 'workload' is empty", where)
         if not WORKLOAD_RE.match(workload):
-            raise InputError(source, f"column 'workload': {workload!r} is not valid; expected "
+            raise InputError(source, f"column 'workload': {workload[:60]!r} is not valid; expected "
                              f"{WORKLOAD_VALID}", where)
         if not re.match(r"^[A-Za-z0-9_-]+$", gpu_type):
-            raise InputError(source, f"column 'gpu_type': {gpu_type!r} is not a GPU type name",
+            raise InputError(source, f"column 'gpu_type': {gpu_type[:60]!r} is not a GPU type name",
                              where)
         lb = num("local_batch", integer=True)
         st = num("step_time_s")
@@ -98,7 +115,8 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
 def load_throughputs(path: str | Path) -> ThroughputTable:
     """Load a throughput CSV file into a fitted table."""
     p = Path(path)
-    return ThroughputTable(parse_csv(read_text(p, "a CSV file"), str(p)), str(p))
+    text = read_text(p, "a CSV file", max_bytes=limits.MAX_CSV_BYTES)
+    return ThroughputTable(parse_csv(text, str(p)), str(p))
 
 
 def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> None:
@@ -174,3 +192,17 @@ def load_gavel(path: str | Path) -> list[ProfileRow]:
     if not isinstance(data, dict):
         raise InputError(str(p), "expected a JSON object keyed by GPU type")
     return gavel_to_rows(data, str(p))
+
+
+def coverage_warnings(cluster_types: dict[str, int], table: ThroughputTable,
+                      cluster_source: str = "cluster") -> list[str]:
+    """One line per GPU type of the cluster that no profile row covers.
+
+    The planner cannot estimate a step time there, so those GPUs stay idle; the
+    user should know instead of wondering why (``hetsched plan`` prints these on
+    stderr).
+    """
+    known = set(table.gpu_types)
+    return [f"{cluster_source}: GPU type {t!r} ({n} GPUs) has no profiles in {table.source}; "
+            f"its GPUs are left idle (profile it with `hetsched profile`, or add rows for it)"
+            for t, n in sorted(cluster_types.items()) if t not in known]
