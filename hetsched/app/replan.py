@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.replan_changes import Change, decide, update_dependencies
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -111,12 +112,13 @@ class ReplanResult:
     given_up: list[str] = field(default_factory=list)
     user_cancelled: list[str] = field(default_factory=list)
     waiting: list[tuple[str, str]] = field(default_factory=list)  # (job, why it waits)
+    changes: list[Change] = field(default_factory=list)  # job, was, now, why
     gave_up_now: list[str] = field(default_factory=list)  # given up in this pass
     plan: dict[str, Any] | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled)
+        return bool(self.submitted or self.cancelled or self.changes)
 
     def notes(self) -> list[str]:
         """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
@@ -140,10 +142,6 @@ class ReplanResult:
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
         return "; ".join(parts + self.notes())
-
-
-def _workers_key(workers: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
-    return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
 
 
 def latest_rows(store: Store) -> dict[str, Submission]:
@@ -185,6 +183,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     now = time.time()
 
     jobs: list[Job] = []
+    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     result = ReplanResult("replanned", reason)
     for name, row in rows.items():
         if row.state == "COMPLETED":
@@ -221,6 +220,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            keep_end_s[name] = frac * planned  # where it runs now
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
@@ -269,27 +269,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
-    to_submit: set[str] = set()
-    to_cancel: list[Submission] = []
-    for jp in new_plan.jobs:
-        name = jp.name
-        if not jp.segments:
-            continue
-        ws = [w.to_dict() for w in jp.segments[0].workers]
-        cur = rows.get(name)
-        if cur is None or cur.state in FAILED_STATES:
-            to_submit.add(name)
-        elif cur.state in RUNNING_STATES:
-            if len(ws) != len(cur.workers):  # resized: restart from its checkpoint
-                to_submit.add(name)
-                to_cancel.append(cur)
-            else:
-                result.kept.append(name)
-        elif _workers_key(ws) != _workers_key(cur.workers):
-            to_submit.add(name)
-            to_cancel.append(cur)
-        else:
-            result.kept.append(name)
+    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    result.kept = dec.kept
+    result.changes = dec.changes
     if dry_run:
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
@@ -311,6 +295,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
                 store.set_state(r.id, SUPERSEDED)
         client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
         result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
+        ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
+        result.changes += update_dependencies(new_plan, result.kept, ids, client)
     except BaseException as e:
         store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
         raise

@@ -28,6 +28,7 @@ from hetsched.app.replan import (
     replan_lock,
     result_json,
 )
+from hetsched.app.replan_changes import changes_table
 from hetsched.app.status import JobStatus, when
 from hetsched.app.submit import base_sbatch, submit
 from hetsched.core.plan import Plan
@@ -524,7 +525,12 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
             log(f"error (exit {e.exit_code}): {e}")
             raise
         log(res.summary())
+        table = changes_table(res.changes)
+        if table:
+            log("changes:\n" + table)
     if as_json:
         click.echo(result_json(res))
     elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now:
         click.echo(res.summary())
+        if table:
+            click.echo(table)

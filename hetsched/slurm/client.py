@@ -58,6 +58,7 @@ class JobInfo:
     restarts: int = 0
     start_time: int = 0  # epoch seconds; 0 when not started
     end_time: int = 0  # epoch seconds: the end, or the expected end (time limit)
+    dependency: str = ""  # e.g. "afterany:12(unfulfilled)"; "" when none is left
     time_limit_min: int | None = None
 
     @property
@@ -208,6 +209,7 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         restarts=_num(j.get("restart_cnt")) or 0,
         start_time=_num(j.get("start_time")) or 0,
         end_time=_num(j.get("end_time")) or 0,
+        dependency=_str(j.get("dependency")) if _str(j.get("dependency")) != "(null)" else "",
         time_limit_min=_num(j.get("time_limit")),
     )
 

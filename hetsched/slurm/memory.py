@@ -236,9 +236,12 @@ class MemorySlurm:
         return _Job(jid, name, comment, comps, after=after, script=text, args=tuple(extra_args))
 
     def _infos(self, j: _Job) -> list[JobInfo]:
+        waiting = [a for a in j.after if a in self.jobs_by_id
+                   and self.jobs_by_id[a].state not in FINISHED_STATES]
+        dep = f"afterany:{':'.join(waiting)}(unfulfilled)" if waiting else ""
         base = JobInfo(job_id=j.id, name=j.name, state=j.state, reason=j.reason,
                        comment=j.comment, restarts=j.restarts, start_time=j.start,
-                       partition="gpu")
+                       end_time=j.end, partition="gpu", dependency=dep)
         if len(j.comps) == 1:
             c = j.comps[0]
             return [replace(base, nodes=c.running_on, gres=f"gpu:{c.gpu_type}:{c.gpus}")]

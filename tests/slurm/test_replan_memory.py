@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_helpers import make_testbed_plan, throughput_rows
+from slurm_helpers import contract_plan, make_testbed_plan, throughput_rows
 
 from hetsched.app.cancel import cancel_jobs
 from hetsched.app.monitor import Monitor
@@ -97,3 +97,49 @@ def test_giving_up_is_said(tmp_path: Path) -> None:
     later = replan(st, slurm, table(), force=True, max_failures=1)
     assert later.given_up == ["B"] and later.gave_up_now == []
     st.close()
+
+
+def test_replan_after_one_completion_changes_only_what_it_must(tmp_path: Path) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    jobs = "jobs:\n" + "".join(
+        f"  - {{name: q{i}, workload: w, dataset_size: {20000 + 5000 * i}, epochs: 1, "
+        f"global_batch: 64, gpu_types: [v100, t4], min_gpus: 1, max_gpus: 2, "
+        f"command: [train]}}\n" for i in range(8))
+    plan = make_testbed_plan(slurm, jobs)
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(plan, st, slurm).submitted)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        first = next(i for i in slurm.active() if slurm.jobs_by_id[i].state == "RUNNING")
+        slurm.finish(first)
+        before = {n: slurm.jobs_by_id[i].state for n, i in ids.items()}
+        r = replan(st, slurm, table())
+        cancelled = {j for j, _ in r.cancelled}
+        moved = {c.job for c in r.changes if c.was != c.now and "dependency" not in c.why}
+        assert cancelled <= moved  # nothing cancelled whose allocation stayed
+        assert all(before[j] != "RUNNING" for j in cancelled)  # fifo: running ones stay
+        for name in r.kept:  # kept jobs keep their Slurm id (and queue age)
+            assert latest_rows_id(st, name) == ids[name]
+        assert all(c.was != c.now for c in r.changes)
+
+
+def latest_rows_id(st, name: str) -> str | None:  # type: ignore[no-untyped-def]
+    from hetsched.app.replan import latest_rows
+
+    return latest_rows(st)[name].slurm_id
+
+
+def test_a_running_job_moves_only_when_it_pays() -> None:
+    from hetsched.app.replan_changes import decide
+    from hetsched.state.store import Submission
+
+    plan = contract_plan("mv1", {"R": [[("v100-1", "v100", 32), ("v100-1", "v100", 32)]]})
+    row = Submission(1, "old", "R", 0, "77", "RUNNING", "", "",
+                     [{"node": "t4-1", "gpu_type": "t4", "gpu": 0, "local_batch": 64}], 0, 0)
+    kw = {"failed": frozenset({"FAILED"}), "running": frozenset({"RUNNING"})}
+    # the new GPUs end it at 100 s + 60 s restart: worth it against 500 s, not against 120 s
+    d = decide(plan, {"R": row}, keep_end_s={"R": 500.0}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
+    assert "moving pays" in d.changes[0].why and d.changes[0].was == "t4-1:1"
+    d = decide(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == set() and d.kept == ["R"] and d.changes == []
