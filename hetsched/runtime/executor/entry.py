@@ -116,7 +116,8 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
         coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
                             seed=int(opts.get("seed") or 0),
-                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0))
+                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0),
+                            ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0))
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]
