@@ -114,7 +114,12 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
         from hetsched.runtime.executor.coordinator import Coordinator
 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
-        coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
+        try:
+            listener = protocol.listen(port, key)
+        except OSError as e:
+            raise ExecFailed(gid, f"the coordinator cannot listen on port {port} ({e.strerror}"
+                             "); set HETSCHED_MASTER_PORT to a free port") from None
+        coord = Coordinator(xplan, gpus, listener, ckpt,
                             seed=int(opts.get("seed") or 0),
                             hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0),
                             ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0))
