@@ -141,6 +141,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
     except (PoolFailed, protocol.PeerLost) as e:
         if coord is not None:
             coord.fail(str(e))
+            coord.listener.close()
         raise ExecFailed(gid, str(e)) from None
     if coord is not None:
         why = coord.wait_done()
