@@ -27,6 +27,7 @@ from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
 from hetsched.errors import PlanningError
+from hetsched.planning.base import OverBudget
 from hetsched.planning.bounds import problem_bound
 from hetsched.planning.space.policies.base import Policy, Snapshot
 
@@ -193,8 +194,13 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None) -> Plan:
-    """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
+             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None,
+             deadline: float | None = None) -> Plan:
+    """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
+
+    ``deadline`` (a ``time.perf_counter()`` value): raise OverBudget at the first
+    event past it (auto's time budget).
+    """
     started_clock = time.perf_counter()
     p = problem
     S = p.S
@@ -287,6 +293,9 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         active = [int(i) for i in order[:next_arr] if not done[i]]
         if reporter is not None:
             reporter.event(policy.name, t, len(active), int(done.sum()), S)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OverBudget(f"ran past the time budget after {time.perf_counter() - started_clock:,.1f} s "
+                             f"({int(done.sum())} of {S} jobs simulated; setting plan_budget_s)")
         if active:
             running = [i for i in active if alloc.get(i)]
             waiting = [i for i in active if not alloc.get(i)]
