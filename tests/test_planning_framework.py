@@ -175,7 +175,9 @@ def test_auto_never_loses_to_exhaustive_when_it_can_afford_it(static: bool) -> N
 
     p = four_type_instance()
     reg = registry.policies("space")
-    every = {n: simulate(p, reg[n](), static=static).weighted_jct_s for n in reg}
+    names = registry.auto_candidates("space")  # every policy not marked auto = False
+    assert "exhaustive" in names
+    every = {n: simulate(p, reg[n](), static=static).weighted_jct_s for n in names}
     auto = plan_problem(p, "auto", static=static, workers=1)
     assert auto.weighted_jct_s <= min(every.values()) * (1 + 1e-12)
     assert set(auto.candidates) == set(every)

@@ -67,6 +67,7 @@ def main() -> None:
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
 
     Errors in the input print one line naming the file and field; exit code 2.
@@ -139,6 +140,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
         result = make_plan(jobs, cluster, table, policy, kv, static=static,
                            restart_cost_s=restart_cost, jobs_source=jobs_file,
                            reporter=reporter, mode=mode, task_iterations=task_iterations)
+    from hetsched.io.profiles import coverage_warnings
+
+    for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
+        click.echo(f"hetsched: warning: {warning}", err=True)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
@@ -257,7 +262,7 @@ def convert_gavel(src: str, out: str | None) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N jobs.")
 def convert_trace(src: str, out: str | None, limit: int | None) -> None:
-    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x global batch)."""
+    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x per-worker batch)."""
     import yaml
 
     from hetsched.io.traces import parse_trace
@@ -286,6 +291,12 @@ def _register_commands() -> None:
     from hetsched.cli.config import config_cmd
 
     main.add_command(config_cmd)
+    from hetsched.cli.state import state_cmd  # check, backup, restore
+
+    main.add_command(state_cmd)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+
+    main.add_command(simulate_cmd)
 
 
 _register_commands()

@@ -10,6 +10,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetsched.core import limits
+from hetsched.errors import InputError
+
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -20,6 +23,12 @@ WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a l
 
 # Node states as Slurm reports them, reduced to what the planner needs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
+#: states a node may be given in a cluster file: the usable ones and Slurm's others
+NODE_STATES = USABLE_STATES | frozenset({
+    "down", "drain", "drained", "draining", "fail", "failing", "maint", "reserved",
+    "future", "unknown", "power_down", "powered_down", "powering_down", "powering_up",
+    "inval", "not_responding", "reboot_requested", "blocked",
+})
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,9 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+
+    def __post_init__(self) -> None:
+        check_job(self, "Job")
 
     @property
     def steps_per_epoch(self) -> int:
@@ -90,6 +102,35 @@ class Job:
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
         return d
+
+
+def check_job(job: Job, source: str) -> None:
+    """Validate a job built in code as a jobs file would be (one-line InputError)."""
+    name = job.name
+    where = f"job {name!r}" if isinstance(name, str) else "job"
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 256:
+        raise InputError(source, f"{name!r} is not valid; expected letters, digits, '.', "
+                         "'_' or '-'", f"{where}: name")
+    if not isinstance(job.workload, str) or not WORKLOAD_RE.match(job.workload):
+        raise InputError(source, f"{job.workload!r} is not valid; expected {WORKLOAD_VALID}",
+                         f"{where}: workload")
+    for key, bound in limits.JOB.items():
+        value = getattr(job, key)
+        if value is None and key in ("max_gpus", "requested_gpus", "memory_gb"):
+            continue
+        msg = limits.check_number(value, bound)
+        if msg:
+            raise InputError(source, msg, f"{where}: {key}")
+    if job.max_gpus is not None and job.max_gpus < job.min_gpus:
+        raise InputError(source, f"must be >= min_gpus ({job.min_gpus}), got {job.max_gpus}",
+                         f"{where}: max_gpus")
+    if job.gpu_types is not None and (
+            not isinstance(job.gpu_types, (tuple, list)) or not job.gpu_types
+            or not all(isinstance(t, str) and GPU_TYPE_RE.match(t) for t in job.gpu_types)):
+        raise InputError(source, "expected a non-empty tuple of GPU type names",
+                         f"{where}: gpu_types")
+    if job.command is not None and job.entrypoint is not None:
+        raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
 
 
 @dataclass(frozen=True)
