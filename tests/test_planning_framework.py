@@ -196,3 +196,36 @@ def test_auto_says_what_it_skipped_for_the_budget() -> None:
     assert "exhaustive" in skipped and "budget" in skipped["exhaustive"]
     assert "exhaustive" not in plan.candidates
     assert ("exhaustive", skipped["exhaustive"]) in rep.hooks("candidate_skipped")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_segments_carry_their_restart_time_and_iterations(seed: int, tmp_path) -> None:
+    """end - start = restart_s + iterations x iteration_s, in the plan JSON (issue 11.8)."""
+    from hetsched.io.plan_json import load_plan
+
+    rng = np.random.default_rng(seed)
+    table = make_table({(w, g): (a, c, 64) for w, a in (("x", 0.01), ("y", 0.04))
+                        for g, c in (("v100", 0.001), ("k80", 0.004))})
+    cluster = make_cluster([("v-0", "v100", 2), ("v-1", "v100", 2), ("k-0", "k80", 4)])
+    jobs = [make_job(f"j{k}", "xy"[k % 2], dataset_size=int(rng.integers(1, 30)) * 20000,
+                     global_batch=32, arrival_s=float(rng.integers(0, 2000)),
+                     weight=float(rng.choice([1, 4]))) for k in range(6)]
+    p = PlanningProblem(jobs, cluster, table)
+    plan = plan_problem(p, "auto", restart_cost_s=float(rng.choice([5.0, 20.0])), workers=1)
+    d = json.loads(plan.to_json())
+    moved = 0
+    for j, jd in zip(plan.jobs, d["jobs"], strict=True):
+        done = 0.0
+        for s, sd in zip(j.segments, jd["segments"], strict=True):
+            assert sd["restart_s"] == s.restart_s and sd["iterations"] == s.iterations
+            assert s.end_s - s.start_s == pytest.approx(
+                s.restart_s + s.iterations * s.iteration_s, rel=1e-9, abs=1e-6)
+            moved += s.restart_s > 0
+            done += s.iterations
+        assert done == pytest.approx(float(j.spec.iterations), rel=1e-9)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    back = load_plan(path)
+    assert [s.restart_s for j in back.jobs for s in j.segments] == [
+        s.restart_s for j in plan.jobs for s in j.segments]
+    assert moved  # these instances move running jobs: restarts are really exercised

@@ -4,8 +4,8 @@ Reset events are job arrivals, completions and the times a policy asks to
 be woken at. Between two events every running job's worker set is fixed; a
 job whose worker set changes closes its segment and opens a new one, paying
 the restart cost (``ready_at``) if it has run before. Iterations are
-counted from when a segment is ready, so a segment's ``restart_s`` and
-``iterations`` recompute its length.
+counted from when a segment is ready, so every segment satisfies
+``end_s - start_s = restart_s + iterations * iteration_s`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class Timeline:
             if i in self.open_seg:
                 seg = self.open_seg.pop(i)
                 seg.end_s = t
+                # moved again before its restart finished: only that much was restarting
+                seg.restart_s = min(seg.restart_s, t - seg.start_s)
                 self.plans[i].segments.append(seg)
                 owner[alloc[i]] = -1
             alloc.pop(i, None)
