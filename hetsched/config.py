@@ -66,6 +66,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "rendezvous address of a job's ranks (default: the first node)"),
     Setting("master_port", "HETSCHED_MASTER_PORT", "",
             "rendezvous port (default: derived from the job and step id)"),
+    Setting("plan_budget_s", "HETSCHED_PLAN_BUDGET", 20.0,
+            "seconds auto may spend: a candidate predicted to need more is skipped", float),
+    Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0.0,
+            "processes auto runs candidates in on large problems (0 = one per core)", float),
     Setting("emulate_speed", "HETSCHED_EMULATE_SPEED", "",
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
@@ -76,7 +80,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
 JOB_ENV = ("HETSCHED_PLAN_ID", "HETSCHED_JOB", "HETSCHED_SEGMENT", "HETSCHED_WORKLOAD",
            "HETSCHED_GLOBAL_BATCH", "HETSCHED_LOCAL_BATCHES", "HETSCHED_LOCAL_BATCH",
            "HETSCHED_GPU_TYPES", "HETSCHED_RANK_NODES", "HETSCHED_RANK", "HETSCHED_COMMAND",
-           "HETSCHED_ENTRYPOINT")
+           "HETSCHED_ENTRYPOINT", "HETSCHED_POOL_GPUS")
 
 
 def site_config_path() -> Path:

@@ -107,6 +107,9 @@ class Monitor:
         reports = sorted((files_dir(self.store) / "reports").glob("*.jsonl"))
         if reports:
             ingest_reports(self.store, reports)
+        from hetsched.app.pool_status import ingest_pool_reports
+
+        ingest_pool_reports(self.store)  # pool executors' task records (app/pool_status.py)
 
     def live(self) -> list[Submission]:
         return [s for s in self.store.submissions() if s.slurm_id and s.state in WATCHED]

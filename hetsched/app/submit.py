@@ -97,10 +97,12 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     segment per job. With ``dry_run`` nothing is written and Slurm is not
     touched: the result carries the scripts.
     """
-    if plan.mode == "pool":
-        raise PoolPlanError(source, "this is a pool-mode plan (Hare's task-level sharing); "
-                            "it runs under the fast-switch executor, not as space-mode "
-                            "hetjobs", "mode")
+    if plan.mode == "pool":  # one hetjob for the whole pool: app/pool_submit.py
+        from hetsched.app.pool_submit import submit_pool
+
+        return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
+                           pin_nodes=pin_nodes, source=source,
+                           allow_active_elsewhere=allow_active_elsewhere, progress=progress)
     pid = check_plan(plan, source)
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")

@@ -67,6 +67,7 @@ def main() -> None:
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
 
     Errors in the input print one line naming the file and field; exit code 2.
@@ -109,7 +110,8 @@ def _write(path: str, text: str) -> None:
               help="Accepted for symmetry: planning never touches Slurm.")
 @click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
-                   "by task (Hare; policies hare, fifo, srtf, homo, allox, auto).")
+                   "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
+                   "auto).")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")
@@ -124,6 +126,7 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     Jain fairness and a lower bound with the gap to it; and a text Gantt
     chart. Exit code 2 on bad input.
     """
+    from hetsched.cli.progress import RichReporter
     from hetsched.cli.render import plan_yaml, png_gantt, render_plan
     from hetsched.io.specs import load_jobs
     from hetsched.planning.planner import make_plan
@@ -133,10 +136,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     cluster = _load_cluster(cluster_file, partition)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
-    progress = (lambda m: err_console.print(f"[dim]{m}[/dim]")) if fmt == "table" else None
-    result = make_plan(jobs, cluster, table, policy, kv, static=static,
-                       restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress,
-                       mode=mode, task_iterations=task_iterations)
+    with RichReporter(err_console) as reporter:
+        result = make_plan(jobs, cluster, table, policy, kv, static=static,
+                           restart_cost_s=restart_cost, jobs_source=jobs_file,
+                           reporter=reporter, mode=mode, task_iterations=task_iterations)
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
@@ -207,32 +210,9 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
               show_default=True)
 def policies(fmt: str) -> None:
     """List every policy (space and pool mode) with its parameters and the paper it comes from."""
-    from hetsched.planning.planner import AUTO_CANDIDATES
-    from hetsched.planning.space.policies import REGISTRY
+    from hetsched.planning.registry import listing
 
-    rows: list[dict[str, Any]] = []
-    for name in sorted(REGISTRY):
-        cls = REGISTRY[name]
-        rows.append({
-            "name": name, "mode": "space", "summary": cls.summary, "paper": cls.paper,
-            "shares": cls.shares,
-            "preemptive": cls.preemptive,
-            "parameters": {k: {"default": v, "doc": cls.param_docs.get(k, "")}
-                           for k, v in cls.parameters().items()},
-        })
-    rows.append({"name": "auto", "mode": "space", "summary": "Runs " + ", ".join(AUTO_CANDIDATES) +
-                 " through the evaluator and keeps the lowest weighted JCT (the default)",
-                 "paper": "-", "shares": "-", "preemptive": "-", "parameters": {}})
-    from hetsched.planning.pool import HARE_PARAMS, POOL_AUTO, POOL_POLICIES
-
-    for name, (summary, paper) in POOL_POLICIES.items():
-        rows.append({"name": name, "mode": "pool", "summary": summary, "paper": paper,
-                     "shares": "-", "preemptive": "-",
-                     "parameters": {k: {"default": v, "doc": "see docs/pool.md"}
-                                    for k, v in (HARE_PARAMS if name == "hare" else {}).items()}})
-    rows.append({"name": "auto", "mode": "pool", "summary": "Runs " + ", ".join(POOL_AUTO) +
-                 " and keeps the lowest weighted JCT", "paper": "-", "shares": "-",
-                 "preemptive": "-", "parameters": {}})
+    rows = listing()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
@@ -240,7 +220,8 @@ def policies(fmt: str) -> None:
     for col in ("policy", "what it does", "parameters (default)", "from"):
         tab.add_column(col)
     for r in rows:
-        params = "\n".join(f"{k}={v['default']!r}: {v['doc']}" for k, v in r["parameters"].items())
+        params = "\n".join(f"{k}: {v['type']} = {v['default']!r}: {v['doc']}"
+                           for k, v in r["parameters"].items())
         extra = f"\n[dim]shares: {r['shares']}, moves running jobs: {r['preemptive']}[/dim]" \
             if r["shares"] != "-" else ""
         name = r["name"] + (" (--mode pool)" if r["mode"] == "pool" else "")
@@ -281,7 +262,7 @@ def convert_gavel(src: str, out: str | None) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N jobs.")
 def convert_trace(src: str, out: str | None, limit: int | None) -> None:
-    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x global batch)."""
+    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x per-worker batch)."""
     import yaml
 
     from hetsched.io.traces import parse_trace
@@ -313,6 +294,9 @@ def _register_commands() -> None:
     from hetsched.cli.state import state_cmd  # check, backup, restore
 
     main.add_command(state_cmd)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+
+    main.add_command(simulate_cmd)
 
 
 _register_commands()

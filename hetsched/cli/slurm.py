@@ -255,6 +255,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
         for name, script in res.scripts.items():
             click.echo(f"# ---- {name} ({len(script.components)} components) ----")
             click.echo(script.text, nl=False)
+        for line in getattr(res, "sequences", []):  # a pool plan: each GPU's tasks
+            click.echo(f"# {line}")
         click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
                    "nothing submitted", err=True)
         return
@@ -303,11 +305,17 @@ def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
     with _store(state_path) as st:
         mon = Monitor(st, _client(), partition=_partition(partition), spool=_spool(spool))
         cycle = mon.poll()
+        from hetsched.app.pool_status import active_pool_progress
+
+        pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
         if as_json:
             click.echo(json.dumps({"jobs": cycle.jobs, "commands": cycle.commands,
-                                   "events": [vars(e) for e in cycle.events]}, indent=2))
+                                   "events": [vars(e) for e in cycle.events],
+                                   **({"pool": pool.to_dict()} if pool else {})}, indent=2))
             return
         _print_cycle_table(st, cycle)
+        for line in pool.lines() if pool else []:
+            click.echo(line)
         for ev in cycle.events:
             click.echo(f"event {ev}")
         pending = [e for e in st.events(unhandled_only=True)]

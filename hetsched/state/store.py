@@ -405,11 +405,6 @@ class Store:
             args.append(job)
         return [_submission(r) for r in self.conn.execute(q + " ORDER BY id", args)]
 
-    def by_slurm_id(self, slurm_id: str) -> Submission | None:
-        row = self.conn.execute("SELECT * FROM submissions WHERE slurm_id = ? "
-                                "ORDER BY id DESC LIMIT 1", (slurm_id,)).fetchone()
-        return _submission(row) if row else None
-
     # -- events --------------------------------------------------------------
     def add_event(self, kind: str, *, job: str | None = None, node: str | None = None,
                   slurm_id: str | None = None, detail: str = "", handled: bool = False) -> int:

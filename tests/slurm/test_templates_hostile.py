@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 from slurm_helpers import job_plan, wait_for
 
+from hetsched.core.plan import Plan
 from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.pool_script import render_pool
 from hetsched.slurm.templates import (
     Script,
     TemplateValueError,
@@ -81,6 +83,24 @@ def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
                         hetsched=field.get("hetsched", stub), time_min=2)
 
 
+def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
+    """A pool plan built straight from values (no validation: the template's own defence)."""
+    gpus = [{"node": field.get("node", "a100-1"), "gpu": 0,
+             "gpu_type": field.get("gpu_type", "a100"), "tasks": 2,
+             "runs": [{"repeat": 2, "round_step": 1, "period_s": 1.0,
+                       "tasks": [["pj", 0, 0, 0.0, 1.0, 1.0, "keep", []]]}]},
+            {"node": "t4-1", "gpu": 1, "gpu_type": "t4", "tasks": 1, "runs": []}]
+    plan = Plan("hare", [job_plan(_hetjob_job(name="pj"))], 1.0,
+                mode="pool", tasks={"gpus": gpus})
+    return render_pool(plan, field.get("plan_id", "p1"),
+                       plan_path=field.get("plan_path", tmp / "plan.json"),
+                       log_dir=field.get("log_dir", tmp),
+                       report_dir=field.get("report_dir", tmp / "reports"),
+                       checkpoint_dir=field.get("checkpoint_dir", tmp / "ckpt"),
+                       partition=field.get("partition", "gpu"),
+                       hetsched=field.get("hetsched", stub))
+
+
 # template -> (renderer, fields a user or a plan can set)
 TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "hetjob.sbatch.j2": (_render_hetjob, (
@@ -89,6 +109,9 @@ TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "probe.sbatch.j2": (_render_probe, (
         "workload", "gpu_type", "node", "partition", "log_dir", "out", "extra_arg",
         "hetsched")),
+    "pool.sbatch.j2": (_render_pool, (
+        "plan_id", "node", "gpu_type", "partition", "log_dir", "plan_path",
+        "report_dir", "checkpoint_dir", "hetsched")),  # job names never reach this script
 }
 
 
@@ -141,6 +164,7 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
     fields = {(n, f) for n, f, _, _ in renders}
     assert ("hetjob.sbatch.j2", "command") in fields
     assert ("probe.sbatch.j2", "extra_arg") in fields
+    assert ("pool.sbatch.j2", "report_dir") in fields
     # ... nothing with a line break is ever accepted
     assert not any("\n" in v or "\r" in v for _, _, v, _ in renders)
     for name, field, value, s in renders:
@@ -149,7 +173,8 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
         assert run.returncode == 0, (name, field, value, run.stderr)
         args = (tmp_path / "bin" / "srun.args").read_text().splitlines()
         # the hostile value arrives as one intact argument (or inside the env), never split
-        if field in ("extra_arg", "hetsched", "plan_path", "out"):
+        if field in ("extra_arg", "hetsched", "plan_path", "out", "report_dir",
+                     "checkpoint_dir"):
             assert value in args, (name, field, value, args)
     assert not list(tmp_path.glob("m-*")), "a hostile value executed"
 

@@ -85,6 +85,7 @@ import numpy as np
 from hetsched.errors import InputError
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.solver import lp_solver
 
 #: largest LP handed to pulp; above it the grid is coarsened, then the fluid surrogate is used
 LP_MAX_VARS = 40_000
@@ -212,7 +213,7 @@ def lp_relaxation(pp: PoolProblem, n_intervals: int = LP_INTERVALS,
             left[k + 1] - left[k])
     prob += pulp.lpSum(float(pp.weight[i]) * C[i] for i in range(pp.S))
     if solver == "highs":
-        slv: Any = pulp.HiGHS(msg=False)
+        slv: Any = lp_solver()
     else:
         slv = pulp.PULP_CBC_CMD(msg=False)
     status = prob.solve(slv)
@@ -320,13 +321,6 @@ def relaxation(pp: PoolProblem, method: str = "auto") -> Relaxation:
 
 # ---------------------------------------------------------------------------
 # Algorithm 1
-
-
-def list_schedule(pp: PoolProblem, x_hat: list[np.ndarray], pick: str = "finish",
-                  policy: str = "hare") -> TaskSchedule:
-    """Algorithm 1: tasks by non-decreasing H, each on the GPU chosen by ``pick``."""
-    J, Rr = relaxation_order(pp, x_hat)
-    return _run_rounds(pp, J, Rr, pick, policy)
 
 
 def relaxation_order(pp: PoolProblem, x_hat: list[np.ndarray]) -> tuple[list[int], list[int]]:
