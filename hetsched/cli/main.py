@@ -69,6 +69,7 @@ def main() -> None:
     hetsched policies                   list placement policies and their parameters
     hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
+    hetsched state check|backup|restore the state file: check, back up, restore
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
