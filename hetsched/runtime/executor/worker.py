@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -64,7 +63,7 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
 class Executor:
     """Runs one GPU's sequence against the coordinator on ``conn``."""
 
-    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: Connection, reporter: Reporter,
+    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: Reporter,
                  opts: ExecOptions) -> None:
         from hetsched.runtime.workloads import load_workload
 
