@@ -111,7 +111,8 @@ def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
 # ---------------------------------------------------------------------------
 # online: never use jobs that have not arrived
 
-ONLINE = [n for n in sorted(REGISTRY) if n not in ("exhaustive", "has")]
+ONLINE = [(n, {}) for n in sorted(REGISTRY) if n not in ("exhaustive", "has")] + [
+    ("opd", {"frames": "arrival"}), ("opd", {"eager": True})]
 
 
 def _problem(late_arrival: float | None) -> PlanningProblem:
@@ -136,11 +137,11 @@ def _decisions_before(plan, t: float) -> list[tuple]:  # noqa: ANN001
     return sorted(out)
 
 
-@pytest.mark.parametrize("policy", ONLINE)
-def test_a_hidden_late_job_changes_no_earlier_decision(policy) -> None:
+@pytest.mark.parametrize(("policy", "params"), ONLINE)
+def test_a_hidden_late_job_changes_no_earlier_decision(policy, params) -> None:
     late = 25.0
-    with_late = simulate(_problem(late), make_policy(policy))
-    without = simulate(_problem(None), make_policy(policy))
+    with_late = simulate(_problem(late), make_policy(policy, params))
+    without = simulate(_problem(None), make_policy(policy, params))
     before = _decisions_before(with_late, late)
     assert before, "the replay made decisions before the late arrival"
     assert before == _decisions_before(without, late)
@@ -149,10 +150,11 @@ def test_a_hidden_late_job_changes_no_earlier_decision(policy) -> None:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans())
-def test_opd_schedules_are_feasible_on_random_arrivals(inst, launch, eager) -> None:
+@given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans(),
+       st.sampled_from(["doubling", "arrival"]))
+def test_opd_schedules_are_feasible_on_random_arrivals(inst, launch, eager, frames) -> None:
     p = inst.problem()
-    plan = simulate(p, make_policy("opd", {"launch": launch, "eager": eager}))
+    plan = simulate(p, make_policy("opd", {"launch": launch, "eager": eager, "frames": frames}))
     check_plan(p, plan)  # capacity, arrivals, bounds, timings recomputed from the model
     assert all(len(jp.segments) == 1 for jp in plan.jobs)  # non-preemptive, as the paper
     o = plan.extra["opd"]
