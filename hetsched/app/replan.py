@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -146,10 +147,16 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
            partition: str | None = None, spool: str | Path | None = None,
            force: bool = False, dry_run: bool = False, max_failures: int = 2,
-           log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
-    """One replan pass (see module doc). The caller holds the lock."""
+           log: Callable[[str], None] = lambda _m: None,
+           online: bool | None = None) -> ReplanResult:
+    """One replan pass (see module doc). The caller holds the lock.
+
+    ``online`` (default: setting ``replan_online``): started jobs keep their
+    decided GPU count and types (pinned in the new plan, never resized).
+    """
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    online = bool(config.get("replan_online")) if online is None else online
     monitor = Monitor(store, client, partition=partition, spool=spool)
     cycle = monitor.poll()
     for ev in cycle.events:
@@ -184,6 +191,10 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            if online and row.workers:  # online: a started job's decision is stable
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
