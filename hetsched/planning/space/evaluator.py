@@ -27,7 +27,7 @@ from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
 from hetsched.errors import PlanningError
-from hetsched.planning.bounds import problem_bound
+from hetsched.planning.bounds import lower_bound_info
 from hetsched.planning.space.policies.base import Policy, Snapshot
 
 EPS = 1e-9
@@ -75,7 +75,9 @@ class Evaluator:
         B = int(p.B[i])
         b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
-        comm = comm_time(len(types), float(p.model_mb[i]), p.bandwidth(single), sync)
+        cal = p.calibrated_comm(i, types, len(types)) if len(types) > 1 else None
+        comm = cal if cal is not None else comm_time(len(types), float(p.model_mb[i]),
+                                                     p.bandwidth(single), sync)
         tm = Timing(b, step_time(a, c, b), comm)
         self._cache[key] = tm
         return tm
@@ -400,8 +402,10 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         t = t_next
 
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
+    lb = lower_bound_info(p)
     plan = Plan(
-        policy=policy.name, jobs=plans, lower_bound_s=problem_bound(p),
+        policy=policy.name, jobs=plans, lower_bound_s=lb["weighted_jct_s"],
+        lower_bound_extra={"kind": lb["kind"]},
         params=policy.get_params(), static=static, restart_cost_s=restart_cost_s,
         cluster={"name": p.cluster.name, "gpus": {t: int(n) for t, n in
                                                   zip(p.types, p.n_type, strict=True)}},
