@@ -200,7 +200,8 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
     r = subprocess.run(["hetsched", "simulate",
                         str(tmp_path / "trace.yaml"), "--cluster", str(tmp_path / "cluster.yaml"),
                         "--throughputs", str(tmp_path / "p.csv"), "--policy", "opd",
-                        "--noise", "0.2", "--json", str(tmp_path / "r.json")],
+                        "--noise", "0.2", "--json", str(tmp_path / "r.json"),
+                        "--png", str(tmp_path / "cdf.png")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "online/offline" in r.stdout and "alpha" in r.stdout
@@ -212,6 +213,8 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
         m["weighted_jct_s"] / body["offline"]["weighted_jct_s"], rel=1e-5)
     assert 0 < m["gpu_utilisation"] <= 1 and len(body["jobs"]) == 5
     assert body["opd"]["competitive_bound"] == 4 * body["opd"]["alpha"]
+    for png in ("cdf.png", "cdf-gantt.png"):  # JCT CDF and the online plan's Gantt chart
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run(["hetsched", "simulate",
                           str(tmp_path / "trace.yaml"), "--cluster",
                           str(tmp_path / "cluster.yaml"), "--throughputs",
