@@ -149,6 +149,20 @@ def test_a_hidden_late_job_changes_no_earlier_decision(policy, params) -> None:
     assert jp.start_s >= late
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(max_jobs=4, max_gpus=8), st.sampled_from(ONLINE), st.floats(1.0, 400.0))
+def test_no_policy_peeks_at_a_job_before_it_arrives(inst, pol, late) -> None:
+    name, params = pol
+    first = inst.jobs[0]
+    extra = dataclasses.replace(first, name="late", arrival_s=max(j.arrival_s for j in inst.jobs)
+                                + late, weight=4.0)
+    hidden = PlanningProblem(inst.jobs, inst.cluster, inst.table)
+    shown = PlanningProblem([*inst.jobs, extra], inst.cluster, inst.table)
+    a = simulate(shown, make_policy(name, params))
+    b = simulate(hidden, make_policy(name, params))
+    assert _decisions_before(a, extra.arrival_s) == _decisions_before(b, extra.arrival_s)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans(),
        st.sampled_from(["doubling", "arrival"]))
