@@ -105,7 +105,8 @@ class OPD(Policy):
         self._frame = 1
         self._last_t = -math.inf
         self._sched: dict[int, tuple[int, Choice]] = {}
-        self._reserved = np.zeros((0, 0), dtype=int)
+        #: commitments of earlier frames: (start slot, end slot, GPUs per node)
+        self._res: list[tuple[int, int, np.ndarray]] = []
         self._rounds: list[dict[str, Any]] = []
         self._waiting: set[int] = set()
         self._mixed: set[int] = set()
@@ -117,13 +118,14 @@ class OPD(Policy):
             self._node_type = np.array([tix[next(g.gpu_type for g in gpus if g.node == n)]
                                         for n in nodes], dtype=int)
             self._cap = np.array([sum(1 for g in gpus if g.node == n) for n in nodes], dtype=int)
-            self._reserved = np.zeros((len(nodes), 64), dtype=int)
 
     def _free(self, lo: int, hi: int) -> np.ndarray:
-        if hi > self._reserved.shape[1]:
-            grow = max(hi, 2 * self._reserved.shape[1]) - self._reserved.shape[1]
-            self._reserved = np.pad(self._reserved, ((0, 0), (0, grow)))
-        return self._cap[:, None] - self._reserved[:, lo:hi]
+        """Free GPUs per node over slots [lo, hi) after earlier frames' commitments."""
+        free = np.repeat(self._cap[:, None], hi - lo, axis=1)
+        for a, b, y in self._res:
+            if a < hi and b > lo:
+                free[:, max(a, lo) - lo:min(b, hi) - lo] -= y[:, None]
+        return free
 
     # -- menus ----------------------------------------------------------
     def _menu(self, p: PlanningProblem, i: int, remaining: float
@@ -206,7 +208,7 @@ class OPD(Policy):
         chosen = dual(menus, free, self._cap, self._node_type, tau, rounds, lam)
         for ch in chosen:
             start = base + ch.start
-            self._reserved[:, start:start + ch.length] += ch.y[:, None]
+            self._res.append((start, start + ch.length, ch.y))
             self._sched[ch.key] = (start, ch)
         self._rounds.append({
             "frame": self._frame if self.frames == "doubling" else now, "tau_slots": tau, "jobs": len(menus), "scheduled": len(chosen),
