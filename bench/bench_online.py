@@ -151,11 +151,47 @@ def philly_arrivals(n: int, seed: int = 0) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(rng.choice(gaps, n - 1))])
 
 
+def markdown(out: dict[str, Any]) -> str:
+    """The tables of docs/benchmarks.md from a result."""
+    lines = []
+    for sc in ("gavel", "shortage", "philly"):
+        r = out[sc]
+        comp = f", arrivals x{r['compression']:g}" if "compression" in r else ""
+        lines += ["", f"**{sc}**{comp} (offline {r['offline']['policy']} "
+                  f"{r['offline']['weighted_jct_s']:.4g} s, lower bound {r['lower_bound_s']:.4g} s)",
+                  "", "| policy | wJCT 0% (s) | x offline | x bound | avg JCT (h) | queue (h) "
+                  "| GPU util | restarts/job | wJCT 20% (s) | x offline 20% |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for k, a in r["noise_0"].items():
+            if k.startswith("_"):
+                continue
+            b = r.get("noise_20", {}).get(k, a)
+            al = f" (α={a['alpha']})" if "alpha" in a else ""
+            lines.append(f"| {k}{al} | {a['weighted_jct_s']:.3g} | {a['ratio_offline']:.2f} | "
+                         f"{a['ratio_lower_bound']:.2f} | {a['avg_jct_s'] / 3600:.1f} | "
+                         f"{a['avg_queue_s'] / 3600:.1f} | {a['gpu_utilisation']:.2f} | "
+                         f"{a['restarts_per_job']:.2f} | {b['weighted_jct_s']:.3g} | "
+                         f"{b['ratio_offline']:.2f} |")
+        for nz in ("noise_0", "noise_20"):
+            if nz not in r:
+                continue
+            res = r[nz]
+            for v in ("opd", "opd[frames=arrival]"):
+                red = ", ".join(f"{b} {res[v]['weighted_jct_s'] / res[b]['weighted_jct_s'] - 1:+.1%}"
+                                for b in FIFO_LIKE)
+                lines.append(f"* {nz}: {v} weighted JCT vs {red}")
+            s = res["_summary"]
+            lines.append(f"* {nz}: best online {s['best_online']}, x{s['best_online_ratio_offline']:.2f} "
+                         "offline")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="20 jobs, noise 0 only")
     ap.add_argument("--jobs", type=int, default=60)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--md", default=None, help="write the markdown tables here")
     args = ap.parse_args()
     n = 20 if args.quick else args.jobs
     noises = [0.0] if args.quick else [0.0, 0.2]
@@ -175,6 +211,8 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if args.md:
+        Path(args.md).write_text(markdown(out))
 
 
 if __name__ == "__main__":
