@@ -106,7 +106,7 @@ class OPD(Policy):
         self._last_t = -math.inf
         self._sched: dict[int, tuple[int, Choice]] = {}
         #: commitments of earlier frames: (start slot, end slot, GPUs per node)
-        self._res: list[tuple[int, int, np.ndarray]] = []
+        self._res: dict[int, tuple[int, int, np.ndarray]] = {}
         self._rounds: list[dict[str, Any]] = []
         self._waiting: set[int] = set()
         self._mixed: set[int] = set()
@@ -122,7 +122,7 @@ class OPD(Policy):
     def _free(self, lo: int, hi: int) -> np.ndarray:
         """Free GPUs per node over slots [lo, hi) after earlier frames' commitments."""
         free = np.repeat(self._cap[:, None], hi - lo, axis=1)
-        for a, b, y in self._res:
+        for a, b, y in self._res.values():
             if a < hi and b > lo:
                 free[:, max(a, lo) - lo:min(b, hi) - lo] -= y[:, None]
         return free
@@ -208,7 +208,7 @@ class OPD(Policy):
         chosen = dual(menus, free, self._cap, self._node_type, tau, rounds, lam)
         for ch in chosen:
             start = base + ch.start
-            self._res.append((start, start + ch.length, ch.y))
+            self._res[ch.key] = (start, start + ch.length, ch.y)
             self._sched[ch.key] = (start, ch)
         self._rounds.append({
             "frame": self._frame if self.frames == "doubling" else now, "tau_slots": tau, "jobs": len(menus), "scheduled": len(chosen),
@@ -230,6 +230,7 @@ class OPD(Policy):
         self._last_t = snap.t
         now_f = (snap.t - self._t0) / self._slot
         now = int(math.ceil(now_f - 1e-9))
+        self._sync(p, snap, now_f)
         if self.frames == "arrival":
             self._run_frame(p, snap, now, 0)
         while self.frames == "doubling" and frame_tau(self._frame) <= now_f + 1e-9:
@@ -256,15 +257,39 @@ class OPD(Policy):
         self._waiting = {int(i) for r, i in enumerate(snap.jobs) if not X[r].any()}
         return X
 
+    def _sync(self, p: PlanningProblem, snap: Snapshot, now_f: float) -> None:
+        """Align commitments with what runs: true durations differ from the slotted plan.
+
+        A started job that already finished still holds its window in the
+        plan; when the windows of started jobs claim more GPUs of a type now
+        than are busy, the ones planned to end first are released (and past
+        windows dropped), so a later batch is not priced or blocked by them.
+        """
+        waiting = {int(i) for i in snap.jobs}
+        self._res = {k: v for k, v in self._res.items() if v[1] > now_f}
+        busy = p.n_type - snap.free
+        for m in range(p.T):
+            started = sorted((v[1], k) for k, v in self._res.items()
+                             if k not in waiting and v[0] <= now_f and self._sched[k][1].m == m)
+            held = sum(self._sched[k][1].phi for _, k in started)
+            for _, k in started:
+                if held <= busy[m]:
+                    break
+                held -= self._sched[k][1].phi
+                del self._res[k]
+
     # -- evaluator hooks --------------------------------------------------
     def next_wakeup(self, t: float) -> float:
         """The next time this policy wants to be asked (a frame end or a window start)."""
         at = [self._t0 + s * self._slot for s, _ in (self._sched[i] for i in self._waiting
                                                       if i in self._sched)]
         cands = [x for x in at if x > t + 1e-6]
-        if self.frames == "doubling" and any(i not in self._sched and i not in self._mixed
-                                             for i in self._waiting):
+        unplaced = any(i not in self._sched and i not in self._mixed for i in self._waiting)
+        if unplaced and self.frames == "doubling":
             cands.append(self._t0 + frame_tau(self._frame) * self._slot)
+        elif unplaced:  # 'arrival': try again when a commitment ends, or a slot later
+            ends = [self._t0 + b * self._slot for _, b, _ in self._res.values()]
+            cands.append(min([x for x in ends if x > t + 1e-6] or [t + self._slot]))
         return min(cands, default=math.inf)
 
     def plan_extra(self) -> dict[str, Any]:
