@@ -49,7 +49,7 @@ TRACES = ROOT.parent / "shared" / "data" / "gavel" / "traces"
 POLICIES: list[tuple[str, dict[str, Any]]] = [
     ("fifo", {}), ("drf", {}), ("las", {}), ("srtf", {}), ("homo", {}), ("allox", {}),
     ("optimus", {}), ("jps", {}), ("opd", {}), ("opd", {"eager": True}),
-    ("opd", {"frames": "arrival"}),
+    ("opd", {"frames": "arrival"}), ("opd", {"frames": "arrival", "eager": True}),
 ]
 FIFO_LIKE = ("fifo", "drf", "las")
 
@@ -176,7 +176,7 @@ def markdown(out: dict[str, Any]) -> str:
             if nz not in r:
                 continue
             res = r[nz]
-            for v in ("opd", "opd[frames=arrival]"):
+            for v in ("opd", "opd[frames=arrival]", "opd[frames=arrival][eager=True]"):
                 red = ", ".join(f"{b} {res[v]['weighted_jct_s'] / res[b]['weighted_jct_s'] - 1:+.1%}"
                                 for b in FIFO_LIKE)
                 lines.append(f"* {nz}: {v} weighted JCT vs {red}")
