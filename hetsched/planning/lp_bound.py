@@ -151,7 +151,7 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
             lo = max(float(left[k]), float(au[i]))
             row = []
             for r in range(len(X)):
-                v = pulp.LpVariable(f"y_{i}_{r}_{k}", lowBound=0)
+                v = prob.add_variable(f"y_{i}_{r}_{k}", lowBound=0)
                 row.append((v, float(ptu[r])))
                 per_conf[r].append(v)
                 work.append(v)
@@ -163,7 +163,7 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
             if k < K:
                 prob += pulp.lpSum(v * c for v, c in row) <= hi - lo
         prob += pulp.lpSum(work) == 1
-        c = pulp.LpVariable(f"C_{i}", lowBound=float(au[i] + Pmin[i] / scale))
+        c = prob.add_variable(f"C_{i}", lowBound=float(au[i] + Pmin[i] / scale))
         prob += c >= float(au[i]) + pulp.lpSum(v * q for v, q in run)
         MB.append(pulp.lpSum(v * lo for v, lo in mbt))
         U.append([pulp.lpSum(vs) for vs in per_conf])
