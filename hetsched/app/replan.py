@@ -217,8 +217,9 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
                 continue
         plan = _stored_plan(store, row.plan_id)
         jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
-        if jp is None or jp.spec is None:
-            log(f"job {name}: no usable spec in plan {row.plan_id}; left as is")
+        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
+            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
+                "replanned with its pool plan); left as is")
             continue
         job = jp.spec
         frac = 1.0
