@@ -220,7 +220,7 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
     r = subprocess.run(["hetsched", "simulate",
                         str(tmp_path / "trace.yaml"), "--cluster", str(tmp_path / "cluster.yaml"),
                         "--throughputs", str(tmp_path / "p.csv"), "--policy", "opd",
-                        "--noise", "0.2", "--json", str(tmp_path / "r.json"),
+                        "--noise", "0.2", "--out", str(tmp_path / "r.json"),
                         "--png", str(tmp_path / "cdf.png")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -16,28 +16,26 @@ from typing import Any
 import click
 
 from hetsched import config
+from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.errors import InputError
-
-STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state/hetsched/state.db"
-
 
 # ---------------------------------------------------------------------------
 # run
 
 
 @click.command("run")
-@click.option("--plan", "plan_path", required=True, help="Plan JSON (the hetjob passes it).")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), required=True, help="Plan JSON (the hetjob passes it).")
 @click.option("--job", required=True, help="Job name in the plan.")
 @click.option("--segment", type=click.IntRange(0), default=None,
               help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
 @click.option("--local", is_flag=True,
               help="Run every rank of the segment as local processes (tests, demos).")
-@click.option("--checkpoint", default=None,
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
               help="Checkpoint file (default: $HETSCHED_CHECKPOINT_DIR/JOB.pt, else "
               "STATE.files/checkpoints/JOB.pt). An existing one is resumed.")
 @click.option("--checkpoint-every", type=click.IntRange(1), default=None,
               help="Steps between checkpoints [default: 50].")
-@click.option("--report", default=None, help="Report file (JSON lines) [default: "
+@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Report file (JSON lines) [default: "
               "$HETSCHED_REPORT_DIR/JOB.jsonl, else STATE.files/reports/JOB.jsonl].")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Override the job's epochs.")
@@ -73,15 +71,17 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
 
 
 @click.command("exec")
-@click.option("--plan", "plan_path", required=True, help="Pool plan JSON (the pool job passes it).")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), required=True, help="Pool plan JSON (the pool job passes it).")
 @click.option("--gpu", "gpu", default=None,
               help="This executor's plan GPU id NODE-gINDEX (default: $HETSCHED_POOL_GPUS"
               "[rank], else the plan's GPU order).")
 @click.option("--local", is_flag=True,
               help="Run every GPU's executor as a local process on this machine (tests, demos).")
-@click.option("--report-dir", default=None, help="Reports go to DIR/PLAN_ID/gpu-GPU.jsonl "
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              envvar="HETSCHED_REPORT_DIR", show_envvar=True, help="Reports go to DIR/PLAN_ID/gpu-GPU.jsonl "
               "[default: $HETSCHED_REPORT_DIR, else STATE.files/reports].")
-@click.option("--checkpoint-dir", default=None, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
+              envvar="HETSCHED_CHECKPOINT_DIR", show_envvar=True, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
               "job at round boundaries; existing ones are resumed [default: "
               "$HETSCHED_CHECKPOINT_DIR, else STATE.files/checkpoints].")
 @click.option("--checkpoint-every", "checkpoint_every_s", type=click.FloatRange(min=0),
@@ -133,7 +133,8 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
 @click.option("--workload", required=True, help="Workload key (a built-in, or with --entrypoint).")
 @click.option("--gpu-type", required=True, help="GPU type the rows are recorded under.")
 @click.option("--batches", required=True, help="Local batch sizes to sweep, e.g. 8,16,32,64.")
-@click.option("--out", required=True, help="CSV to write (throughput format).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="CSV to write (throughput format).")
 @click.option("--entrypoint", default=None, help="module:function building the workload.")
 @click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True,
@@ -168,12 +169,11 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 
 
 @click.command("profile")
-@click.argument("jobs_file", metavar="JOBS.yaml")
-@click.option("--partition", "-p", default=None,
-              help="Partition whose GPU types are probed (default: $HETSCHED_PARTITION).")
-@click.option("--cluster", "cluster_file", default=None,
+@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path(dir_okay=False))
+@partition_option("Partition whose GPU types are probed (default: the `partition` setting).")
+@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
               help="Cluster YAML instead of asking Slurm which GPU types exist.")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@state_option
 @click.option("--dry-run", is_flag=True, help="Print the probe scripts; submit nothing.")
 @click.option("--batches", default=None,
               help="Local batch sweep (default: powers of two up to each job's global batch).")
@@ -185,11 +185,11 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--force", is_flag=True, help="Probe even pairs that have history.")
 @click.option("--retry-unusable", is_flag=True, help="Probe again pairs marked unusable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@format_option("table", "json")
 def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                 state_path: str | None, dry_run: bool, batches: str | None, time_limit: float,
                 queue_wait: float, warmup: int, steps: int, force: bool, retry_unusable: bool,
-                as_json: bool) -> None:
+                fmt: str) -> None:
     """Probe every (workload, GPU type) of JOBS.yaml that has no usable profile history.
 
     One short probe job per pair, submitted through Slurm to that GPU type;
@@ -225,7 +225,10 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         for label, why in sorted(skipped.items()):
             click.echo(f"skip {label}: {why}", err=True)
         if not specs:
-            click.echo("nothing to probe: every (workload, GPU type) has history")
+            if fmt == "json":
+                click.echo(json.dumps({"wall_s": 0.0, "probes": []}, indent=2))
+            else:
+                click.echo("nothing to probe: every (workload, GPU type) has history")
             return
         if client is None:
             from hetsched.slurm.client import CliSlurmClient
@@ -238,7 +241,7 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                           progress=lambda m: click.echo(m, err=True))
         wall = time.monotonic() - t0
     ok = sum(o.status == "ok" for o in outs)
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
             {"workload": o.spec.workload, "gpu_type": o.spec.gpu_type, "status": o.status,
              "slurm_id": o.slurm_id, "reason": o.reason, "rows": len(o.rows),
@@ -290,16 +293,16 @@ def profiles() -> None:
 
 
 @profiles.command("list")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--json", "as_json", is_flag=True)
-def profiles_list(state_path: str | None, as_json: bool) -> None:
+@state_option
+@format_option("table", "json")
+def profiles_list(state_path: str | None, fmt: str) -> None:
     """One line per (workload, GPU type): fit a + c*b, batches, status, source."""
     from hetsched.state.history import listing
     from hetsched.state.store import open_store
 
     with open_store(state_path) as st:
         rows = listing(st)
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
@@ -318,8 +321,9 @@ def profiles_list(state_path: str | None, as_json: bool) -> None:
 
 
 @profiles.command("export")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--out", "-o", default=None, help="CSV file (default stdout).")
+@state_option
+@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+              help="CSV file (default stdout).")
 @click.option("--workload", default=None)
 @click.option("--gpu-type", default=None)
 def profiles_export(state_path: str | None, out: str | None, workload: str | None,
@@ -340,8 +344,8 @@ def profiles_export(state_path: str | None, out: str | None, workload: str | Non
 
 
 @profiles.command("import")
-@click.argument("csv_file")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.argument("csv_file", type=click.Path(dir_okay=False))
+@state_option
 def profiles_import(csv_file: str, state_path: str | None) -> None:
     """Add a throughput CSV's rows to the history (e.g. measurements from elsewhere)."""
     from hetsched.io.profiles import load_throughputs
@@ -355,7 +359,7 @@ def profiles_import(csv_file: str, state_path: str | None) -> None:
 
 
 @profiles.command("forget")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@state_option
 @click.option("--workload", default=None)
 @click.option("--gpu-type", default=None)
 @click.option("--all", "everything", is_flag=True, help="Forget the whole history.")
@@ -371,8 +375,8 @@ def profiles_forget(state_path: str | None, workload: str | None, gpu_type: str 
 
 
 @profiles.command("refine")
-@click.argument("reports", nargs=-1)
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@state_option
 @click.option("--alpha", type=float, default=0.3, show_default=True,
               help="EWMA weight of a new measurement.")
 def profiles_refine(reports: tuple[str, ...], state_path: str | None, alpha: float) -> None:

@@ -26,7 +26,8 @@ def _path(state: str | None) -> Path:
 
 state_option = click.option(
     "--state", "state", type=click.Path(dir_okay=False), metavar="PATH",
-    help="State file (default: HETSCHED_STATE or the configured one).")
+    envvar="HETSCHED_STATE", show_envvar=True,
+    help="State file (default: the `state` setting, see hetsched config show).")
 
 
 @click.group("state")
