@@ -162,13 +162,18 @@ def test_convert_gavel_throughputs(runner, gavel_data, tmp_path, examples) -> No
     assert {r["workload"] for r in rows} >= {"resnet-18", "resnet-50", "transformer", "lm",
                                              "recommendation"}
     raw = json.loads((gavel_data / "simulation_throughputs.json").read_text())
-    its = raw["v100"]["('ResNet-18 (batch size 64)', 1)"]["null"]
-    (row,) = [r for r in rows if (r["workload"], r["gpu_type"], r["local_batch"])
-              == ("resnet-18", "v100", "64")]
-    assert float(row["step_time_s"]) == pytest.approx(1 / its, rel=1e-5)
+    for scale in (1, 2, 4, 8):  # every measured scale is kept (issue 11.7)
+        its = raw["v100"][f"('ResNet-18 (batch size 64)', {scale})"]["null"]
+        (row,) = [r for r in rows if (r["workload"], r["gpu_type"], r["local_batch"], r["gpus"])
+                  == ("resnet-18", "v100", "64", str(scale))]
+        # Gavel's rate at scale s sums the s workers' steps: one iteration takes s / rate
+        assert float(row["step_time_s"]) == pytest.approx(scale / its, rel=1e-5)
     table = load_throughputs(out)
     fit = table.get("resnet-50", "v100")
     assert fit is not None and fit.a >= 0 and fit.c > 0
+    # communication calibrated from the multi-GPU measurements, growing with the scale
+    assert [k for k, _ in fit.sync_curve] == [2, 4, 8]
+    assert fit.sync_at(2) <= fit.sync_at(4) <= fit.sync_at(8) and fit.sync_at(8) > 0
     # the bundled example CSV is this conversion
     assert out.read_text() == examples["throughputs"].read_text()
     # to stdout as well

@@ -15,14 +15,14 @@ completed, so "round r of R" counts the job's whole life.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from hetsched.app.pool_submit import pool_dirs
 from hetsched.app.submit import files_dir
-from hetsched.io.reports import read_reports
+from hetsched.io.pool_reports import JobProgress as ReportedJob
+from hetsched.io.pool_reports import PoolProgress as ReportedPool
+from hetsched.io.pool_reports import read_pool_reports
 from hetsched.state.history import ingest_reports
 from hetsched.state.store import Store
 
@@ -48,9 +48,12 @@ class JobProgress:
             meas = f"running for {self.elapsed_s:,.1f} s"
         else:
             meas = "not started"
-        state = "done" if self.done else f"round {min(self.rounds_done + 1, self.rounds)}"
-        return (f"{self.job}: {state} of {self.rounds} rounds ({self.rounds_done} done), "
-                f"tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}")
+        if self.done:
+            state = f"done (round {self.rounds} of {self.rounds})"
+        else:
+            state = (f"round {min(self.rounds_done + 1, self.rounds)} of {self.rounds} "
+                     f"({self.rounds_done} done)")
+        return f"{self.job}: {state}, tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}"
 
 
 @dataclass
@@ -76,23 +79,12 @@ class PoolProgress:
                 "jobs": [asdict(j) for j in self.jobs]}
 
 
-def report_files(report_dir: Path, plan_id: str) -> list[Path]:
-    return sorted((Path(report_dir) / plan_id).glob("gpu-*.jsonl"))
-
-
-def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for p in paths:
-        out.extend(read_reports(p)[0])
-    return out
-
-
-def progress(plan: dict[str, Any], records: list[dict[str, Any]],
-             slurm_id: str | None = None, now: float | None = None) -> PoolProgress:
-    """Per-job progress of a pool plan (a plan dict) from its executors' records."""
+def progress(plan: dict[str, Any], reports: ReportedPool, slurm_id: str | None = None,
+             now: float | None = None) -> PoolProgress:
+    """Per-job progress of a pool plan (a plan dict) from its executors' reports."""
     tasks = plan.get("tasks") or {}
-    resume = (plan.get("resume") or {})
-    starts = [float(r["start"]) for r in records if r.get("kind") == "task" and "start" in r]
+    resume = plan.get("resume") or {}
+    starts = [jp.first_start for jp in reports.jobs.values() if jp.first_start is not None]
     t0 = min(starts) if starts else None
     now = time.time() if now is None else now
     jobs = []
@@ -100,26 +92,15 @@ def progress(plan: dict[str, Any], records: list[dict[str, Any]],
         name = str(j["name"])
         meta = tasks.get("jobs", {}).get(name, {})
         rounds, per = int(meta.get("rounds", 0)), int(meta.get("tasks_per_round", 1))
-        before = int((resume.get(name) or {}).get("rounds_done", 0))
-        seen: dict[int, set[int]] = {}
-        done_rec = None
-        for r in records:
-            if r.get("job") != name:
-                continue
-            if r.get("kind") == "task":
-                seen.setdefault(int(r["round"]), set()).add(int(r["task"]))
-            elif r.get("kind") == "job_done":
-                done_rec = r
-        full = sum(1 for ts in seen.values() if len(ts) >= per)
-        arrival = float(j.get("arrival_s", 0.0))
-        measured = (float(done_rec["end"]) - t0 - arrival
-                    if done_rec is not None and t0 is not None else None)
+        before = int((resume.get(name) or {}).get("rounds_done", 0))  # renumbered rounds
+        jp = reports.jobs.get(name, ReportedJob(name))
+        full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per)
+        measured = (jp.end - t0 - float(j.get("arrival_s", 0.0))
+                    if jp.done and jp.end is not None and t0 is not None else None)
         jobs.append(JobProgress(
-            name, before + (rounds if done_rec is not None else full), before + rounds,
-            sum(len(ts) for ts in seen.values()), rounds * per, done_rec is not None,
-            float(j.get("jct_s", 0.0)), measured,
-            None if t0 is None or done_rec is not None else now - t0,
-            float(j.get("weight", 1.0))))
+            name, rounds if jp.done else before + full, rounds, jp.tasks_done,
+            (rounds - before) * per, jp.done, float(j.get("jct_s", 0.0)), measured,
+            None if t0 is None or jp.done else now - t0, float(j.get("weight", 1.0))))
     pred = float((plan.get("objective") or {}).get("weighted_jct_s", 0.0))
     meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
             if jobs and all(p.done and p.measured_jct_s is not None for p in jobs) else None)
@@ -133,7 +114,7 @@ def active_pool_progress(store: Store) -> PoolProgress | None:
         return None
     pid = str(plan["plan_id"])
     dirs = pool_dirs(store, pid)
-    return progress(plan, read_records(report_files(dirs.report_dir, pid)), dirs.slurm_id)
+    return progress(plan, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
 
 
 def ingest_pool_reports(store: Store) -> None:
@@ -143,7 +124,7 @@ def ingest_pool_reports(store: Store) -> None:
         plan = store.plan(pid)
         if not plan:
             continue
-        files = report_files(pool_dirs(store, pid).report_dir, pid)
+        files = sorted((pool_dirs(store, pid).report_dir / pid).glob("gpu-*.jsonl"))
         if not files:
             continue
         workloads = {str(j["name"]): str((j.get("spec") or {}).get("workload", ""))

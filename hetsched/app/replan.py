@@ -172,6 +172,13 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     """One replan pass (see module doc). The caller holds the lock."""
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    active = store.active_plan()
+    if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
+        from hetsched.app.pool_replan import pool_replan
+
+        return pool_replan(store, client, table, policy=policy, partition=partition,
+                           spool=spool, force=force, dry_run=dry_run,
+                           max_failures=max_failures, log=log)
     monitor = Monitor(store, client, partition=partition, spool=spool)
     cycle = monitor.poll()
     for ev in cycle.events:

@@ -67,7 +67,9 @@ def main() -> None:
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
+    hetsched exec --plan P              inside a pool job's step: run this GPU's tasks
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
@@ -107,10 +109,11 @@ def _write(path: str, text: str) -> None:
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,
               help="Accepted for symmetry: planning never touches Slurm.")
-@click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
+@click.option("--mode", type=click.Choice(["space", "pool", "auto"]), default="space",
+              show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
                    "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
-                   "auto).")
+                   "auto); auto: plan both, keep the lower predicted weighted JCT.")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")
@@ -300,6 +303,9 @@ def _register_commands() -> None:
     from hetsched.cli.state import state_cmd  # check, backup, restore
 
     main.add_command(state_cmd)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+
+    main.add_command(simulate_cmd)
 
 
 _register_commands()

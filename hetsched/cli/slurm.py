@@ -271,7 +271,9 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     (GPU type, node) group with --gres=gpu:TYPE:N and one srun step across
     them. All or nothing: if an sbatch fails, what this run submitted is
     cancelled. Re-running after a crash does not submit twice. Later segments
-    are submitted by `hetsched replan`.
+    are submitted by `hetsched replan`. A pool-mode plan becomes ONE hetjob
+    holding the pool's GPUs, one `hetsched exec` per GPU (--dry-run also
+    prints each GPU's task sequence).
 
     Jobs go in the plan's order: one that takes GPUs another frees waits for
     it (--dependency=afterany). Each job gets a time limit and SIGUSR1 before

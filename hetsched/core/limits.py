@@ -55,6 +55,7 @@ PROFILE = {
     "step_time_s": Bound(0, 1e6, strict=True),
     "sync_time_s": Bound(0, 1e6, strict=True),
     "max_local_batch": Bound(0, 10**7, strict=True, integer=True),
+    "gpus": Bound(0, 10**5, strict=True, integer=True),
 }
 
 # -- sizes ------------------------------------------------------------------

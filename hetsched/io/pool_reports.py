@@ -66,36 +66,28 @@ def report_path(report_dir: str | Path, plan_id: str, gpu: str) -> Path:
 def read_pool_reports(report_dir: str | Path, plan_id: str | None = None,
                       tasks_per_round: dict[str, int] | None = None) -> PoolProgress:
     """Every ``gpu-*.jsonl`` under ``report_dir/plan_id`` (or ``report_dir`` itself when
-    ``plan_id`` is None). ``tasks_per_round`` (job -> P, from the plan) lets
+    ``plan_id`` is None). A task reported twice (re-run after a restart) counts once,
+    with its last record. ``tasks_per_round`` (job -> P, from the plan) lets
     ``rounds_done`` count rounds whose P tasks all reported; without it a round
     counts once any task of it reported."""
     d = Path(report_dir) / plan_id if plan_id else Path(report_dir)
     files = sorted(d.glob("gpu-*.jsonl"))
     jobs: dict[str, JobProgress] = {}
-    tasks: list[dict[str, Any]] = []
+    latest: dict[tuple[str, int, int], dict[str, Any]] = {}
+    done_recs: list[dict[str, Any]] = []
     for f in files:
         recs, _ = read_reports(f)
         for r in recs:
-            name = str(r.get("job", ""))
-            jp = jobs.setdefault(name, JobProgress(name))
-            if r.get("kind") == "task":
-                tasks.append(r)
-                jp.tasks_done += 1
-                jp.compute_s += float(r.get("compute_s", 0.0))
-                jp.switch_s += float(r.get("switch_s", 0.0))
-                jp.samples += int(r.get("samples", 0))
-                rnd = int(r.get("round", 0))
-                jp.rounds_seen[rnd] = jp.rounds_seen.get(rnd, 0) + 1
-                st = float(r.get("start", 0.0))
-                jp.first_start = st if jp.first_start is None else min(jp.first_start, st)
-                it = int(r.get("iterations", 0))
-                if it:
-                    jp.per_gpu_type.setdefault(str(r.get("gpu_type", "")), []).append(
-                        float(r.get("compute_s", 0.0)) / it)
+            if r.get("kind") == "task":  # a task re-run after a restart: its last record
+                key = (str(r.get("job", "")), int(r.get("round", 0)), int(r.get("task", 0)))
+                latest.pop(key, None)
+                latest[key] = r
             elif r.get("kind") == "job_done":
-                jp.done = True
-                jp.end = float(r.get("end", 0.0))
-                jp.rounds_done = max(jp.rounds_done, int(r.get("rounds", 0)))
+                done_recs.append(r)
+    tasks = list(latest.values())
+    for r in tasks + done_recs:
+        name = str(r.get("job", ""))
+        _fold(jobs.setdefault(name, JobProgress(name)), r)
     for jp in jobs.values():
         need = (tasks_per_round or {}).get(jp.job, 1)
         full = 0
@@ -103,6 +95,26 @@ def read_pool_reports(report_dir: str | Path, plan_id: str | None = None,
             full += 1
         jp.rounds_done = max(jp.rounds_done, full)
     return PoolProgress(plan_id or d.name, jobs, tasks, files)
+
+
+def _fold(jp: JobProgress, r: dict[str, Any]) -> None:
+    if r.get("kind") == "job_done":
+        jp.done = True
+        jp.end = float(r.get("end", 0.0))
+        jp.rounds_done = max(jp.rounds_done, int(r.get("rounds", 0)))
+        return
+    jp.tasks_done += 1
+    jp.compute_s += float(r.get("compute_s", 0.0))
+    jp.switch_s += float(r.get("switch_s", 0.0))
+    jp.samples += int(r.get("samples", 0))
+    rnd = int(r.get("round", 0))
+    jp.rounds_seen[rnd] = jp.rounds_seen.get(rnd, 0) + 1
+    st = float(r.get("start", 0.0))
+    jp.first_start = st if jp.first_start is None else min(jp.first_start, st)
+    it = int(r.get("iterations", 0))
+    if it:
+        jp.per_gpu_type.setdefault(str(r.get("gpu_type", "")), []).append(
+            float(r.get("compute_s", 0.0)) / it)
 
 
 def completed_rounds(plan: Plan, checkpoint_dir: str | Path) -> dict[str, int]:

@@ -105,8 +105,10 @@ def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
         assert lb is not None and st is not None
         sync = num("sync_time_s", optional=True)
         cap = num("max_local_batch", integer=True, optional=True)
+        k = num("gpus", integer=True, optional=True)
         rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
-                               int(cap) if cap is not None else None))
+                               int(cap) if cap is not None else None,
+                               int(k) if k is not None else 1))
     if not rows:
         raise InputError(source, "no profile rows after the header")
     return rows
@@ -124,8 +126,9 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
     rows = list(rows)
     has_sync = any(r.sync_time_s is not None for r in rows)
     has_cap = any(r.max_local_batch is not None for r in rows)
+    has_gpus = any(r.gpus != 1 for r in rows)
     cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
-        ["max_local_batch"] if has_cap else [])
+        ["max_local_batch"] if has_cap else []) + (["gpus"] if has_gpus else [])
     w = csv.writer(out, lineterminator="\n")
     w.writerow(cols)
     for r in rows:
@@ -134,6 +137,8 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
             line.append("" if r.sync_time_s is None else f"{r.sync_time_s:.6g}")
         if has_cap:
             line.append("" if r.max_local_batch is None else r.max_local_batch)
+        if has_gpus:
+            line.append(r.gpus)
         w.writerow(line)
 
 
@@ -149,12 +154,17 @@ def workload_key(model: str) -> str:
 
 
 def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
-    """Convert Gavel's throughput JSON (iterations/s per job type and GPU) to profile rows.
+    """Convert Gavel's throughput JSON (steps/s per job type and GPU) to profile rows.
 
-    Only isolated single-GPU measurements are used: the ``null`` entry (no
-    co-located job) at scale factor 1 of the consolidated GPU types. Job types
-    without a ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model
-    and are skipped.
+    Isolated measurements are used: the ``null`` entry (no co-located job) of
+    the consolidated GPU types, at every scale factor ``s`` (1, 2, 4, 8).
+    Gavel's throughput at scale ``s`` is the aggregate over the ``s`` workers
+    (per-worker steps per second summed; its trace generator multiplies it by
+    the duration to get a trace's steps), so one synchronous iteration takes
+    ``s / throughput`` seconds; that is the row's ``step_time_s`` with
+    ``gpus = s`` and the per-worker ``local_batch``. Job types without a
+    ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model and are
+    skipped.
     """
     rows: list[ProfileRow] = []
     for gpu_type, jobs in sorted(data.items()):
@@ -166,8 +176,6 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
             except (ValueError, SyntaxError):
                 raise InputError(source, f"unexpected job key {key!r}; expected "
                                  "\"('Model (batch size N)', scale)\"", gpu_type) from None
-            if scale != 1:
-                continue
             m = _GAVEL_NAME.match(name)
             if not m or not isinstance(entry, dict) or entry.get("null") is None:
                 continue
@@ -175,10 +183,12 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
             if its_per_s <= 0:
                 continue
             rows.append(ProfileRow(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
-                                   1.0 / its_per_s))
+                                   float(scale) / its_per_s, gpus=int(scale)))
     if not rows:
         raise InputError(source, "no usable single-GPU measurements found")
-    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.local_batch))
+    if not any(r.gpus == 1 for r in rows):
+        raise InputError(source, "no usable single-GPU measurements found")
+    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.gpus, r.local_batch))
     return rows
 
 

@@ -7,8 +7,10 @@ asking for its GPUs by type (``--gres=gpu:TYPE:N``), and one step across all
 components that starts one ``hetsched exec`` per GPU. Task ``k`` of the step
 (Slurm's global ``SLURM_PROCID``, numbered component by component and then
 task by task, as for space-mode hetjobs) runs the plan GPU at position ``k``
-of ``HETSCHED_POOL_GPUS``. ``srun --kill-on-bad-exit=1`` ends the whole step
-when one executor dies, so the job fails and ``hetsched replan`` can act.
+of ``HETSCHED_POOL_GPUS``. When one executor dies the coordinator fails the
+pool job: every other executor exits non-zero with one line naming the lost
+GPU (docs/executor.md), so the job ends FAILED and ``hetsched replan`` can act.
+(``srun --kill-on-bad-exit`` is not used: it would kill them before they say why.)
 
 Space-mode plans never come here and pool plans never go through
 ``render_hetjob``: the two scripts differ in shape (one job per planned job

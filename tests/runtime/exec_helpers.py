@@ -32,9 +32,9 @@ def cluster_yaml(gpus: int, mem_gb: float = 2.0) -> str:
 
 def throughputs() -> str:
     rows = ["workload,gpu_type,local_batch,step_time_s"]
-    for w, s in (("mlp", 1.0), ("tiny-transformer", 1.5)):
+    for w, s in (("mlp", 1.0), ("tiny-transformer", 1.5), ("cnn", 1.2)):
         for t, f in (("v100", 1.0), ("k80", 2.0), ("p100", 1.5)):
-            for b in (1, 4, 8):
+            for b in (1, 4, 8, 16):
                 rows.append(f"{w},{t},{b},{(0.01 + 0.002 * b) * s * f:.5f}")
     return "\n".join(rows) + "\n"
 

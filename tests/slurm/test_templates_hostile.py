@@ -28,11 +28,11 @@ from slurm_helpers import job_plan, wait_for
 
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions
+from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.pool_script import render_pool
 from hetsched.slurm.templates import (
     Script,
-    TemplateValueError,
     render_hetjob,
     render_probe,
     templates_dir,
@@ -159,7 +159,7 @@ def accepted_renders(tmp: Path, stub: str) -> list[tuple[str, str, str, Script]]
             for value in hostile(tmp / f"m-{name[:3]}-{field}-"):
                 try:
                     s = render(tmp, stub, **{field: value})
-                except TemplateValueError as e:
+                except InputError as e:  # TemplateValueError, or Job refusing a bad name
                     assert "\n" not in str(e)  # one line for the user
                     continue
                 assert _directives(s.text) == _directives(clean.text), (name, field, value)

@@ -27,7 +27,7 @@ from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
 from hetsched.errors import PlanningError
-from hetsched.planning.bounds import problem_bound
+from hetsched.planning.bounds import lower_bound_info
 from hetsched.planning.space.policies.base import Policy, Snapshot
 
 EPS = 1e-9
@@ -75,7 +75,9 @@ class Evaluator:
         B = int(p.B[i])
         b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
-        comm = comm_time(len(types), float(p.model_mb[i]), p.bandwidth(single), sync)
+        cal = p.calibrated_comm(i, types, len(types)) if len(types) > 1 else None
+        comm = cal if cal is not None else comm_time(len(types), float(p.model_mb[i]),
+                                                     p.bandwidth(single), sync)
         tm = Timing(b, step_time(a, c, b), comm)
         self._cache[key] = tm
         return tm
@@ -193,12 +195,22 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None) -> Plan:
-    """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
+             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None,
+             predicted: PlanningProblem | None = None) -> Plan:
+    """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
+
+    ``predicted`` (same jobs and cluster, other step times) is what the policy
+    and the keep/fresh choice see, while time runs on ``problem`` (profile noise,
+    ``hetsched simulate --noise``). A policy with ``next_wakeup(t)`` is also asked
+    at the times it names; one with ``plan_extra()`` adds that to ``Plan.extra``.
+    """
     started_clock = time.perf_counter()
     p = problem
     S = p.S
     ev = Evaluator(p)
+    pp = predicted if predicted is not None else p
+    pev = Evaluator(pp) if predicted is not None else ev
+    wakeup = getattr(policy, "next_wakeup", None)
     placer = Placer(ev)
     K = len(p.cluster.gpus)
     owner = np.full(K, -1, dtype=int)
@@ -232,13 +244,13 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             current=np.array([counts_of(cur.get(i, [])) for i in jobs]).reshape(len(jobs), p.T),
             waited=t - p.arrival[ja],
         )
-        X = np.asarray(policy.allocate(p, snap), dtype=int)
+        X = np.asarray(policy.allocate(pp, snap), dtype=int)
         _validate(p, policy, snap, X)
         counts = {int(i): X[r] for r, i in enumerate(jobs)}
         return placer.place(counts, free_mask, cur, oblivious)
 
-    def predicted(i: int, gs: list[int], moved: bool) -> float:
-        tm = ev.timing(i, gs, policy.shares)
+    def predicted_end(i: int, gs: list[int], moved: bool) -> float:
+        tm = pev.timing(i, gs, policy.shares)
         start = t + (restart_cost_s if moved and has_run[i] else 0.0)
         if not moved:
             start = max(t, ready_at[i])
@@ -255,9 +267,10 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 continue
             cur = alloc.get(i)
             if gs == cur:
-                ends[i] = max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s
+                ends[i] = (max(t, ready_at[i])
+                           + remaining[i] * pev.timing(i, gs, policy.shares).iteration_s)
             else:
-                ends[i] = predicted(i, gs, True)
+                ends[i] = predicted_end(i, gs, True)
         first_free = min(ends.values(), default=t)
         total = 0.0
         for i in jobs:
@@ -271,9 +284,9 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 # keeping); on its minimal set if no candidate runs it now.
                 gs_other = ref.get(i)
                 if gs_other:
-                    best = ev.timing(i, gs_other, policy.shares).iteration_s
+                    best = pev.timing(i, gs_other, policy.shares).iteration_s
                 else:
-                    best = p.iter_time(i, _best_counts(p, i))[0]
+                    best = pp.iter_time(i, _best_counts(pp, i))[0]
                 # A job that has run pays the restart cost when it gets GPUs
                 # again; leaving it out made preempting a running job look
                 # free, so fresh plans preempted jobs whatever the cost.
@@ -364,7 +377,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s for i in alloc}
         t_arr = float(p.arrival[order[next_arr]]) if next_arr < S else np.inf
         t_fin = min(fin.values(), default=np.inf)
-        t_next = min(t_arr, t_fin)
+        t_wake = wakeup(t) if wakeup is not None else np.inf
+        t_next = min(t_arr, t_fin, t_wake if t_wake > t + EPS else np.inf)
         if not np.isfinite(t_next):
             stuck = [p.jobs[i].name for i in range(S) if not done[i]]
             raise PlanningError(f"policy {policy.name!r} cannot place job(s) "
@@ -388,13 +402,18 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         t = t_next
 
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
+    lb = lower_bound_info(p)
     plan = Plan(
-        policy=policy.name, jobs=plans, lower_bound_s=problem_bound(p),
+        policy=policy.name, jobs=plans, lower_bound_s=lb["weighted_jct_s"],
+        lower_bound_extra={"kind": lb["kind"]},
         params=policy.get_params(), static=static, restart_cost_s=restart_cost_s,
         cluster={"name": p.cluster.name, "gpus": {t: int(n) for t, n in
                                                   zip(p.types, p.n_type, strict=True)}},
         fairness_ref=ref,
     )
+    extra = getattr(policy, "plan_extra", None)
+    if extra is not None:
+        plan.extra.update(extra())
     plan.planning_time_s = time.perf_counter() - started_clock
     return plan
 

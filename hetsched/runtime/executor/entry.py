@@ -80,9 +80,6 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
     """This process's executor (and rank 0's coordinator). Raises ExecFailed on failure."""
     import torch
 
-    from hetsched.runtime.emulate import emulation_for
-    from hetsched.runtime.executor import protocol
-    from hetsched.runtime.executor.worker import ExecOptions, Executor, PoolFailed
     from hetsched.runtime.launcher import cpu_threads
 
     env = os.environ if env is None else env
@@ -99,23 +96,38 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
     if dev.type == "cpu":
         torch.set_num_threads(int(opts.get("threads") or cpu_threads(len(gpus) if opts.get(
             "local") else 1, env)))
-    key = protocol.authkey(xplan.plan_id, renv.job_id)
-    port = renv.master_port or free_port()
+    return run_gpu(xplan, gid, gpus, renv.rank == 0, renv.master_addr,
+                   renv.master_port or free_port(), renv.job_id, dev, opts, env)
+
+
+def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, port: int,
+            job_id: str, dev: Any, opts: dict[str, Any], env: Mapping[str, str] | None = None,
+            coord_box: list[Any] | None = None) -> dict[str, Any]:
+    """One executor (with the coordinator when ``rank0``) on an explicit rendezvous."""
+    from hetsched.runtime.emulate import emulation_for
+    from hetsched.runtime.executor import protocol
+    from hetsched.runtime.executor.worker import ExecOptions, Executor, PoolFailed
+
+    key = protocol.authkey(xplan.plan_id, job_id)
     coord = None
-    if renv.rank == 0:
+    if rank0:
         from hetsched.runtime.executor.coordinator import Coordinator
 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
         coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
-                            seed=int(opts.get("seed") or 0))
-    rep = Reporter(report_path(opts["report_dir"], xplan.plan_id, gid))
+                            seed=int(opts.get("seed") or 0),
+                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0))
+        if coord_box is not None:
+            coord_box.append(coord)
     gpu = xplan.gpus[gid]
+    rep = Reporter(report_path(opts["report_dir"], xplan.plan_id, gid)
+                   if opts.get("report_dir") else None)
     eo = ExecOptions(dev, seed=int(opts.get("seed") or 0),
                      residency=bool(opts.get("residency", True)),
                      average=bool(opts.get("average", False)),
                      emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"))
     try:
-        conn = protocol.connect(renv.master_addr, port, key)
+        conn = protocol.connect(addr, port, key)
         try:
             ran = Executor(xplan, gpu, conn, rep, eo).run()
         finally:
@@ -130,6 +142,41 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
         if why is not None:
             raise ExecFailed(gid, why)
     return {"gpu": gid, "tasks": ran}
+
+
+def run_threads(plan_path: str, opts: dict[str, Any], device: str = "cpu"
+                ) -> list[dict[str, Any] | BaseException]:
+    """Every executor as a thread of this process (tests, benchmarks): the same
+    coordinator and TCP protocol, without process starts. Results in rank order."""
+    import threading
+    import time as _time
+
+    import torch
+
+    xplan = exec_plan(load_plan(plan_path), plan_path)
+    gpus = executor_gpus(xplan, {})
+    port = free_port()
+    dev = torch.device(device)
+    out: list[dict[str, Any] | BaseException] = [RuntimeError("did not finish")] * len(gpus)
+    box: list[Any] = []
+
+    def one(rank: int) -> None:
+        try:
+            out[rank] = run_gpu(xplan, gpus[rank], gpus, rank == 0, "127.0.0.1", port,
+                                "threads", dev, opts, coord_box=box)
+        except BaseException as e:  # noqa: BLE001  (reported to the caller)
+            out[rank] = e
+
+    threads = [threading.Thread(target=one, args=(0,))]
+    threads[0].start()
+    while not box and threads[0].is_alive():
+        _time.sleep(0.01)  # rank 0 listens before the others connect
+    threads += [threading.Thread(target=one, args=(r,)) for r in range(1, len(gpus))]
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
 
 
 def _local_child(plan_path: str, opts: dict[str, Any], rank: int, world: int, port: int,

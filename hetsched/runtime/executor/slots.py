@@ -120,6 +120,7 @@ class JobSlot:
                         d = self.dev[i]
                         assert d is not None
                         d.copy_(self.host_views[i], non_blocking=True)
+                        d.record_stream(self.copy_stream)  # not reused while in flight
                     ev = torch.cuda.Event()
                     ev.record(self.copy_stream)
                 self.pending[id(m)] = ev

@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -64,7 +63,7 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
 class Executor:
     """Runs one GPU's sequence against the coordinator on ``conn``."""
 
-    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: Connection, reporter: Reporter,
+    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: Reporter,
                  opts: ExecOptions) -> None:
         from hetsched.runtime.workloads import load_workload
 
@@ -108,8 +107,8 @@ class Executor:
         job, slot = self.plan.jobs[t.job], self.slots[t.job]
         start = time.time()
         t0 = time.perf_counter()
+        warm = slot.resident  # the plan's "warm start": the model is on the device
         have = slot.version if (slot.resident and self.opts.residency) else -1
-        warm = have == t.round
         reply = self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
                            into=slot.host.numpy())
         t1 = time.perf_counter()
@@ -126,7 +125,7 @@ class Executor:
                "gpu_type": self.gpu.gpu_type, "iterations": iters, "samples": samples,
                "compute_s": round(compute_s, 6), "switch_s": round(switch_s, 6),
                "start": round(start, 6), "end": round(end, 6), "warm": warm,
-               "wait_s": round(t1 - t0 - 0.0, 6), "sync_s": round(t3 - t2, 6),
+               "wait_s": round(t1 - t0, 6), "sync_s": round(t3 - t2, 6),
                "load_s": round(load_s, 6), "bytes_in": 0 if reply.get("same") else slot.nbytes}
         self.rep.write("task", **rec)
         if res.get("job_done"):
