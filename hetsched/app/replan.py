@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
 from hetsched.app.replan_changes import Change, Decision, decide, update_dependencies
 from hetsched.app.runnable import split_placeable
@@ -168,10 +169,16 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
            partition: str | None = None, spool: str | Path | None = None,
            force: bool = False, dry_run: bool = False, max_failures: int = 2,
-           log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
-    """One replan pass (see module doc). The caller holds the lock."""
+           log: Callable[[str], None] = lambda _m: None,
+           online: bool | None = None) -> ReplanResult:
+    """One replan pass (see module doc). The caller holds the lock.
+
+    ``online`` (default: setting ``replan_online``): started jobs keep their
+    decided GPU count and types (pinned in the new plan, never resized).
+    """
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
     if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
         from hetsched.app.pool_replan import pool_replan
@@ -192,7 +199,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
 
     result = ReplanResult("replanned", reason)
     jobs, keep_end_s = _work_left(store, rows, cycle, result, now=now, dry_run=dry_run,
-                                  max_failures=max_failures, log=log)
+                                  max_failures=max_failures, log=log, online=online)
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
     for e in pending_events:
@@ -293,7 +300,8 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
 
 def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,
                *, now: float, dry_run: bool, max_failures: int,
-               log: Callable[[str], None]) -> tuple[list[Job], dict[str, float]]:
+               log: Callable[[str], None], online: bool = False
+               ) -> tuple[list[Job], dict[str, float]]:
     """The jobs to plan again (the rest of running ones) and, per running job, the
     seconds left where it runs; done, cancelled and given-up jobs go to ``result``."""
     jobs: list[Job] = []
@@ -323,8 +331,9 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                 continue
         plan = _stored_plan(store, row.plan_id)
         jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
-        if jp is None or jp.spec is None:
-            log(f"job {name}: no usable spec in plan {row.plan_id}; left as is")
+        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
+            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
+                "replanned with its pool plan); left as is")
             continue
         job = jp.spec
         frac = 1.0
@@ -334,6 +343,11 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
             keep_end_s[name] = frac * planned  # where it runs now
+            if online and row.workers:  # online: a started job's decision is stable
+                keep_end_s[name] = 0.0  # moving it never "pays"
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     return jobs, keep_end_s
 

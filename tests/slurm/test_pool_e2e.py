@@ -8,7 +8,8 @@ plan's prediction can be compared with what the executors measured.
 The fault test kills one executor process mid-run: the step ends every
 executor, the Slurm job fails, `hetsched replan` plans the rounds not yet
 checkpointed on the GPUs still up (a drained node left out) and submits them;
-the rest completes and every job ends with all of its rounds.
+the rest completes and every job ends with all of its rounds. The node test
+takes a pool node down mid-run (NODE_FAIL): the replan uses the node still up.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
+from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
 from slurm_helpers import invoke, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
@@ -244,3 +245,47 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
     assert after == {n: rounds[n] for n in new["tasks"]["jobs"]}
     pool = _status_json()["pool"]
     assert pool["plan_id"] == new_id and all(j["done"] for j in pool["jobs"])
+
+
+def test_node_failure_replans_on_the_gpus_still_up(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None,
+        pool_env: Path) -> None:
+    """A pool node goes down mid-run: NODE_FAIL, and replan uses only what is still up."""
+    from hetsched.cli.main import main
+    from hetsched.io.plan_json import load_plan
+    from hetsched.io.pool_reports import completed_rounds
+
+    tmp = pool_env
+    plan = _plan(tmp, "pn", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 1, SMALL_JOBS)
+    pid = plan["plan_id"]
+    code, out = invoke(main, ["submit", str(tmp / "pool.json"), "-p", "gpu"])
+    assert code == 0, out
+    typed = load_plan(tmp / "pool.json")
+    rounds = {n: m["rounds"] for n, m in plan["tasks"]["jobs"].items()}
+    wait_for(lambda: sum(completed_rounds(typed, tmp / "ckpt").values()) >= 2, 180,
+             "two checkpointed rounds", every_s=0.5)
+    for n in testbed.node_confs:  # the pool's own nodes stay; the rest is not offered
+        if n.name not in ("a100-1", "v100-1"):
+            client.runner.run(["scontrol", "update", f"nodename={n.name}", "state=drain",
+                               "reason=pool-test"])
+    testbed.stop_node("v100-1")  # keep it down (ReturnToService=2 would revive it)
+    client.runner.run(["scontrol", "update", "nodename=v100-1", "state=down",
+                       "reason=pool-test"])
+    state = _wait_finished(client, pid, 90)
+    assert state != "COMPLETED", state
+    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+                              "--json"])
+    assert code == 0, out
+    res = json.loads(out[out.index("{"):])
+    assert res["status"] == "replanned", res
+    from hetsched.state.store import open_store
+
+    with open_store(None) as s:
+        new = s.plan(res["new_plan_id"])
+    assert new is not None
+    assert {g["node"] for g in new["tasks"]["gpus"]} == {"a100-1"}  # v100-1 is down
+    state = _wait_finished(client, new["plan_id"], 240)
+    assert state == "COMPLETED", _log_tail(tmp)
+    after = completed_rounds(load_plan(tmp / "state.db.files" / "plans"
+                                       / f"{new['plan_id']}.json"), tmp / "ckpt")
+    assert after == {n: rounds[n] for n in new["tasks"]["jobs"]}

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
+from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
 
 from hetsched.app.pool_replan import _remaining, renumber
 from hetsched.app.pool_status import ingest_pool_reports, progress
@@ -158,3 +158,26 @@ def test_replan_refuses_mixed_task_sizes_in_one_line(
         assert "different task sizes" in msg and "--task-iterations" in msg
         assert "\n" not in msg
         assert {s.state for s in st.submissions()} == {"GONE"}
+
+
+@pytest.mark.slurm
+def test_space_replan_leaves_a_pool_plans_jobs_alone(
+        testbed: object, client: object, clean_queue: None, tmp_path: Path) -> None:
+    """After a space plan became active, a failed pool plan's jobs are not resubmitted as
+    space hetjobs (they belong to their pool plan)."""
+    from slurm_helpers import contract_plan
+
+    from hetsched.app.replan import replan
+
+    body = pool_plan(NODES, prefix="ml", task_iterations=5).to_dict()
+    with open_store(tmp_path / "state.db") as st:
+        st.add_plan(body)
+        for j in body["jobs"]:
+            sub = st.begin_submission(body["plan_id"], j["name"], 0, "x", "", [])
+            st.set_submitted(sub.id, "999998", "RUNNING")  # Slurm forgot it: GONE
+        st.add_plan(contract_plan("space1", {"other": [[("t4-1", "t4", 4)]]},
+                                  policy="fifo").to_dict())
+        r = replan(st, client, ThroughputTable(emulated_rows()), partition="gpu",  # type: ignore[arg-type]
+                   force=True)
+        assert r.submitted == [] and r.status == "unchanged", r.summary()
+        assert {s.job for s in st.submissions()} == {j["name"] for j in body["jobs"]}
