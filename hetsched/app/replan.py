@@ -1,3 +1,4 @@
+# replan() is ~95 lines: one pass read top to bottom (poll, work left, plan, decide, apply).
 """``hetsched replan``: bring Slurm in line with a fresh plan after reset events.
 
 Made for cron (``* * * * * hetsched replan -t profiles.csv``):
@@ -40,7 +41,7 @@ from typing import Any
 
 from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
-from hetsched.app.replan_changes import Change, decide, update_dependencies
+from hetsched.app.replan_changes import Change, Decision, decide, update_dependencies
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -196,52 +197,9 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     rows = latest_rows(store)
     now = time.time()
 
-    jobs: list[Job] = []
-    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     result = ReplanResult("replanned", reason)
-    for name, row in rows.items():
-        if row.state == "COMPLETED":
-            result.done.append(name)
-            continue
-        if row.state == CANCELLED:  # the user's cancel is final
-            result.user_cancelled.append(name)
-            continue
-        if row.state == GAVE_UP:
-            result.given_up.append(name)
-            continue
-        if row.state in FAILED_STATES:
-            fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
-            if fails > max_failures:
-                result.given_up.append(name)
-                why = (f"failed {fails} times ({row.state}), more than --max-failures "
-                       f"{max_failures}; not resubmitted")
-                log(f"job {name}: gave up: {why}")
-                result.gave_up_now.append(name)
-                if not dry_run:
-                    store.set_state(row.id, GAVE_UP)
-                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
-                                    detail=why, handled=True)
-                continue
-        plan = _stored_plan(store, row.plan_id)
-        jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
-        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
-            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
-                "replanned with its pool plan); left as is")
-            continue
-        job = jp.spec
-        frac = 1.0
-        if row.state in RUNNING_STATES:
-            starts = [c.start_time for c in cycle.infos.get(name, []) if c.start_time]
-            planned = jp.end_s - jp.start_s
-            if starts and planned > 0:
-                frac = max(0.05, 1.0 - (now - min(starts)) / planned)
-            keep_end_s[name] = frac * planned  # where it runs now
-            if online and row.workers:  # online: a started job's decision is stable
-                keep_end_s[name] = 0.0  # moving it never "pays"
-                k = len(row.workers)
-                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
-                    sorted({str(w["gpu_type"]) for w in row.workers})))
-        jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
+    jobs, keep_end_s = _work_left(store, rows, cycle, result, now=now, dry_run=dry_run,
+                                  max_failures=max_failures, log=log, online=online)
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
     for e in pending_events:
@@ -302,21 +260,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
 
     rid = store.begin_replan(reason, old_id)
     try:
-        if to_submit:
-            # new hetjobs first: if this fails, the old ones are still queued
-            res = submit(new_plan, store, client, only=to_submit, partition=partition,
-                         source="replan", allow_active_elsewhere=True, check_runnable=False)
-            result.submitted = res.submitted + res.skipped
-        else:
-            store.add_plan(new, source="replan")
-        # marked before scancel, so no monitor reads hetsched's cancel as a user's
-        with store.tx():
-            for r in to_cancel:
-                store.set_state(r.id, SUPERSEDED)
-        client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
-        result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
-        ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
-        result.changes += update_dependencies(new_plan, result.kept, ids, client)
+        _bring_in_line(store, client, new_plan, dec, result, partition)
     except BaseException as e:
         store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
         raise
@@ -332,6 +276,80 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status = "unchanged"
         result.reason = f"{reason}; plan unchanged for queued jobs"
     return result
+
+
+def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
+                   result: ReplanResult, partition: str | None) -> None:
+    """Submit, cancel and update in place what ``dec`` says (replan_changes.py)."""
+    if dec.to_submit:
+        # new hetjobs first: if this fails, the old ones are still queued
+        res = submit(new_plan, store, client, only=dec.to_submit, partition=partition,
+                     source="replan", allow_active_elsewhere=True, check_runnable=False)
+        result.submitted = res.submitted + res.skipped
+    else:
+        store.add_plan(new_plan.to_dict(), source="replan")
+    # marked before scancel, so no monitor reads hetsched's cancel as a user's
+    with store.tx():
+        for r in dec.to_cancel:
+            store.set_state(r.id, SUPERSEDED)
+    client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
+    result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
+    ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
+    result.changes += update_dependencies(new_plan, result.kept, ids, client)
+
+
+def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,
+               *, now: float, dry_run: bool, max_failures: int,
+               log: Callable[[str], None], online: bool = False
+               ) -> tuple[list[Job], dict[str, float]]:
+    """The jobs to plan again (the rest of running ones) and, per running job, the
+    seconds left where it runs; done, cancelled and given-up jobs go to ``result``."""
+    jobs: list[Job] = []
+    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
+    for name, row in rows.items():
+        if row.state == "COMPLETED":
+            result.done.append(name)
+            continue
+        if row.state == CANCELLED:  # the user's cancel is final
+            result.user_cancelled.append(name)
+            continue
+        if row.state == GAVE_UP:
+            result.given_up.append(name)
+            continue
+        if row.state in FAILED_STATES:
+            fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
+            if fails > max_failures:
+                result.given_up.append(name)
+                why = (f"failed {fails} times ({row.state}), more than --max-failures "
+                       f"{max_failures}; not resubmitted")
+                log(f"job {name}: gave up: {why}")
+                result.gave_up_now.append(name)
+                if not dry_run:
+                    store.set_state(row.id, GAVE_UP)
+                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
+                                    detail=why, handled=True)
+                continue
+        plan = _stored_plan(store, row.plan_id)
+        jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
+        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
+            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
+                "replanned with its pool plan); left as is")
+            continue
+        job = jp.spec
+        frac = 1.0
+        if row.state in RUNNING_STATES:
+            starts = [c.start_time for c in cycle.infos.get(name, []) if c.start_time]
+            planned = jp.end_s - jp.start_s
+            if starts and planned > 0:
+                frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            keep_end_s[name] = frac * planned  # where it runs now
+            if online and row.workers:  # online: a started job's decision is stable
+                keep_end_s[name] = 0.0  # moving it never "pays"
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
+        jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
+    return jobs, keep_end_s
 
 
 def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:

@@ -1,3 +1,4 @@
+# Over 400 lines: the protocol, the CLI backend and both squeue/sinfo JSON layouts belong together.
 """The SlurmClient protocol and its backends.
 
 ``CliSlurmClient`` (the default) calls Slurm's commands through

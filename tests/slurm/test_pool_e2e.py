@@ -145,7 +145,10 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     code, out = invoke(main, ["status"])
     assert code == 0 and f"pool plan {pid}" in out and out.count(": done (round ") == 3, out
 
-    # the monitor folded the task records into the profile history
+    # the monitor (watch, replan; not the read-only status) folds the task records
+    # into the profile history
+    code, out = invoke(main, ["watch", "--cycles", "1", "--interval", "0.1"])
+    assert code == 0, out
     from hetsched.state.store import open_store
 
     with open_store(None) as s:
