@@ -32,6 +32,7 @@ from hetsched.app.replan import (
 from hetsched.app.replan_changes import changes_table
 from hetsched.app.status import JobStatus, when
 from hetsched.app.submit import base_sbatch, submit
+from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import HetschedError, InputError
@@ -67,7 +68,8 @@ def testbed() -> None:
 
 
 @testbed.command("up")
-@click.option("--dir", "directory", default=_default_dir, show_default="$HETSCHED_TESTBED or "
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=_default_dir,
+              show_default="$HETSCHED_TESTBED or "
               "./.testbed", help=DIR_HELP)
 @click.option("--nodes", default=None, metavar="TYPE:NxG,...",
               help=f"GPU type : nodes x GPUs per node [default: {DEFAULT_NODES}, or what DIR "
@@ -93,7 +95,8 @@ def testbed_up(directory: str, nodes: str | None, port_base: int | None, lua: bo
 
 
 @testbed.command("down")
-@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=_default_dir,
+              help=DIR_HELP)
 def testbed_down(directory: str) -> None:
     """Cancel the testbed's jobs and stop every daemon it started."""
     tb = open_testbed(directory)
@@ -103,13 +106,14 @@ def testbed_down(directory: str) -> None:
 
 
 @testbed.command("status")
-@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def testbed_status(directory: str, as_json: bool) -> None:
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=_default_dir,
+              help=DIR_HELP)
+@format_option("table", "json")
+def testbed_status(directory: str, fmt: str) -> None:
     """Show the testbed's daemons and node states. Exit 1 when not (fully) up."""
     tb = open_testbed(directory)
     info = tb.status()
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo(f"testbed {info['dir']} ({info['nodes']}, port {info['port_base']}): "
@@ -128,7 +132,8 @@ def testbed_status(directory: str, as_json: bool) -> None:
 
 
 @testbed.command("env")
-@click.option("--dir", "directory", default=_default_dir, help=DIR_HELP)
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=_default_dir,
+              help=DIR_HELP)
 def testbed_env(directory: str) -> None:
     """Print `export` lines (SLURM_CONF, HETSCHED_STATE, ...) for `eval`."""
     tb = open_testbed(directory)
@@ -155,20 +160,19 @@ def _partition(partition: str | None) -> str | None:
 
 
 @click.command("cluster")
-@click.option("--partition", "-p", default=None,
-              help="Slurm partition. Default: $HETSCHED_PARTITION, else all nodes.")
-@click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
+@partition_option("Slurm partition. Default: the `partition` setting, else all nodes.")
+@format_option("table", "json")
 @click.option("--nodes/--no-nodes", "show_nodes", default=True, show_default=True,
               help="Also list each node.")
 @click.option("--backend", type=click.Choice(["cli", "pyslurm"]), default="cli",
               show_default=True, help="pyslurm is used for reads only if it matches Slurm.")
-def cluster(partition: str | None, as_json: bool, show_nodes: bool, backend: str) -> None:
+def cluster(partition: str | None, fmt: str, show_nodes: bool, backend: str) -> None:
     """Show a partition's GPU mix by type, node states and free GPUs (from sinfo)."""
     from rich.console import Console
     from rich.table import Table
 
     inv = load_inventory(_client(backend), _partition(partition))
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(inv.to_dict(), indent=2))
         return
     console = Console()
@@ -198,7 +202,6 @@ def _store(path: str | None) -> Store:
     return open_store(path)
 
 
-STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state/hetsched/state.db"
 
 
 def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
@@ -236,27 +239,28 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the sbatch scripts; touch neither Slurm "
               "nor the state file.")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--partition", "-p", default=None,
-              help="Partition for the jobs. Default: $HETSCHED_PARTITION, else Slurm's default.")
+@state_option
+@partition_option("Partition for the jobs. Default: $HETSCHED_PARTITION, else Slurm's default.")
 @click.option("--pin-nodes/--any-node", default=True, show_default=True,
               help="Pin each component to the plan's node (--nodelist), or let Slurm pick "
               "any node with that GPU type.")
-@click.option("--throughputs", "-t", default=None, type=click.Path(dir_okay=False),
+@click.option("--throughputs", default=None, type=click.Path(dir_okay=False),
               help="Profiles CSV; needed when PLAN_FILE is a jobs.yaml.")
 @click.option("--policy", default="auto", show_default=True,
               help="Policy for planning a jobs.yaml.")
 @click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
               help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
-@click.option("--time", "time_", default=None, help="Time limit for every job (Slurm format); "
+@click.option("--time", "-t", "time_", default=None, help="Time limit for every job (Slurm format); "
               "default: predicted duration x time_margin + time_pad_s.")
-@click.option("--account", default=None, help="Slurm account (--account).")
-@click.option("--qos", default=None, help="Slurm QoS (--qos).")
+@click.option("--account", "-A", default=None, help="Slurm account (--account).")
+@click.option("--qos", "-q", default=None, help="Slurm QoS (--qos).")
 @click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
-@click.option("--constraint", default=None, help="Node features (--constraint).")
+@click.option("--constraint", "-C", default=None, help="Node features (--constraint).")
 @click.option("--skip-unplaceable", is_flag=True,
               help="Leave out the jobs that cannot be placed (planning a jobs.yaml) or would "
               "fail where they run (no command/entrypoint/built-in); list them on stderr.")
+@click.option("--parsable", is_flag=True,
+              help="Print only the Slurm job ids, one per line (as sbatch --parsable).")
 @click.option("--sbatch-option", "extra", multiple=True,
               help="Extra sbatch option for every job, e.g. --sbatch-option=--exclusive "
               "(repeatable).")
@@ -264,7 +268,7 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
                pin_nodes: bool, throughputs: str | None, policy: str,
                cluster_file: str | None, time_: str | None, account: str | None,
                qos: str | None, mem: str | None, constraint: str | None,
-               skip_unplaceable: bool, extra: tuple[str, ...]) -> None:
+               skip_unplaceable: bool, parsable: bool, extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
 
     Each job's first segment becomes one heterogeneous job: one component per
@@ -315,6 +319,10 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
         click.echo(f"skipped {name}: would fail where it runs: {why}", err=True)
     for name, jid in res.skipped:
         click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
+    if parsable:
+        for jid in dict.fromkeys(j for _, j in res.submitted):  # a pool plan: one id
+            click.echo(jid)
+        return
     click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "
                "already there")
 
@@ -348,11 +356,9 @@ def _print_status_table(jobs: list[JobStatus]) -> None:
 
 
 @click.command("status")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="json carries every field of the table.")
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
+@state_option
+@format_option("table", "json")
+def status_cmd(state_path: str | None, fmt: str) -> None:
     """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
 
     Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
@@ -365,7 +371,7 @@ def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
     path = Path(state_path) if state_path else config.state_path()
     st = open_store_readonly(path)
     if st is None:
-        if as_json or fmt == "json":
+        if fmt == "json":
             click.echo(status_json([], 0))
         else:
             click.echo(state_path_missing(path))
@@ -377,7 +383,7 @@ def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
         from hetsched.app.pool_status import active_pool_progress
 
         pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
-        if as_json or fmt == "json":
+        if fmt == "json":
             click.echo(status_json(jobs, client.runner.total() - c0,
                                    pool.to_dict() if pool else None))
             return
@@ -390,9 +396,10 @@ def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
 
 
 @click.command("watch")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--partition", "-p", default=None, help="Partition to watch for node events.")
-@click.option("--spool", default=None, help="Spool directory (default: $HETSCHED_SPOOL).")
+@state_option
+@partition_option("Partition to watch for node events.")
+@click.option("--spool", type=click.Path(file_okay=False), default=None, envvar="HETSCHED_SPOOL",
+              show_envvar=True, help="Spool directory (default: $HETSCHED_SPOOL).")
 @click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between polls while things change.")
 @click.option("--max-interval", type=click.FloatRange(0.1), default=60.0, show_default=True,
@@ -441,7 +448,7 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
 @click.option("--all", "all_jobs", is_flag=True, help="Cancel every queued or running job "
               "of the batch.")
 @click.option("--reason", default="", help="Why (recorded in the state file's events).")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@state_option
 def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
                state_path: str | None) -> None:
     """Cancel JOBs (hetsched job names) or --all, for good, and record why.
@@ -481,12 +488,13 @@ def _table(throughputs: str | None, st: Store) -> object:
 
 
 @click.command("replan")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--throughputs", "-t", default=None, type=click.Path(dir_okay=False),
+@state_option
+@click.option("--throughputs", default=None, type=click.Path(dir_okay=False),
               help="Profiles CSV (default: the state file's profiles table).")
 @click.option("--policy", default=None, help="Policy (default: the active plan's).")
-@click.option("--partition", "-p", default=None, help="Partition (default: $HETSCHED_PARTITION).")
-@click.option("--spool", default=None, help="Directory of new jobs files "
+@partition_option("Partition (default: $HETSCHED_PARTITION).")
+@click.option("--spool", type=click.Path(file_okay=False), default=None, envvar="HETSCHED_SPOOL",
+              show_envvar=True, help="Directory of new jobs files "
               "(default: $HETSCHED_SPOOL); processed files move to SPOOL/done/.")
 @click.option("--force", is_flag=True, help="Replan even without reset events.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
@@ -494,13 +502,13 @@ def _table(throughputs: str | None, st: Store) -> object:
               help="Seconds to wait for another replan's lock before giving up (exit 75).")
 @click.option("--max-failures", type=click.IntRange(0), default=2, show_default=True,
               help="Resubmit a failed job at most this many times.")
-@click.option("--log", "log_path", default=None,
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
               help="Log file (default: STATE.files/replan.log).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@format_option("table", "json")
 @click.option("--verbose", "-v", is_flag=True, help="Print even when nothing changed.")
 def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | None,
                partition: str | None, spool: str | None, force: bool, dry_run: bool,
-               wait_s: float, max_failures: int, log_path: str | None, as_json: bool,
+               wait_s: float, max_failures: int, log_path: str | None, fmt: str,
                verbose: bool) -> None:
     """Replan after reset events and bring Slurm in line (cron-safe).
 
@@ -531,7 +539,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
         table = changes_table(res.changes)
         if table:
             log("changes:\n" + table)
-    if as_json:
+    if fmt == "json":
         click.echo(result_json(res))
     elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now:
         click.echo(res.summary())

@@ -202,7 +202,7 @@ def test_status_and_quiet_replan_cli(testbed: Testbed, client: CliSlurmClient,
     tp.write_text("workload,gpu_type,local_batch,step_time_s\n"
                   + "".join(f"{r.workload},{r.gpu_type},{r.local_batch},{r.step_time_s}\n"
                             for r in throughput_rows()))
-    code, out = invoke(cli_slurm.replan_cmd, ["--state", state, "-t", str(tp)])
+    code, out = invoke(cli_slurm.replan_cmd, ["--state", state, "--throughputs", str(tp)])
     assert (code, out) == (0, "")  # nothing happened: quiet
     assert "nothing to do" in (Path(state + ".files") / "replan.log").read_text()
     code, out = invoke(cli_slurm.watch_cmd, ["--state", state, "--cycles", "2",

@@ -214,11 +214,11 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
                            "reason=pool-test"])
     time.sleep(1)
     n_jobs = len(client.jobs())
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json", "--dry-run"])
     assert code == 0 and json.loads(out[out.index("{"):])["status"] == "dry-run", out
     assert len(client.jobs()) == n_jobs  # a dry run submits nothing
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out
     res = json.loads(out[out.index("{"):])
@@ -273,7 +273,7 @@ def test_node_failure_replans_on_the_gpus_still_up(
                        "reason=pool-test"])
     state = _wait_finished(client, pid, 90)
     assert state != "COMPLETED", state
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out
     res = json.loads(out[out.index("{"):])

@@ -149,7 +149,7 @@ def test_bad_sbatch_options_are_one_line(slurm: dict, where: str, tmp_path: Path
     jobs.write_text(yaml.safe_dump({"jobs": [{"name": "a", "workload": "w", "dataset_size": 10,
                                               "epochs": 1, "global_batch": 2,
                                               "slurm": slurm}]}))
-    r = subprocess.run(["hetsched", "submit", str(jobs), "-t", "x.csv", "--dry-run"],
+    r = subprocess.run(["hetsched", "submit", str(jobs), "--throughputs", "x.csv", "--dry-run"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
