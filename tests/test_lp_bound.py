@@ -49,6 +49,12 @@ def test_lp_bound_is_active_and_tighter_when_jobs_want_the_same_gpus() -> None:
     assert (best - info["weighted_jct_s"]) < 0.7 * (best - old)  # a third of the gap closed
 
 
+def test_lp_bound_is_deterministic() -> None:
+    """Same inputs, same bound (plans are compared by id; no wall-clock budget in the LP)."""
+    a, b = lower_bound_info(contended()), lower_bound_info(contended())
+    assert a == b
+
+
 def test_plan_json_names_the_active_bound(runner, examples) -> None:
     from hetsched.cli.main import main
 

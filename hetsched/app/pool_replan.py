@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
-from hetsched.app.pool_submit import pool_dirs, submit_pool
-from hetsched.app.replan import FAILED_STATES, RUNNING_STATES, ReplanResult, how_planned
+from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
+from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
@@ -46,7 +46,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.store import SUPERSEDED, Store
+from hetsched.state.store import SUPERSEDED, Store, Submission
 
 NODE_KINDS = frozenset({"node-down", "node-drained"})
 
@@ -62,8 +62,6 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
                 force: bool = False, dry_run: bool = False, max_failures: int = 2,
                 log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
     """One replan pass for the active pool plan (see module doc). The caller holds the lock."""
-    from hetsched.planning.planner import make_plan  # heavy; imported when needed
-
     cycle = Monitor(store, client, partition=partition, spool=spool).poll()
     for ev in cycle.events:
         log(f"event {ev}")
@@ -76,66 +74,24 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     old = plan_from_dict(raw, f"stored plan {raw.get('plan_id')}")
     pid = str(raw["plan_id"])
     rows = [s for s in store.submissions(pid) if s.state != SUPERSEDED]
-    state = rows[0].state if rows else "NONE"
-    node_event = any(e["kind"] in NODE_KINDS for e in events)
 
-    def unchanged(why: str) -> ReplanResult:
+    def unchanged(why: str, **kw: Any) -> ReplanResult:
         if not dry_run:
             store.mark_handled([e["id"] for e in events])
-        return ReplanResult("unchanged", f"{reason}; {why}")
+        return ReplanResult("unchanged", f"{reason}; {why}", **kw)
 
-    if state == "COMPLETED":
-        return unchanged(f"pool plan {pid} completed")
-    if state in RUNNING_STATES and not force:
-        return unchanged(f"pool job {rows[0].slurm_id} is running")
-    if state not in FAILED_STATES and not force and not (state == "PENDING" and node_event):
-        return unchanged(f"pool job {rows[0].slurm_id if rows else '-'} is {state}")
-
+    why = _leave_alone(rows, pid, force, any(e["kind"] in NODE_KINDS for e in events))
+    if why:
+        return unchanged(why)
     dirs = pool_dirs(store, pid)
-    tasks = old.tasks or {}
-    meta = tasks.get("jobs", {})
-    done = completed_rounds(old, dirs.checkpoint_dir)
-    finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
     result = ReplanResult("replanned", reason)
-    jobs: list[Job] = []
-    for jp in old.jobs:
-        m, k = meta.get(jp.name, {}), done.get(jp.name, 0)
-        if jp.name in finished or k >= int(m.get("rounds", 0)):
-            result.done.append(jp.name)
-            continue
-        fails = sum(1 for s in store.submissions(job=jp.name) if s.state in FAILED_STATES)
-        if fails > max_failures:
-            result.given_up.append(jp.name)
-            continue
-        if jp.spec is None:
-            log(f"job {jp.name}: no spec in plan {pid}; left out")
-            continue
-        jobs.append(_remaining(jp.spec, m, k))
+    jobs, offsets = _jobs_left(store, old, dirs, max_failures, result, log)
     if not jobs:
-        return dataclasses.replace(unchanged("no work left"), done=result.done,
-                                   given_up=result.given_up)
-
-    settings = how_planned(old, policy)
-    sizes = {int(meta[j.name]["iterations_per_task"]) for j in jobs}
-    if len(sizes) != 1:
-        raise PoolReplanError(
-            f"pool replan: the jobs left have different task sizes ({sorted(sizes)} "
-            "iterations); replanning keeps each job's rounds, which needs one size: plan "
-            "with --task-iterations N")
-    settings = dataclasses.replace(settings, task_iterations=sizes.pop())
-    cluster = load_inventory(client, partition).cluster
-    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         **settings.make_plan_kwargs())
-    new_plan.settings = how_planned(old, policy)  # the request, as the old plan made it
-    offsets = {j.name: done.get(j.name, 0) for j in jobs}
-    renumber(new_plan, offsets, {j.name: int(meta[j.name]["iterations_per_task"]) for j in jobs})
-    resume = {n: {"plan_id": pid, "rounds_done": k} for n, k in offsets.items()}
-    new_plan.extra.update({"replan_of": pid, "replanned_at": round(time.time(), 3),
-                           "resume": resume})
-    new_plan.plan_id = None
+        return unchanged("no work left", done=result.done, given_up=result.given_up)
+    new_plan = _new_plan(old, jobs, offsets, load_inventory(client, partition).cluster,
+                         table, policy)
     new = new_plan.to_dict()
-    new_plan.plan_id = result.new_plan_id = str(new["plan_id"])
-    result.plan = new
+    result.new_plan_id, result.plan = str(new["plan_id"]), new
     cancel = [s for s in rows if s.slurm_id and s.state not in FAILED_STATES
               and s.state != "COMPLETED"]
     if dry_run:
@@ -150,8 +106,7 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
         res = submit_pool(new_plan, store, client, partition=partition, source="replan",
                           allow_active_elsewhere=True)
         result.submitted = res.submitted + res.skipped
-        ids = sorted({s.slurm_id for s in cancel if s.slurm_id})
-        client.cancel(ids)
+        client.cancel(sorted({s.slurm_id for s in cancel if s.slurm_id}))
         with store.tx():
             for s in cancel:
                 store.set_state(s.id, SUPERSEDED)
@@ -162,9 +117,69 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     store.finish_replan(rid, "ok", result.new_plan_id, [i for _, i in result.cancelled],
                         sorted({i for _, i in result.submitted}))
     store.mark_handled([e["id"] for e in events])
-    log(f"pool replan {pid} -> {result.new_plan_id}: resume "
-        + json.dumps(offsets))
+    log(f"pool replan {pid} -> {result.new_plan_id}: resume {json.dumps(offsets)}")
     return result
+
+
+def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool
+                 ) -> str | None:
+    """Why the pool job needs no replan (None: replan it)."""
+    state = rows[0].state if rows else "NONE"
+    sid = rows[0].slurm_id if rows else "-"
+    if state == "COMPLETED":
+        return f"pool plan {pid} completed"
+    if force or state in FAILED_STATES or (state == "PENDING" and node_event):
+        return None
+    return f"pool job {sid} is {state}"
+
+
+def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
+               result: ReplanResult, log: Callable[[str], None]
+               ) -> tuple[list[Job], dict[str, int]]:
+    """The unfinished jobs with only their remaining iterations, and their completed rounds."""
+    meta = (old.tasks or {}).get("jobs", {})
+    done = completed_rounds(old, dirs.checkpoint_dir)
+    pid = old.plan_id or ""
+    finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
+    jobs: list[Job] = []
+    for jp in old.jobs:
+        m, k = meta.get(jp.name, {}), done.get(jp.name, 0)
+        if jp.name in finished or k >= int(m.get("rounds", 0)):
+            result.done.append(jp.name)
+        elif sum(1 for s in store.submissions(job=jp.name)
+                 if s.state in FAILED_STATES) > max_failures:
+            result.given_up.append(jp.name)
+        elif jp.spec is None:
+            log(f"job {jp.name}: no spec in plan {pid}; left out")
+        else:
+            jobs.append(_remaining(jp.spec, m, k))
+    return jobs, {j.name: done.get(j.name, 0) for j in jobs}
+
+
+def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any, table: Any,
+              policy: str | None) -> Plan:
+    """Plan the remaining work the old plan's way, its rounds numbered as before."""
+    from hetsched.planning.planner import make_plan  # heavy; imported when needed
+
+    meta = (old.tasks or {}).get("jobs", {})
+    sizes = {j.name: int(meta[j.name]["iterations_per_task"]) for j in jobs}
+    if len(set(sizes.values())) != 1:
+        raise PoolReplanError(
+            f"pool replan: the jobs left have different task sizes "
+            f"({sorted(set(sizes.values()))} iterations); replanning keeps each job's rounds, "
+            "which needs one size: plan with --task-iterations N")
+    settings = how_planned(old, policy)
+    forced = dataclasses.replace(settings, task_iterations=next(iter(sizes.values())))
+    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         **forced.make_plan_kwargs())
+    new_plan.settings = settings  # the request, as the old plan made it
+    renumber(new_plan, offsets, sizes)
+    new_plan.extra.update({"replan_of": old.plan_id, "replanned_at": round(time.time(), 3),
+                           "resume": {n: {"plan_id": old.plan_id, "rounds_done": k}
+                                      for n, k in offsets.items()}})
+    new_plan.plan_id = None
+    new_plan.plan_id = str(new_plan.to_dict()["plan_id"])
+    return new_plan
 
 
 def _remaining(spec: Job, meta: dict[str, Any], rounds_done: int) -> Job:

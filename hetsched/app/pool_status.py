@@ -48,9 +48,12 @@ class JobProgress:
             meas = f"running for {self.elapsed_s:,.1f} s"
         else:
             meas = "not started"
-        state = "done" if self.done else f"round {min(self.rounds_done + 1, self.rounds)}"
-        return (f"{self.job}: {state} of {self.rounds} rounds ({self.rounds_done} done), "
-                f"tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}")
+        if self.done:
+            state = f"done (round {self.rounds} of {self.rounds})"
+        else:
+            state = (f"round {min(self.rounds_done + 1, self.rounds)} of {self.rounds} "
+                     f"({self.rounds_done} done)")
+        return f"{self.job}: {state}, tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}"
 
 
 @dataclass

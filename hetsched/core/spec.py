@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.core import limits
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -56,6 +57,8 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+    #: how the job is submitted (time limit, account, ...); None = the defaults
+    slurm: SbatchOptions | None = None
 
     def __post_init__(self) -> None:
         check_job(self, "Job")
@@ -101,6 +104,8 @@ class Job:
             d["entrypoint"] = self.entrypoint
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
+        if self.slurm:
+            d["slurm"] = self.slurm.to_dict()
         return d
 
 
@@ -109,8 +114,8 @@ def check_job(job: Job, source: str) -> None:
     name = job.name
     where = f"job {name!r}" if isinstance(name, str) else "job"
     if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 256:
-        raise InputError(source, f"{name!r} is not valid; expected letters, digits, '.', "
-                         "'_' or '-'", f"{where}: name")
+        raise InputError(source, f"{str(name)[:60]!r} is not valid; expected 1-256 letters, "
+                         "digits, '.', '_' or '-'", "name")
     if not isinstance(job.workload, str) or not WORKLOAD_RE.match(job.workload):
         raise InputError(source, f"{job.workload!r} is not valid; expected {WORKLOAD_VALID}",
                          f"{where}: workload")

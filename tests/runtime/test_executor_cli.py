@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from exec_helpers import hetsched, make_plan, plan_json
 
 from hetsched.io.plan_json import load_plan
@@ -51,3 +52,25 @@ def test_local_run_reports_and_checkpoints(tmp_path: Path) -> None:
     assert all(keys <= set(t) for t in prog.tasks)
     assert completed_rounds(load_plan(plan), ck) == {n: j["rounds"]
                                                      for n, j in tasks["jobs"].items()}
+
+
+def test_emulated_speeds_make_tasks_take_the_modelled_time(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    from typing import Any
+
+    from hetsched.runtime.executor.entry import run_threads
+    from hetsched.runtime.executor.plan import exec_plan
+
+    monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "v100=2,k80=0.5")
+    monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.02,0.005")
+    plan = make_plan(tmp_path, gpus=2, task_iterations=2)
+    xp = exec_plan(load_plan(plan))
+    seen: list[dict[str, Any]] = []
+    res = run_threads(str(plan), {"seed": 0, "on_task": seen.append})
+    assert all(isinstance(r, dict) for r in res), res
+    speed = {"v100": 2.0, "k80": 0.5}
+    for r in seen:
+        counts = xp.jobs[r["job"]].task_counts(r["round"], r["task"])
+        want = sum((0.02 + 0.005 * n) / speed[r["gpu_type"]] for n in counts if n)
+        assert want <= r["compute_s"] < want + 0.25, (r, want)

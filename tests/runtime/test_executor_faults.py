@@ -74,3 +74,20 @@ def test_killed_executor_fails_all_then_restart_resumes(tmp_path: Path, victim: 
                for n, j in jobs.items())
     diffs = check(plan, ck)  # resumed training = uninterrupted training
     assert max(diffs.values()) < 2e-5, diffs
+
+
+def test_executor_that_never_connects_fails_the_pool_job(tmp_path: Path) -> None:
+    import torch
+
+    from hetsched.runtime.executor.entry import ExecFailed, run_gpu
+    from hetsched.runtime.executor.plan import exec_plan
+    from hetsched.runtime.launcher import free_port
+
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
+    xp = exec_plan(load_plan(plan))
+    gpus = xp.gpu_ids()
+    t0 = time.monotonic()
+    with pytest.raises(ExecFailed, match=f"executor for GPU {gpus[1]} never connected"):
+        run_gpu(xp, gpus[0], gpus, True, "127.0.0.1", free_port(), "t", torch.device("cpu"),
+                {"hello_timeout_s": 2.0})
+    assert time.monotonic() - t0 < 60

@@ -12,7 +12,7 @@ from hetsched.io.specs import parse_cluster, parse_jobs
 
 #: emulated cost at speed 1 (HETSCHED_EMULATE_COST) and speeds per type: the profiles
 #: below are exactly what the executors will take, so the plan can predict them
-EMULATE_COST = (0.5, 0.02)
+EMULATE_COST = (1.0, 0.04)
 EMULATE_SPEED = {"a100": 2.0, "v100": 1.0, "t4": 0.5}
 
 THREE_JOBS = """

@@ -8,7 +8,8 @@ plan's prediction can be compared with what the executors measured.
 The fault test kills one executor process mid-run: the step ends every
 executor, the Slurm job fails, `hetsched replan` plans the rounds not yet
 checkpointed on the GPUs still up (a drained node left out) and submits them;
-the rest completes and every job ends with all of its rounds.
+the rest completes and every job ends with all of its rounds. The node test
+takes a pool node down mid-run (NODE_FAIL): the replan uses the node still up.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ jobs:
   - {name: %(p)sc, workload: mlp, dataset_size: 160, epochs: 1, global_batch: 8,
      requested_gpus: 1}
 """
+#: the fault test's jobs: shorter (one iteration per task), its timing is not measured
+SMALL_JOBS = """
+jobs:
+  - {name: %(p)sa, workload: mlp, dataset_size: 96, epochs: 1, global_batch: 16,
+     requested_gpus: 1, weight: 2}
+  - {name: %(p)sb, workload: mlp, dataset_size: 64, epochs: 1, global_batch: 16,
+     requested_gpus: 2}
+  - {name: %(p)sc, workload: mlp, dataset_size: 48, epochs: 1, global_batch: 8,
+     requested_gpus: 1}
+"""
 
 
 @pytest.fixture()
@@ -59,10 +70,11 @@ def pool_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _plan(tmp: Path, prefix: str, nodes: list[tuple[str, str, int]], iterations: int) -> dict:
+def _plan(tmp: Path, prefix: str, nodes: list[tuple[str, str, int]], iterations: int,
+          jobs: str = JOBS) -> dict:
     from hetsched.cli.main import main
 
-    (tmp / "jobs.yaml").write_text(JOBS % {"p": prefix})
+    (tmp / "jobs.yaml").write_text(jobs % {"p": prefix})
     import yaml
 
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster_yaml(nodes)))
@@ -131,7 +143,7 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     assert pred == pytest.approx(plan["objective"]["weighted_jct_s"])
     assert meas == pytest.approx(pred, rel=0.10), (meas, pred, pool["jobs"])
     code, out = invoke(main, ["status"])
-    assert code == 0 and f"pool plan {pid}" in out and out.count(": done of ") == 3, out
+    assert code == 0 and f"pool plan {pid}" in out and out.count(": done (round ") == 3, out
 
     # the monitor folded the task records into the profile history
     from hetsched.state.store import open_store
@@ -171,7 +183,7 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
     from hetsched.io.pool_reports import completed_rounds
 
     tmp = pool_env
-    plan = _plan(tmp, "pk", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 2)
+    plan = _plan(tmp, "pk", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 1, SMALL_JOBS)
     pid = plan["plan_id"]
     code, out = invoke(main, ["submit", str(tmp / "pool.json"), "-p", "gpu"])
     assert code == 0, out
@@ -198,6 +210,11 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
         client.runner.run(["scontrol", "update", f"nodename={n}", "state=drain",
                            "reason=pool-test"])
     time.sleep(1)
+    n_jobs = len(client.jobs())
+    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+                              "--json", "--dry-run"])
+    assert code == 0 and json.loads(out[out.index("{"):])["status"] == "dry-run", out
+    assert len(client.jobs()) == n_jobs  # a dry run submits nothing
     code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out
@@ -225,3 +242,47 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
     assert after == {n: rounds[n] for n in new["tasks"]["jobs"]}
     pool = _status_json()["pool"]
     assert pool["plan_id"] == new_id and all(j["done"] for j in pool["jobs"])
+
+
+def test_node_failure_replans_on_the_gpus_still_up(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None,
+        pool_env: Path) -> None:
+    """A pool node goes down mid-run: NODE_FAIL, and replan uses only what is still up."""
+    from hetsched.cli.main import main
+    from hetsched.io.plan_json import load_plan
+    from hetsched.io.pool_reports import completed_rounds
+
+    tmp = pool_env
+    plan = _plan(tmp, "pn", [("a100-1", "a100", 1), ("v100-1", "v100", 1)], 1, SMALL_JOBS)
+    pid = plan["plan_id"]
+    code, out = invoke(main, ["submit", str(tmp / "pool.json"), "-p", "gpu"])
+    assert code == 0, out
+    typed = load_plan(tmp / "pool.json")
+    rounds = {n: m["rounds"] for n, m in plan["tasks"]["jobs"].items()}
+    wait_for(lambda: sum(completed_rounds(typed, tmp / "ckpt").values()) >= 2, 180,
+             "two checkpointed rounds", every_s=0.5)
+    for n in testbed.node_confs:  # the pool's own nodes stay; the rest is not offered
+        if n.name not in ("a100-1", "v100-1"):
+            client.runner.run(["scontrol", "update", f"nodename={n.name}", "state=drain",
+                               "reason=pool-test"])
+    testbed.stop_node("v100-1")  # keep it down (ReturnToService=2 would revive it)
+    client.runner.run(["scontrol", "update", "nodename=v100-1", "state=down",
+                       "reason=pool-test"])
+    state = _wait_finished(client, pid, 90)
+    assert state != "COMPLETED", state
+    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+                              "--json"])
+    assert code == 0, out
+    res = json.loads(out[out.index("{"):])
+    assert res["status"] == "replanned", res
+    from hetsched.state.store import open_store
+
+    with open_store(None) as s:
+        new = s.plan(res["new_plan_id"])
+    assert new is not None
+    assert {g["node"] for g in new["tasks"]["gpus"]} == {"a100-1"}  # v100-1 is down
+    state = _wait_finished(client, new["plan_id"], 240)
+    assert state == "COMPLETED", _log_tail(tmp)
+    after = completed_rounds(load_plan(tmp / "state.db.files" / "plans"
+                                       / f"{new['plan_id']}.json"), tmp / "ckpt")
+    assert after == {n: rounds[n] for n in new["tasks"]["jobs"]}

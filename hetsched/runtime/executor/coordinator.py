@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,7 @@ class Coordinator:
         self.bye: set[str] = set()
         self.hello_deadline = time.monotonic() + hello_timeout_s
         threading.Thread(target=self._accept, daemon=True, name="coord-accept").start()
+        threading.Thread(target=self._watch, daemon=True, name="coord-watch").start()
 
     def rounds_done(self) -> dict[str, int]:
         return {n: s.version for n, s in self.jobs.items()}
@@ -107,25 +108,33 @@ class Coordinator:
         """Block until every executor said bye (None) or the pool job failed (the reason)."""
         with self.cond:
             while self.failed is None and set(self.gpus) - self.bye:
-                if time.monotonic() > self.hello_deadline and set(self.gpus) - self.hello:
-                    missing = sorted(set(self.gpus) - self.hello)
-                    self.failed = f"executor for GPU {missing[0]} never connected"
-                    self.cond.notify_all()
-                    break
                 self.cond.wait(poll_s)
             return self.failed
+
+    def _watch(self) -> None:
+        """Fail the pool job when an executor has not connected by the deadline."""
+        while True:
+            time.sleep(0.5)
+            with self.cond:
+                missing = sorted(set(self.gpus) - self.hello)
+                if self.failed is not None or not missing:
+                    return
+                if time.monotonic() > self.hello_deadline:
+                    self.failed = f"executor for GPU {missing[0]} never connected"
+                    self.cond.notify_all()
+                    return
 
     def _accept(self) -> None:
         while True:
             try:
-                conn = self.listener.accept()
+                conn = protocol.accept(self.listener)
             except OSError:
                 return  # listener closed
             except Exception:  # noqa: BLE001  (a failed handshake: a stranger, ignore it)
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn: Connection) -> None:
+    def _serve(self, conn: protocol.Channel) -> None:
         gpu = "?"
         try:
             while True:
@@ -161,7 +170,7 @@ class Coordinator:
         finally:
             conn.close()
 
-    def _get(self, conn: Connection, head: dict[str, Any]) -> None:
+    def _get(self, conn: protocol.Channel, head: dict[str, Any]) -> None:
         srv = self.jobs[str(head["job"])]
         rnd = int(head["round"])
         with self.cond:
@@ -173,13 +182,15 @@ class Coordinator:
             if srv.version != rnd:
                 raise ValueError(f"job {srv.job.name}: round {rnd} requested after the job "
                                  f"reached round {srv.version}")
-            if int(head.get("have", -1)) == srv.version:
-                protocol.send(conn, {"same": True, "version": srv.version})
-                return
-            payload = srv.flat.numpy()  # sent under the lock: no step can change it meanwhile
-            protocol.send(conn, {"version": srv.version}, payload)
+            version = srv.version
+        if int(head.get("have", -1)) == version:
+            protocol.send(conn, {"same": True, "version": version})
+            return
+        # sent outside the lock: round r's step needs this very task's gradient, so the
+        # parameters of version r cannot change while a task of round r pulls them
+        protocol.send(conn, {"version": version}, srv.flat.numpy())
 
-    def _put(self, conn: Connection, head: dict[str, Any], payload: bytes | None) -> None:
+    def _put(self, conn: protocol.Channel, head: dict[str, Any], payload: bytes | None) -> None:
         srv = self.jobs[str(head["job"])]
         if payload is None or len(payload) != srv.grad.numel() * 4:
             raise ValueError(f"job {srv.job.name}: gradient of the wrong size")

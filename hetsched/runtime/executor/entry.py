@@ -115,7 +115,8 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
         coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
-                            seed=int(opts.get("seed") or 0))
+                            seed=int(opts.get("seed") or 0),
+                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0))
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]

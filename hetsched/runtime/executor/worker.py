@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -64,7 +63,7 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
 class Executor:
     """Runs one GPU's sequence against the coordinator on ``conn``."""
 
-    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: Connection, reporter: Reporter,
+    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: Reporter,
                  opts: ExecOptions) -> None:
         from hetsched.runtime.workloads import load_workload
 
@@ -113,9 +112,15 @@ class Executor:
         reply = self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
                            into=slot.host.numpy())
         t1 = time.perf_counter()
-        load_s = 0.0 if reply.get("same") else slot.load(int(reply["version"]))
+        try:
+            load_s = 0.0 if reply.get("same") else slot.load(int(reply["version"]))
+            compute_s, samples, iters = self._compute(t, job, slot)
+        except torch.OutOfMemoryError:
+            # the plan's memory estimate was too small: drop every other resident model
+            # and run the task again from its start (its parameters are in host memory)
+            load_s = self._make_room(t.job, slot, int(reply["version"]))
+            compute_s, samples, iters = self._compute(t, job, slot)
         switch_s = self.cleanup_s + load_s
-        compute_s, samples, iters = self._compute(t, job, slot)
         t2 = time.perf_counter()
         res = self._call({"op": "put", "job": t.job, "round": t.round, "task": t.task},
                          payload=slot.grad_host.numpy())
@@ -162,6 +167,20 @@ class Executor:
         slot.collect = False
         slot.finish_gradients()
         return time.perf_counter() - t0, sum(counts), len(counts)
+
+    def _make_room(self, job: str, slot: JobSlot, version: int) -> float:
+        """After an out-of-memory error: evict every other job, reload this one."""
+        for name, other in self.slots.items():
+            if name != job:
+                other.evict()
+        slot.collect = False
+        for p in slot.params:
+            p.grad = None
+        slot.evict()  # zeroes what it loaded; the host buffer still holds the parameters
+        scrub_free_memory(self.opts.device)
+        if self.opts.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return slot.load(version)
 
     def _cleanup(self, t: ExecTask, nxt: ExecTask | None) -> float:
         """The plan's memory decisions after task ``t``; zero free memory before another job."""
