@@ -87,6 +87,9 @@ def summary_table(plan: Plan) -> Table:
         best = min(plan.candidates.values())
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
+    skipped = plan.extra.get("skipped")
+    if isinstance(skipped, dict) and skipped:
+        tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))
     return tab
 
 
