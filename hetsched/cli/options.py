@@ -24,8 +24,10 @@ STATE_HELP = ("State file (SQLite). Default: the `state` setting "
               "(hetsched config show), else ~/.local/state/hetsched/state.db")
 
 
-def _path(exists: bool = False, dir_okay: bool = False, file_okay: bool = True) -> click.Path:
-    return click.Path(exists=exists, dir_okay=dir_okay, file_okay=file_okay)
+def _path() -> click.Path:
+    """A path for completion only: the command checks it and answers in one line (click's own
+    check of a directory or a missing file is a three-line usage error)."""
+    return click.Path()
 
 
 def state_option(f: F) -> F:
@@ -37,12 +39,6 @@ def partition_option(help: str = "Slurm partition (default: the `partition` sett
                      ) -> Callable[[F], F]:
     return click.option("--partition", "-p", default=None, envvar="HETSCHED_PARTITION",
                         show_envvar=True, help=help)
-
-
-def existing_file(*decls: str, help: str, required: bool = False) -> Callable[[F], F]:
-    """An input file option: completion offers files, a missing file is a usage error."""
-    return click.option(*decls, type=_path(exists=True), default=None, required=required,
-                        help=help)
 
 
 def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:

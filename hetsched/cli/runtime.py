@@ -24,7 +24,7 @@ from hetsched.errors import InputError
 
 
 @click.command("run")
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), required=True, help="Plan JSON (the hetjob passes it).")
+@click.option("--plan", "plan_path", type=click.Path(), required=True, help="Plan JSON (the hetjob passes it).")
 @click.option("--job", required=True, help="Job name in the plan.")
 @click.option("--segment", type=click.IntRange(0), default=None,
               help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
@@ -71,7 +71,7 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
 
 
 @click.command("exec")
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), required=True, help="Pool plan JSON (the pool job passes it).")
+@click.option("--plan", "plan_path", type=click.Path(), required=True, help="Pool plan JSON (the pool job passes it).")
 @click.option("--gpu", "gpu", default=None,
               help="This executor's plan GPU id NODE-gINDEX (default: $HETSCHED_POOL_GPUS"
               "[rank], else the plan's GPU order).")
@@ -169,9 +169,9 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 
 
 @click.command("profile")
-@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path(dir_okay=False))
+@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path())
 @partition_option("Partition whose GPU types are probed (default: the `partition` setting).")
-@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
+@click.option("--cluster", "cluster_file", type=click.Path(), default=None,
               help="Cluster YAML instead of asking Slurm which GPU types exist.")
 @state_option
 @click.option("--dry-run", is_flag=True, help="Print the probe scripts; submit nothing.")
@@ -344,7 +344,7 @@ def profiles_export(state_path: str | None, out: str | None, workload: str | Non
 
 
 @profiles.command("import")
-@click.argument("csv_file", type=click.Path(dir_okay=False))
+@click.argument("csv_file", type=click.Path())
 @state_option
 def profiles_import(csv_file: str, state_path: str | None) -> None:
     """Add a throughput CSV's rows to the history (e.g. measurements from elsewhere)."""
@@ -375,7 +375,7 @@ def profiles_forget(state_path: str | None, workload: str | None, gpu_type: str 
 
 
 @profiles.command("refine")
-@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.argument("reports", nargs=-1, type=click.Path())
 @state_option
 @click.option("--alpha", type=float, default=0.3, show_default=True,
               help="EWMA weight of a new measurement.")

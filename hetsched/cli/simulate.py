@@ -12,11 +12,11 @@ from hetsched.errors import InputError
 
 
 @click.command("simulate")
-@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="TRACE", type=click.Path())
 @click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml", required=True,
-              type=click.Path(dir_okay=False),
+              type=click.Path(),
               help="Cluster YAML to replay the trace on.")
-@click.option("--throughputs", "tp_file", metavar="PROFILES.csv", type=click.Path(dir_okay=False),
+@click.option("--throughputs", "tp_file", metavar="PROFILES.csv", type=click.Path(),
               help="Throughput CSV (the true step times). Default: the profile history.")
 @click.option("--policy", default="opd", show_default=True,
               help="Policy run online (any of `hetsched policies` but auto).")
