@@ -38,7 +38,10 @@ def contended() -> PlanningProblem:
     return PlanningProblem(jobs, cluster, table)
 
 
-def test_lp_bound_is_active_and_tighter_when_jobs_want_the_same_gpus() -> None:
+def test_lp_bound_is_active_and_tighter_when_jobs_want_the_same_gpus(monkeypatch) -> None:
+    import hetsched.planning.lp_bound as lpb
+
+    monkeypatch.setattr(lpb, "TIME_LIMIT_S", 60.0)  # all cutting-plane rounds, even under load
     p = contended()
     info = lower_bound_info(p)
     assert info["kind"] == "lp"

@@ -16,7 +16,8 @@ Made for cron (``* * * * * hetsched replan -t profiles.csv``):
   running job is left alone unless the new plan resizes it (a different GPU
   count), in which case it is resubmitted in its new shape and resumes from
   its checkpoint. A job that failed is resubmitted, at most ``max_failures``
-  times. Completed jobs are done.
+  times. Completed jobs are done; a job the user cancelled (``scancel`` or
+  ``hetsched cancel``) is final.
 
 Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
 error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.replan_changes import Change, decide, update_dependencies
+from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.spec import Job
@@ -46,13 +49,22 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.store import GONE, SUBMIT_FAILED, SUPERSEDED, Store, Submission
+from hetsched.state.store import (
+    CANCELLED,
+    GAVE_UP,
+    GONE,
+    SUBMIT_FAILED,
+    SUPERSEDED,
+    Store,
+    Submission,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
 EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
-FAILED_STATES = (FINISHED_STATES - {"COMPLETED"}) | {GONE}
+#: states replan resubmits (up to max_failures); a user's CANCELLED is final, never here
+FAILED_STATES = (FINISHED_STATES - {"COMPLETED", CANCELLED}) | {GONE}
 
 
 class ReplanLocked(HetschedError):
@@ -98,15 +110,30 @@ class ReplanResult:
     kept: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
+    user_cancelled: list[str] = field(default_factory=list)
+    waiting: list[tuple[str, str]] = field(default_factory=list)  # (job, why it waits)
+    changes: list[Change] = field(default_factory=list)  # job, was, now, why
+    gave_up_now: list[str] = field(default_factory=list)  # given up in this pass
     plan: dict[str, Any] | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled)
+        return bool(self.submitted or self.cancelled or self.changes)
+
+    def notes(self) -> list[str]:
+        """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
+        out = []
+        if self.given_up:
+            out.append("gave up on " + ", ".join(self.given_up) + " (retries exhausted)")
+        if self.waiting:
+            out.append("waiting: " + "; ".join(f"{j} ({w})" for j, w in self.waiting))
+        if self.user_cancelled:
+            out.append("cancelled by the user (final): " + ", ".join(self.user_cancelled))
+        return out
 
     def summary(self) -> str:
         if self.status == "unchanged":
-            return f"replan: nothing to do ({self.reason})"
+            return "; ".join([f"replan: nothing to do ({self.reason})", *self.notes()])
         parts = [f"replan ({self.reason}) -> plan {self.new_plan_id}"]
         if self.submitted:
             parts.append("submitted " + ", ".join(f"{j}={i}" for j, i in self.submitted))
@@ -114,13 +141,7 @@ class ReplanResult:
             parts.append("cancelled " + ", ".join(f"{j}={i}" for j, i in self.cancelled))
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
-        if self.given_up:
-            parts.append("gave up on " + ", ".join(self.given_up))
-        return "; ".join(parts)
-
-
-def _workers_key(workers: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
-    return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
+        return "; ".join(parts + self.notes())
 
 
 def latest_rows(store: Store) -> dict[str, Submission]:
@@ -169,15 +190,30 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     now = time.time()
 
     jobs: list[Job] = []
+    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     result = ReplanResult("replanned", reason)
     for name, row in rows.items():
         if row.state == "COMPLETED":
             result.done.append(name)
             continue
+        if row.state == CANCELLED:  # the user's cancel is final
+            result.user_cancelled.append(name)
+            continue
+        if row.state == GAVE_UP:
+            result.given_up.append(name)
+            continue
         if row.state in FAILED_STATES:
             fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
             if fails > max_failures:
                 result.given_up.append(name)
+                why = (f"failed {fails} times ({row.state}), more than --max-failures "
+                       f"{max_failures}; not resubmitted")
+                log(f"job {name}: gave up: {why}")
+                result.gave_up_now.append(name)
+                if not dry_run:
+                    store.set_state(row.id, GAVE_UP)
+                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
+                                    detail=why, handled=True)
                 continue
         plan = _stored_plan(store, row.plan_id)
         jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
@@ -192,6 +228,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            keep_end_s[name] = frac * planned  # where it runs now
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
@@ -211,12 +248,26 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
         return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
-                            given_up=result.given_up)
+                            given_up=result.given_up, user_cancelled=result.user_cancelled,
+                            gave_up_now=result.gave_up_now)
 
     old_raw = store.active_plan()
     old_id = (old_raw or {}).get("plan_id")
     settings = how_planned(_stored_plan(store, old_id), policy)
     cluster = load_inventory(client, partition).cluster
+    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
+    # the rest is replanned: one such job must never wedge replanning
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
+        return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
                          **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
@@ -226,27 +277,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
-    to_submit: set[str] = set()
-    to_cancel: list[Submission] = []
-    for jp in new_plan.jobs:
-        name = jp.name
-        if not jp.segments:
-            continue
-        ws = [w.to_dict() for w in jp.segments[0].workers]
-        cur = rows.get(name)
-        if cur is None or cur.state in FAILED_STATES:
-            to_submit.add(name)
-        elif cur.state in RUNNING_STATES:
-            if len(ws) != len(cur.workers):  # resized: restart from its checkpoint
-                to_submit.add(name)
-                to_cancel.append(cur)
-            else:
-                result.kept.append(name)
-        elif _workers_key(ws) != _workers_key(cur.workers):
-            to_submit.add(name)
-            to_cancel.append(cur)
-        else:
-            result.kept.append(name)
+    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    result.kept = dec.kept
+    result.changes = dec.changes
     if dry_run:
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
@@ -258,16 +293,18 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if to_submit:
             # new hetjobs first: if this fails, the old ones are still queued
             res = submit(new_plan, store, client, only=to_submit, partition=partition,
-                         source="replan", allow_active_elsewhere=True)
+                         source="replan", allow_active_elsewhere=True, check_runnable=False)
             result.submitted = res.submitted + res.skipped
         else:
             store.add_plan(new, source="replan")
-        ids = [r.slurm_id for r in to_cancel if r.slurm_id]
-        client.cancel(ids)
+        # marked before scancel, so no monitor reads hetsched's cancel as a user's
         with store.tx():
             for r in to_cancel:
                 store.set_state(r.id, SUPERSEDED)
+        client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
         result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
+        ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
+        result.changes += update_dependencies(new_plan, result.kept, ids, client)
     except BaseException as e:
         store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
         raise

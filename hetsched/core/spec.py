@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.core import limits
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -56,6 +57,8 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+    #: how the job is submitted (time limit, account, ...); None = the defaults
+    slurm: SbatchOptions | None = None
 
     def __post_init__(self) -> None:
         check_job(self, "Job")
@@ -101,6 +104,8 @@ class Job:
             d["entrypoint"] = self.entrypoint
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
+        if self.slurm:
+            d["slurm"] = self.slurm.to_dict()
         return d
 
 

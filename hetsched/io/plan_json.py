@@ -83,7 +83,7 @@ class LowerBoundModel(_Open):
 class SettingsModel(_Strict):
     """How the plan was asked for; ``replan`` makes the next plan the same way."""
 
-    mode: Literal["space", "pool"] = "space"
+    mode: Literal["space", "pool", "auto"] = "space"
     policy: Annotated[str, Field(min_length=1, max_length=64)] = "auto"
     params: dict[str, Any] = Field(default_factory=dict)
     static: bool = False

@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import hostlist
 
 from hetsched.core import limits
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.core.spec import (
     ENTRYPOINT_RE,
     GPU_TYPE_RE,
@@ -98,7 +100,7 @@ class _Fields:
 JOB_FIELDS = (
     "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
-    "entrypoint", "memory_gb",
+    "entrypoint", "memory_gb", "slurm",
 )
 
 
@@ -154,21 +156,39 @@ def parse_job(data: Any, source: str, index: int) -> Job:
     if command is not None and entrypoint is not None:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
     memory_gb = f.num("memory_gb", b["memory_gb"]) if f.has("memory_gb") else None
+    slurm = parse_sbatch(data["slurm"], source, f"{where}.slurm") if f.has("slurm") else None
     return Job(
         name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
         global_batch=global_batch, weight=weight, arrival_s=arrival_s,
         model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
         gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
-        memory_gb=memory_gb,
+        memory_gb=memory_gb, slurm=slurm,
     )
 
 
+def parse_sbatch(data: Any, source: str, where: str) -> SbatchOptions:
+    """A ``slurm:`` mapping (a job's, or the jobs file's default for every job)."""
+    if not isinstance(data, Mapping):
+        raise InputError(source, f"expected a mapping, got {type(data).__name__}", where)
+    try:
+        return SbatchOptions.parse(data)
+    except SbatchOptionError as e:
+        raise InputError(source, str(e), f"{where}.{e.key}") from None
+
+
 def parse_jobs(data: Any, source: str) -> list[Job]:
-    """Validate a whole jobs document: ``{jobs: [...]}`` or a bare list."""
+    """Validate a whole jobs document: ``{jobs: [...], slurm: {...}}`` or a bare list.
+
+    A top-level ``slurm:`` mapping is every job's default (a job's own keys win).
+    """
+    default: SbatchOptions | None = None
     if isinstance(data, Mapping):
-        unknown = sorted(set(map(str, data)) - {"jobs"})
+        unknown = sorted(set(map(str, data)) - {"jobs", "slurm"})
         if unknown:
-            raise InputError(source, f"unknown top-level key {unknown[0]!r}; expected 'jobs'")
+            raise InputError(source, f"unknown top-level key {unknown[0]!r}; expected 'jobs' "
+                             "(and optionally 'slurm')")
+        if data.get("slurm") is not None:
+            default = parse_sbatch(data["slurm"], source, "slurm")
         data = data.get("jobs")
     if data is None:
         raise InputError(source, "no jobs: expected a list under 'jobs:'")
@@ -180,6 +200,8 @@ def parse_jobs(data: Any, source: str) -> list[Job]:
     if too_many:
         raise InputError(source, too_many, "jobs")
     jobs = [parse_job(item, source, i) for i, item in enumerate(data)]
+    if default:
+        jobs = [replace(j, slurm=(j.slurm or SbatchOptions()).over(default)) for j in jobs]
     seen: set[str] = set()
     for j in jobs:
         if j.name in seen:

@@ -54,7 +54,7 @@ from hetsched.core.problem import PlanningProblem
 MAX_VARS = 40_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 MAX_CONFIGS = 400  # Pareto configurations per job
 INTERVALS = 32  # bounded time intervals (geometric; arrivals added)
-TIME_LIMIT_S = 4.0  # for all cutting-plane rounds together
+TIME_LIMIT_S = 2.0  # for all cutting-plane rounds together
 SAFETY = 1e-6  # relative shave for solver tolerances
 MAX_ROUNDS = 6  # cutting-plane rounds for the tail inequality
 
@@ -100,7 +100,7 @@ def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int) -> n
 
 def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
                    n_intervals: int = INTERVALS,
-                   time_limit_s: float = TIME_LIMIT_S) -> dict[str, Any] | None:
+                   time_limit_s: float | None = None) -> dict[str, Any] | None:
     """The LP bound (module docstring) or ``None`` when the LP would be too large or fails.
 
     ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many.
@@ -111,6 +111,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     from hetsched.planning.solver import lp_solver
 
     t_start = time.perf_counter()
+    if time_limit_s is None:
+        time_limit_s = TIME_LIMIT_S
     if any(X is None or not len(X) for X in lattices):
         return None
     confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]

@@ -138,6 +138,8 @@ SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
 SUBMIT_FAILED = "SUBMIT_FAILED"
 SUPERSEDED = "SUPERSEDED"  # cancelled by hetsched because a newer plan replaced it
 GONE = "GONE"  # Slurm forgot the job and hetsched never saw it finish
+CANCELLED = "CANCELLED"  # Slurm's word; for hetsched a user's cancel: final, never resubmitted
+GAVE_UP = "GAVE_UP"  # failed more than --max-failures times: replan stopped resubmitting it
 
 
 class StoreError(HetschedError):
@@ -481,6 +483,37 @@ class Store:
     def profiles(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
+
+
+def open_store_readonly(path: str | Path | None = None) -> Store | None:
+    """Open the state file for reading only (``status``); None when there is none.
+
+    Nothing is created or written: no file, no schema, no WAL switch. A file
+    hetsched cannot read is refused with the same checks as :class:`Store`.
+    """
+    p = Path(path if path is not None else default_path())
+    if not p.exists():
+        return None
+    try:
+        guard.preflight(p)  # empty, unreadable: the same clear refusals as for writers
+    except guard.StateReadOnly:
+        pass  # reading is all status needs
+    store = Store.__new__(Store)
+    store.path = p
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30.0,
+                               isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        Store._check(conn, p)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"state file {p} is corrupted or not a SQLite file ({e}); it was "
+                         "left untouched") from None
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        conn.close()
+        return None  # a database with no tables: nothing was ever recorded
+    store.conn = conn
+    store._changes_at_open = conn.total_changes  # never changes: close() backs up nothing
+    return store
 
 
 def open_store(path: str | Path | None = None) -> Store:

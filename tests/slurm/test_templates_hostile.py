@@ -27,6 +27,7 @@ import pytest
 from slurm_helpers import job_plan, wait_for
 
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.pool_script import render_pool
@@ -66,13 +67,22 @@ def _hetjob_job(**over: Any) -> dict[str, Any]:
             "segments": [{"start_s": 0, "end_s": 1, "workers": [w]}]}
 
 
+SBATCH_FIELDS = ("time", "account", "qos", "mem", "constraint", "extra")
+
+
 def _render_hetjob(tmp: Path, stub: str, **field: Any) -> Script:
     plan_id = field.pop("plan_id", "p1")
     kw = {k: field.pop(k) for k in ("plan_path", "log_dir", "partition") if k in field}
+    # sbatch options straight into the dataclass: the template's own filter must hold
+    opts = {k: field.pop(k) for k in SBATCH_FIELDS if k in field}
+    if "extra" in opts:
+        opts["extra"] = ("--exclusive", opts["extra"])
+    sbatch = SbatchOptions(**opts)
     job = _hetjob_job(**field)
     return render_hetjob(plan_id, job_plan(job), plan_path=kw.get("plan_path", tmp / "plan.json"),
                          log_dir=kw.get("log_dir", tmp), partition=kw.get("partition", "gpu"),
-                         hetsched=field.get("hetsched", stub))
+                         hetsched=field.get("hetsched", stub), sbatch=sbatch, time_min=5,
+                         signal_s=60)
 
 
 def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
@@ -105,7 +115,7 @@ def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
 TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "hetjob.sbatch.j2": (_render_hetjob, (
         "plan_id", "name", "workload", "command", "entrypoint", "node", "gpu_type",
-        "partition", "log_dir", "plan_path", "hetsched")),
+        "partition", "log_dir", "plan_path", "hetsched", *SBATCH_FIELDS)),
     "probe.sbatch.j2": (_render_probe, (
         "workload", "gpu_type", "node", "partition", "log_dir", "out", "extra_arg",
         "hetsched")),
