@@ -145,7 +145,9 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     code, out = invoke(main, ["status"])
     assert code == 0 and f"pool plan {pid}" in out and out.count(": done (round ") == 3, out
 
-    # the monitor folded the task records into the profile history
+    # a monitor cycle (watch; status is read-only) folds the task records into the history
+    code, out = invoke(main, ["watch", "--cycles", "1"])
+    assert code == 0, out
     from hetsched.state.store import open_store
 
     with open_store(None) as s:
