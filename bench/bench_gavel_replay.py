@@ -127,12 +127,18 @@ def cluster() -> Cluster:
 
 
 def run_trace(name: str, limit: int) -> dict[str, object]:
+    it = gavel_iteration_times()
     specs, _ = parse_trace(GAVEL / "traces" / name, limit)
+    # a job Gavel never measured at its scale on any type (or wider than a type) cannot be replayed
+    n_all = len(specs)
+    specs = [s for s in specs if s["requested_gpus"] <= PER_TYPE and any(
+        (s["workload"], s["global_batch"] // s["requested_gpus"], t, s["requested_gpus"]) in it
+        for t in TYPES)]
     pinned = parse_jobs([{**s, "min_gpus": s["requested_gpus"], "max_gpus": s["requested_gpus"]}
                          for s in specs], name)
     free = [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None) for j in pinned]
-    it = gavel_iteration_times()
-    row: dict[str, object] = {"jobs": len(specs), "gpus": 3 * PER_TYPE}
+    row: dict[str, object] = {"jobs": len(specs), "dropped_unmeasured": n_all - len(specs),
+                              "gpus": 3 * PER_TYPE}
     for pol in ("fifo", "fifo_perf", "srtf_perf"):
         row[f"gavel-like {pol}"] = pinned_replay(pinned, pol, it)
     for label, jobs, pols in (("hetsched pinned", pinned, ("fifo", "srtf", "allox", "auto")),

@@ -153,3 +153,17 @@ def test_restore_refuses_a_bad_backup(state: Path, tmp_path: Path) -> None:
     r = cli(state, "state", "restore", "--from", str(bad))
     refused(r, EXIT_STATE_INCOMPLETE, str(bad))
     assert state.stat().st_size == 0  # nothing moved
+
+
+def test_state_file_that_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the state directory should be")
+    r = cli(blocker / "state.db", "state", "backup")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    r = cli(blocker / "state.db", "plan", str(EX / "jobs.yaml"), "--cluster",
+            str(EX / "cluster.yaml"))
+    assert "Traceback" not in r.stderr and r.returncode == 2, r.stderr  # no profile history
+    from hetsched.state.guard import StateAccessError
+
+    with pytest.raises(StateAccessError, match="cannot create state file"):
+        open_store(blocker / "state.db")

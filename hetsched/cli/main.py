@@ -70,6 +70,7 @@ def main() -> None:
     hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
     hetsched exec --plan P              inside a pool job's step: run this GPU's tasks
+    hetsched state check|backup|restore the state file: check, back up, restore
 
     Errors in the input print one line naming the file and field; exit code 2.
     """

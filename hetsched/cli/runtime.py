@@ -83,6 +83,10 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
 @click.option("--checkpoint-dir", default=None, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
               "job at round boundaries; existing ones are resumed [default: "
               "$HETSCHED_CHECKPOINT_DIR, else STATE.files/checkpoints].")
+@click.option("--checkpoint-every", "checkpoint_every_s", type=click.FloatRange(min=0),
+              default=0.0, show_default=True,
+              help="Seconds between a job's checkpoints: at the first round boundary after "
+              "them (0: every round; a job's last round always).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Force the device (default: CUDA when torch sees a GPU).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -90,8 +94,8 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
               help="Ignore the plan's speculative memory plan: evict every model after its "
               "task (for comparison).")
 def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | None,
-             checkpoint_dir: str | None, device: str | None, seed: int,
-             no_residency: bool) -> None:
+             checkpoint_dir: str | None, checkpoint_every_s: float, device: str | None,
+             seed: int, no_residency: bool) -> None:
     """Run a pool plan's task sequences: this GPU's executor inside a Slurm step.
 
     `srun` starts one executor per pool GPU; rank 0 also runs the coordinator
@@ -104,6 +108,7 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
     from hetsched.runtime.executor.entry import default_dirs, run_local, run_rank
 
     opts = default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
+                         "checkpoint_every_s": checkpoint_every_s,
                          "device": device, "seed": seed, "residency": not no_residency,
                          "local": local})
     if local:

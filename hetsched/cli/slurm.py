@@ -282,8 +282,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
-    queued), 4 Slurm unreachable, 6 state file unusable, 130 interrupted
-    (nothing left queued).
+    queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
+    130 interrupted (nothing left queued).
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
@@ -448,7 +448,7 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
     A cancelled job is never resubmitted by `hetsched replan`; neither is one
     cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
     The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
-    input (unknown job), 3 scancel failed, 6 state file unusable.
+    input (unknown job), 3 scancel failed, 6-10 state file unusable (docs/reliability.md).
     """
     from hetsched.app.cancel import cancel_jobs
 
@@ -504,7 +504,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     """Replan after reset events and bring Slurm in line (cron-safe).
 
     Quiet unless something changed. Exit codes: 0 ok, 1 unexpected error,
-    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state file
+    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
     unusable, 75 another replan holds the lock (skipped). Example crontab:
 
     \b

@@ -68,6 +68,8 @@ MAX_YAML_BYTES = 8 * 1024 * 1024
 MAX_CSV_BYTES = 64 * 1024 * 1024
 #: one CSV field (Python's csv module default)
 MAX_CSV_FIELD = 128 * 1024
+#: a 10,000-job plan is about 20 MB
+MAX_PLAN_BYTES = 256 * 1024 * 1024
 MAX_YAML_DEPTH = 64
 #: digits of an integer literal; 20 digits already exceed every bound above
 MAX_INT_DIGITS = 20

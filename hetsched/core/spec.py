@@ -114,8 +114,8 @@ def check_job(job: Job, source: str) -> None:
     name = job.name
     where = f"job {name!r}" if isinstance(name, str) else "job"
     if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 256:
-        raise InputError(source, f"{name!r} is not valid; expected letters, digits, '.', "
-                         "'_' or '-'", f"{where}: name")
+        raise InputError(source, f"{str(name)[:60]!r} is not valid; expected 1-256 letters, "
+                         "digits, '.', '_' or '-'", "name")
     if not isinstance(job.workload, str) or not WORKLOAD_RE.match(job.workload):
         raise InputError(source, f"{job.workload!r} is not valid; expected {WORKLOAD_VALID}",
                          f"{where}: workload")

@@ -157,13 +157,16 @@ def parse_job(data: Any, source: str, index: int) -> Job:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
     memory_gb = f.num("memory_gb", b["memory_gb"]) if f.has("memory_gb") else None
     slurm = parse_sbatch(data["slurm"], source, f"{where}.slurm") if f.has("slurm") else None
-    return Job(
-        name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
-        global_batch=global_batch, weight=weight, arrival_s=arrival_s,
-        model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
-        gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
-        memory_gb=memory_gb, slurm=slurm,
-    )
+    try:
+        return Job(
+            name=name, workload=workload, dataset_size=dataset_size, epochs=epochs,
+            global_batch=global_batch, weight=weight, arrival_s=arrival_s,
+            model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
+            gpu_types=gpu_types, requested_gpus=requested, command=command,
+            entrypoint=entrypoint, memory_gb=memory_gb, slurm=slurm,
+        )
+    except InputError as e:  # Job's own checks: name this file, not "Job"
+        raise InputError(source, e.message, e.where) from None
 
 
 def parse_sbatch(data: Any, source: str, where: str) -> SbatchOptions:

@@ -154,9 +154,9 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if workers is None:
         workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
 
-    def run(name: str) -> Plan:
+    def run(name: str, deadline: float | None) -> Plan:
         return simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
-                        reporter=rep if workers == 1 else None)
+                        reporter=rep if workers == 1 else None, deadline=deadline)
 
     sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
                   cost=lambda n: reg[n].cost(problem), workers=workers)

@@ -125,8 +125,12 @@ def check_tables(p: Path, present: set[str], expected: set[str], version: int) -
 
 def create_atomically(p: Path) -> Path:
     """A fresh empty file in ``p``'s directory, 0600, for the caller to fill and link."""
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.new.")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.new.")
+    except OSError as e:
+        raise StateAccessError(f"cannot create state file {p}: {e.strerror}; make "
+                               f"{p.parent} writable or point HETSCHED_STATE elsewhere") from None
     os.close(fd)
     os.chmod(tmp, 0o600)
     return Path(tmp)

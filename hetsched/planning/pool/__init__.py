@@ -65,7 +65,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
 
-    def run(name: str) -> tuple[TaskSchedule, float]:
+    def run(name: str, deadline: float | None = None) -> tuple[TaskSchedule, float]:
         s = pols[name].schedule(pp, rel)
         return s, evaluate(pp, s).objective
 

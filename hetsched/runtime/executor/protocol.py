@@ -52,6 +52,11 @@ class Channel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # a peer whose node vanished (no FIN ever comes) is noticed within ~1 minute
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, val in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
 
     @classmethod
     def from_connection(cls, conn: Connection) -> Channel:

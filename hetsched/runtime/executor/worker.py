@@ -19,6 +19,7 @@ Tasks of rounds a checkpoint already holds are skipped (resume).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,15 +50,23 @@ class ExecOptions:
     on_task: Callable[[dict[str, Any]], None] | None = None  # test hook after each task
 
 
+@functools.lru_cache(maxsize=8)
+def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
+    """An epoch's sample order (cached: a task reads it once per iteration)."""
+    perm = np.random.default_rng([seed, epoch]).permutation(size)
+    perm.setflags(write=False)
+    return perm
+
+
 def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.ndarray:
     """Sample indices of task ``task``'s iteration ``k`` in round ``rnd``."""
     step = rnd * job.iterations + k
     epoch = step // job.steps_per_epoch()
     off, n = job.step_samples(step)
-    perm = np.random.default_rng([seed, epoch]).permutation(job.dataset_size)
+    perm = _permutation(seed, epoch, job.dataset_size)
     counts = split_counts(n, job.slices())
     lo = off + sum(counts[:task])
-    return perm[lo:lo + counts[task]]
+    return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
 
 class Executor:
@@ -112,9 +121,15 @@ class Executor:
         reply = self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
                            into=slot.host.numpy())
         t1 = time.perf_counter()
-        load_s = 0.0 if reply.get("same") else slot.load(int(reply["version"]))
+        try:
+            load_s = 0.0 if reply.get("same") else slot.load(int(reply["version"]))
+            compute_s, samples, iters = self._compute(t, job, slot)
+        except torch.OutOfMemoryError:
+            # the plan's memory estimate was too small: drop every other resident model
+            # and run the task again from its start (its parameters are in host memory)
+            load_s = self._make_room(t.job, slot, int(reply["version"]))
+            compute_s, samples, iters = self._compute(t, job, slot)
         switch_s = self.cleanup_s + load_s
-        compute_s, samples, iters = self._compute(t, job, slot)
         t2 = time.perf_counter()
         res = self._call({"op": "put", "job": t.job, "round": t.round, "task": t.task},
                          payload=slot.grad_host.numpy())
@@ -161,6 +176,20 @@ class Executor:
         slot.collect = False
         slot.finish_gradients()
         return time.perf_counter() - t0, sum(counts), len(counts)
+
+    def _make_room(self, job: str, slot: JobSlot, version: int) -> float:
+        """After an out-of-memory error: evict every other job, reload this one."""
+        for name, other in self.slots.items():
+            if name != job:
+                other.evict()
+        slot.collect = False
+        for p in slot.params:
+            p.grad = None
+        slot.evict()  # zeroes what it loaded; the host buffer still holds the parameters
+        scrub_free_memory(self.opts.device)
+        if self.opts.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return slot.load(version)
 
     def _cleanup(self, t: ExecTask, nxt: ExecTask | None) -> float:
         """The plan's memory decisions after task ``t``; zero free memory before another job."""
