@@ -67,6 +67,28 @@ def test_dry_run_prints_one_hetjob_and_each_gpus_tasks(tmp_path: Path) -> None:
     subprocess.run(["bash", "-n"], input=out, text=True, check=True)
 
 
+def test_sbatch_options_and_time_limit_reach_every_component(tmp_path: Path) -> None:
+    import math
+
+    plan = pool_plan(NODES, prefix="so")
+    pf = _write(tmp_path, plan)
+    res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--account", "ml",
+                                                    "--qos", "high"])
+    assert res.exit_code == 0, res.output
+    n = len({(g.gpu_type, g.node) for g in pool_gpus(plan.tasks)})  # components
+    assert res.stdout.count("#SBATCH --account=ml\n") == n
+    assert res.stdout.count("#SBATCH --qos=high\n") == n
+    # no --time given: the limit follows the plan's makespan (margin and pad from config)
+    from hetsched.app.submit import time_limit
+
+    limit = time_limit(plan.makespan_s)[0]
+    assert limit >= math.ceil(plan.makespan_s / 60)
+    assert res.stdout.count(f"#SBATCH --time={limit}\n") == n
+    res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--time", "2:00:00"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("#SBATCH --time=2:00:00\n") == n
+
+
 def test_task_sequences_are_compact_and_complete() -> None:
     plan = pool_plan([("a100-1", "a100", 1), ("v100-1", "v100", 1)], prefix="cs",
                      task_iterations=5)
