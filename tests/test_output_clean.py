@@ -39,6 +39,7 @@ CASES = [
     (PLAN + ["--mode", "pool", "--policy", "fifo", "--format", "json"], "json"),  # a note
     (["policies", "--format", "json"], "json"),
     (["config", "show", "--format", "json"], "json"),
+    (["status", "--format", "json"], "json"),  # no state file yet: an empty batch
 ]
 
 

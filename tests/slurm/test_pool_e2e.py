@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
+from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
 from slurm_helpers import invoke, wait_for
 
 from hetsched.slurm.client import CliSlurmClient

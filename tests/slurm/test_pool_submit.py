@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pool_helpers import pool_plan
+from pool_slurm_helpers import pool_plan
 from slurm_helpers import invoke, wait_for
 
 from hetsched.app.pool_submit import POOL_KEY, task_sequences
