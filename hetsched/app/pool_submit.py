@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsched import config
+from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
 from hetsched.app.submit import (
     SubmitError,
     SubmitResult,
@@ -117,6 +118,26 @@ def task_sequences(plan: Plan) -> list[str]:
     return out
 
 
+#: what ``hetsched exec`` can build without an entrypoint (runtime/workloads.py BUILTINS;
+#: tests/slurm/test_pool_submit.py keeps the two in step without importing torch here)
+EXECUTOR_WORKLOADS = frozenset(BUILTIN_SAMPLE_BYTES) | {"resnet50", "bert-base"}
+
+
+def not_poolable(plan: Plan) -> list[tuple[str, str]]:
+    """[(job, why)] for jobs the pool executor cannot train (it builds the model itself)."""
+    out = []
+    for j in plan.jobs:
+        spec = j.spec
+        if spec is None:
+            out.append((j.name, "the plan carries no job spec"))
+        elif not spec.entrypoint and spec.workload not in EXECUTOR_WORKLOADS:
+            out.append((j.name, f"workload {spec.workload!r} is not a built-in "
+                        f"({', '.join(sorted(EXECUTOR_WORKLOADS))}) and the job has no "
+                        "entrypoint" + ("; a command cannot run under the pool executor, "
+                                        "use space mode" if spec.command else "")))
+    return out
+
+
 def pool_sbatch(plan: Plan, sbatch: SbatchOptions | None) -> tuple[SbatchOptions, int]:
     """The pool job's sbatch options and time limit (minutes).
 
@@ -136,6 +157,10 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                 sbatch: SbatchOptions | None = None) -> PoolSubmitResult:
     """Submit a pool-mode plan as one hetjob (see module doc)."""
     pid = check_plan(plan, source)
+    bad = not_poolable(plan)
+    if bad and not dry_run:
+        raise UnrunnableError(source, f"{len(bad)} of {len(plan.jobs)} jobs cannot run under "
+                              f"the pool executor: {listing(bad)}", "jobs")
     opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from pool_slurm_helpers import pool_plan
 from slurm_helpers import invoke, wait_for
 
-from hetsched.app.pool_submit import POOL_KEY, task_sequences
+from hetsched.app.pool_submit import EXECUTOR_WORKLOADS, POOL_KEY, task_sequences
+from hetsched.app.runnable import UnrunnableError
 from hetsched.app.submit import SubmitError, files_dir, submit
 from hetsched.cli import slurm as cli_slurm
 from hetsched.planning.pool.compact import expand_runs
@@ -123,6 +124,27 @@ def test_a_pool_plan_without_tasks_is_one_clear_line(tmp_path: Path) -> None:
     p.write_text(json.dumps(body))
     code, out = invoke(cli_slurm.submit_cmd, [str(p), "--dry-run"])
     assert code == 2 and "no GPU with tasks" in out and "Traceback" not in out
+
+
+def test_jobs_the_executor_cannot_train_are_refused_before_anything(tmp_path: Path) -> None:
+    import dataclasses
+
+    plan = pool_plan(NODES, prefix="nr")
+    j = plan.jobs[0]
+    assert j.spec is not None
+    j.spec = dataclasses.replace(j.spec, workload="resnet-50", command=("python", "t.py"))
+    with open_store(tmp_path / "state.db") as st:
+        with pytest.raises(UnrunnableError) as ei:
+            submit(plan, st, None, partition="gpu")
+        assert st.submissions() == [] and st.plans() == []
+    msg = str(ei.value)
+    assert "nra" in msg and "'resnet-50' is not a built-in" in msg and "space mode" in msg
+    assert "\n" not in msg
+
+
+def test_executor_workloads_match_the_runtime() -> None:
+    workloads = pytest.importorskip("hetsched.runtime.workloads")
+    assert set(workloads.BUILTINS) == EXECUTOR_WORKLOADS
 
 
 def test_gpu_ids_match_the_executor() -> None:
