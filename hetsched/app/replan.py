@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
 from hetsched.app.replan_changes import Change, decide, update_dependencies
 from hetsched.app.runnable import split_placeable
@@ -167,10 +168,16 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
            partition: str | None = None, spool: str | Path | None = None,
            force: bool = False, dry_run: bool = False, max_failures: int = 2,
-           log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
-    """One replan pass (see module doc). The caller holds the lock."""
+           log: Callable[[str], None] = lambda _m: None,
+           online: bool | None = None) -> ReplanResult:
+    """One replan pass (see module doc). The caller holds the lock.
+
+    ``online`` (default: setting ``replan_online``): started jobs keep their
+    decided GPU count and types (pinned in the new plan, never resized).
+    """
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
     if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
         from hetsched.app.pool_replan import pool_replan
@@ -229,6 +236,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
             keep_end_s[name] = frac * planned  # where it runs now
+            if online and row.workers:  # online: a started job's decision is stable
+                keep_end_s[name] = 0.0  # moving it never "pays"
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []

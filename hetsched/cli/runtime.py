@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -200,7 +201,7 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     from hetsched.app.profile import parse_batches, plan_probes, render_probes, run_probes
     from hetsched.app.submit import files_dir
     from hetsched.io.specs import load_cluster, load_jobs
-    from hetsched.state.store import default_path, open_store
+    from hetsched.state.store import open_store
 
     jobs = load_jobs(jobs_file)
     part = partition or config.get("partition") or None
@@ -215,28 +216,8 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         types = list(load_cluster_from_slurm(client, part).gpu_types)
     sweep = parse_batches(batches) if batches else None
     if dry_run:
-        from hetsched.state.store import Store
-
-        path = Path(state_path) if state_path else default_path()
-        st: Store | None = open_store(path) if path.exists() else None
-        try:
-            specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
-                                         retry_unusable=retry_unusable)
-        finally:
-            if st is not None:
-                st.close()
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
-                                 warmup=warmup, steps=steps)
-            for o in outs:
-                assert o.script is not None
-                click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")
-                click.echo(o.script.read_text(), nl=False)
-        for label, why in sorted(skipped.items()):
-            click.echo(f"# skip {label}: {why}", err=True)
-        click.echo(f"# dry run: {len(specs)} probes; nothing submitted", err=True)
+        _profile_dry_run(jobs, types, state_path, sweep, part, time_limit, warmup, steps,
+                         force=force, retry_unusable=retry_unusable)
         return
     with open_store(state_path) as st:
         specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
@@ -266,6 +247,37 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     else:
         click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
                    f"{len(outs) - ok} pairs marked unusable")
+
+
+def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
+                     sweep: tuple[int, ...] | None, part: str | None, time_limit: float,
+                     warmup: int,
+                     steps: int, *, force: bool, retry_unusable: bool) -> None:
+    """``profile --dry-run``: print the probe scripts that would be submitted."""
+    import tempfile
+
+    from hetsched.app.profile import plan_probes, render_probes
+    from hetsched.state.store import Store, default_path, open_store
+
+    path = Path(state_path) if state_path else default_path()
+    st: Store | None = open_store(path) if path.exists() else None
+    try:
+        specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
+                                     retry_unusable=retry_unusable)
+    finally:
+        if st is not None:
+            st.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
+                             warmup=warmup, steps=steps)
+        for o in outs:
+            assert o.script is not None
+            click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")
+            click.echo(o.script.read_text(), nl=False)
+    for label, why in sorted(skipped.items()):
+        click.echo(f"# skip {label}: {why}", err=True)
+    click.echo(f"# dry run: {len(specs)} probes; nothing submitted", err=True)
+
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from hetsched.errors import InputError
 
 
 @click.command("simulate")
-@click.argument("trace", metavar="TRACE.yaml")
+@click.argument("trace", metavar="TRACE")
 @click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml", required=True,
               help="Cluster YAML to replay the trace on.")
 @click.option("--throughputs", "tp_file", metavar="PROFILES.csv",
@@ -39,7 +39,7 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     """Replay TRACE's jobs in arrival order with POLICY deciding online.
 
     TRACE is a jobs YAML with arrival_s (`hetsched convert gavel-trace` makes
-    one). The policy sees a job only once it has arrived and is asked again at
+    one) or a Gavel .trace file. The policy sees a job only once it has arrived and is asked again at
     every arrival and completion (receding horizon). Prints weighted and
     average JCT, makespan, queueing delay, GPU utilisation, restarts per job,
     and the ratios to the offline plan and to the lower bound (the empirical
@@ -51,7 +51,13 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     from hetsched.io.specs import load_jobs
     from hetsched.planning.space.policies.base import parse_param
 
-    jobs = load_jobs(trace)
+    if trace.endswith(".trace"):  # a Gavel trace as is (what `convert gavel-trace` reads)
+        from hetsched.io.specs import parse_jobs
+        from hetsched.io.traces import parse_trace
+
+        jobs = parse_jobs(parse_trace(trace)[0], trace)
+    else:
+        jobs = load_jobs(trace)
     cluster = _load_cluster(cluster_file, None)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
