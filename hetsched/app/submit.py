@@ -174,7 +174,8 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
 
         return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
                            pin_nodes=pin_nodes, source=source,
-                           allow_active_elsewhere=allow_active_elsewhere, progress=progress)
+                           allow_active_elsewhere=allow_active_elsewhere, progress=progress,
+                           sbatch=sbatch)
     pid = check_plan(plan, source)
     preds = predecessors(plan)
     bad = unrunnable(plan, only) if check_runnable else []
