@@ -287,10 +287,12 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
 
 def _register_commands() -> None:
     """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
+    from hetsched.cli import replan as cli_replan
     from hetsched.cli import slurm as cli_slurm
+    from hetsched.cli import testbed as cli_testbed
 
-    for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd,
+    for cmd in (cli_testbed.testbed, cli_testbed.cluster, cli_slurm.submit_cmd,
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_replan.replan_cmd,
                 cli_slurm.cancel_cmd):
         main.add_command(cmd)
     from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
