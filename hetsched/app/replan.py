@@ -1,7 +1,6 @@
-# replan() is ~95 lines: one pass read top to bottom (poll, work left, plan, decide, apply).
 """``hetsched replan``: bring Slurm in line with a fresh plan after reset events.
 
-Made for cron (``* * * * * hetsched replan -t profiles.csv``):
+Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
 
 * **Lock.** An ``fcntl`` lock file serialises runs; a second run exits at once
   with code 75 (or waits ``--wait`` seconds). The kernel drops the lock when a
@@ -21,8 +20,11 @@ Made for cron (``* * * * * hetsched replan -t profiles.csv``):
   ``hetsched cancel``) is final.
 
 Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
-error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state
-file unusable, 75 another replan holds the lock.
+error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state
+file unusable (docs/reliability.md), 75 another replan holds the lock.
+
+Size: one use case whose steps (poll, work left, plan, decide, apply) read top to
+bottom here; the decision and the change table are already in replan_changes.py.
 """
 
 from __future__ import annotations
@@ -200,20 +202,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     result = ReplanResult("replanned", reason)
     jobs, keep_end_s = _work_left(store, rows, cycle, result, now=now, dry_run=dry_run,
                                   max_failures=max_failures, log=log, online=online)
-    known = {j.name for j in jobs} | set(rows)
-    spool_files: list[Path] = []
-    for e in pending_events:
-        if e["kind"] == "spool-new" and e["detail"]:
-            p = Path(e["detail"])
-            if not p.exists():
-                continue
-            for j in load_jobs(p):
-                if j.name in known:
-                    log(f"spool {p}: job {j.name!r} already known; ignored")
-                    continue
-                jobs.append(dataclasses.replace(j, arrival_s=0.0))
-                known.add(j.name)
-            spool_files.append(p)
+    spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
     if not jobs:
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
@@ -221,18 +210,12 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
                             given_up=result.given_up, user_cancelled=result.user_cancelled,
                             gave_up_now=result.gave_up_now)
 
-    old_raw = store.active_plan()
-    old_id = (old_raw or {}).get("plan_id")
+    old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
     settings = how_planned(_stored_plan(store, old_id), policy)
     cluster = load_inventory(client, partition).cluster
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
-    jobs, waiting = split_placeable(jobs, cluster, table)
-    for job, why in waiting:
-        log(f"job {job.name}: waits, cannot be placed now: {why}")
-        result.waiting.append((job.name, why))
-        if not dry_run:
-            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
     if not jobs:
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
@@ -258,25 +241,68 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
         return result
 
-    rid = store.begin_replan(reason, old_id)
-    try:
-        _bring_in_line(store, client, new_plan, dec, result, partition)
-    except BaseException as e:
-        store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
-        raise
-    store.finish_replan(rid, "ok", new["plan_id"], [i for _, i in result.cancelled],
-                        [i for _, i in result.submitted])
+    _apply(store, client, new_plan, dec, result, partition, reason=reason, old_id=old_id)
     store.mark_handled([e["id"] for e in pending_events])
-    for p in spool_files:
-        done_dir = p.parent / "done"
-        done_dir.mkdir(exist_ok=True)
-        with contextlib.suppress(OSError):
-            p.rename(done_dir / p.name)
+    _retire_spool(spool_files)
     if not result.changed:
         result.status = "unchanged"
         result.reason = f"{reason}; plan unchanged for queued jobs"
     return result
 
+
+def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: ReplanResult,
+           partition: str | None, *, reason: str, old_id: str | None) -> None:
+    """Bring Slurm in line with ``new_plan`` inside a recorded replan (failures recorded)."""
+    new_id = new_plan.plan_id
+    rid = store.begin_replan(reason, old_id)
+    try:
+        _bring_in_line(store, client, new_plan, dec, result, partition)
+    except BaseException as e:
+        store.finish_replan(rid, f"failed: {e}"[:500], new_id)
+        raise
+    store.finish_replan(rid, "ok", new_id, [i for _, i in result.cancelled],
+                        [i for _, i in result.submitted])
+
+
+def _retire_spool(spool_files: list[Path]) -> None:
+    """Move the jobs files taken from the spool to its done/ folder."""
+    for p in spool_files:
+        done_dir = p.parent / "done"
+        done_dir.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            p.rename(done_dir / p.name)
+
+
+def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], known: set[str],
+                log: Callable[[str], None]) -> list[Path]:
+    """Append the new jobs of spooled jobs files to ``jobs``; the files taken."""
+    spool_files: list[Path] = []
+    for e in pending_events:
+        if e["kind"] == "spool-new" and e["detail"]:
+            p = Path(e["detail"])
+            if not p.exists():
+                continue
+            for j in load_jobs(p):
+                if j.name in known:
+                    log(f"spool {p}: job {j.name!r} already known; ignored")
+                    continue
+                jobs.append(dataclasses.replace(j, arrival_s=0.0))
+                known.add(j.name)
+            spool_files.append(p)
+    return spool_files
+
+
+def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,
+                   result: ReplanResult, *, dry_run: bool,
+                   log: Callable[[str], None]) -> list[Job]:
+    """The jobs that can be placed now; the others wait (recorded, said): never a wedge."""
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    return jobs
 
 def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
                    result: ReplanResult, partition: str | None) -> None:

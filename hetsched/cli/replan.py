@@ -63,7 +63,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     unusable, 75 another replan holds the lock (skipped). Example crontab:
 
     \b
-        * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan -t p.csv
+        * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan --throughputs p.csv
     """
     with _store(state_path) as st:
         log = file_logger(log_path or default_log(st))
