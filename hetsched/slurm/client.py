@@ -1,4 +1,3 @@
-# Over 400 lines: the protocol, the CLI backend and both squeue/sinfo JSON layouts belong together.
 """The SlurmClient protocol and its backends.
 
 ``CliSlurmClient`` (the default) calls Slurm's commands through
@@ -9,6 +8,9 @@ integers, 23.02+ (data_parser) gives ``"job_state": ["RUNNING"]`` and
 
 Read-only status of every job comes from *one* ``squeue --json`` call, so a
 monitor cycle costs one command whatever the number of jobs.
+
+Size: the protocol, the CLI backend and the parsers of both squeue/sinfo JSON
+layouts belong together: a Slurm version change touches all three at once.
 
 ``sacct`` is used only when accounting is enabled; otherwise the details of a
 finished job come from ``scontrol show job`` (kept for ``MinJobAge``) and,
