@@ -34,6 +34,7 @@ import dataclasses
 import errno
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,8 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
 #: states replan resubmits (up to max_failures); a user's CANCELLED is final, never here
 FAILED_STATES = (FINISHED_STATES - {"COMPLETED", CANCELLED}) | {GONE}
+
+_log = logging.getLogger("hetsched.replan")
 
 
 class ReplanLocked(HetschedError):
@@ -410,6 +413,7 @@ def file_logger(path: str | Path) -> Callable[[str], None]:
     p.parent.mkdir(parents=True, exist_ok=True)
 
     def log(msg: str) -> None:
+        _log.info("%s", msg)  # also on stderr under `hetsched -v replan`
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {msg}\n"
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

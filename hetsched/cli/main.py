@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,10 @@ class Main(click.Group):
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"],
                                          "max_content_width": 100})
 @click.version_option(__version__, prog_name="hetsched")
-def main() -> None:
+@click.option("--verbose", "-v", count=True,
+              help="More detail on stderr: -v each step's decisions, -vv every Slurm command.")
+@click.option("--quiet", "-q", is_flag=True, help="Errors only on stderr; no progress bars.")
+def main(verbose: int, quiet: bool) -> None:
     """Plan deep-learning training batches on heterogeneous GPU partitions of Slurm.
 
     \b
@@ -75,6 +79,9 @@ def main() -> None:
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
+    from hetsched.cli import logs
+
+    logs.setup(verbose, quiet)
 
 
 def _write(path: str, text: str) -> None:
@@ -143,7 +150,9 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     cluster = _load_cluster(cluster_file, partition)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
-    with RichReporter(err_console) as reporter:
+    from hetsched.cli import logs
+
+    with RichReporter(err_console, live=False if logs.quiet() else None) as reporter:
         result = plan_placeable(jobs, cluster, table, skip_unplaceable=skip_unplaceable,
                                 policy=policy, params=kv, static=static,
                                 restart_cost_s=restart_cost, jobs_source=jobs_file,
@@ -152,7 +161,7 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
-        click.echo(f"hetsched: warning: {warning}", err=True)
+        logging.getLogger("hetsched").warning("%s", warning)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:

@@ -14,6 +14,7 @@ the controller was never reached.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -39,6 +40,8 @@ TRANSIENT = re.compile(
 )
 #: transient failures where the request certainly never reached slurmctld,
 #: so retrying a non-idempotent command cannot duplicate it.
+log = logging.getLogger("hetsched.slurm")
+
 SAFE_TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Connection refused|Unable to establish controller",
     re.IGNORECASE,
@@ -178,6 +181,7 @@ class Runner:
               retry_on: re.Pattern[str] | None) -> tuple[int, str, str]:
         """One attempt: (returncode, stdout, stderr), or _Transient / CommandError."""
         self.counts[Path(argv[0]).name] += 1
+        log.debug("run: %s", " ".join(argv))
         proc: subprocess.CompletedProcess[Any]
         stdout: str
         stderr: str
