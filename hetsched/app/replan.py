@@ -2,7 +2,7 @@
 
 Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
 
-* **Lock.** An ``fcntl`` lock file serialises runs; a second run exits at once
+* **Lock.** A lock file (filelock: ``flock``) serialises runs; a second run exits at once
   with code 75 (or waits ``--wait`` seconds). The kernel drops the lock when a
   run dies, so a crash never leaves it stuck.
 * **Idempotent and quiet.** It polls once (see monitor.py); without unhandled
@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -82,29 +80,29 @@ class ReplanLocked(HetschedError):
 
 @contextlib.contextmanager
 def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created 0600) or raise ReplanLocked."""
+    """Hold an exclusive lock on ``path`` (filelock: ``flock``, created 0600) or raise
+    ReplanLocked after ``wait_s`` seconds. The holder's pid is kept beside it for the message;
+    the kernel drops the lock when the holder dies, so a crash never leaves it stuck."""
+    from filelock import FileLock, Timeout
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    pidfile = p.with_name(p.name + ".pid")
+    lock = FileLock(str(p), mode=0o600)
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    raise ReplanLocked(f"another replan is running (lock {p}, pid {holder}); "
-                                       "skipped") from None
-                time.sleep(0.2)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        lock.acquire(timeout=wait_s, poll_interval=0.2)
+    except Timeout:
+        try:
+            holder = pidfile.read_text().strip() or "?"
+        except OSError:
+            holder = "?"
+        raise ReplanLocked(f"another replan is running (lock {p}, pid {holder}); skipped"
+                           ) from None
+    try:
+        pidfile.write_text(f"{os.getpid()}\n")
         yield
     finally:
-        os.close(fd)  # releases the lock
+        lock.release()
 
 
 @dataclass
