@@ -46,7 +46,10 @@ CASES = [
       "none", "--format", "json"], "json"),
 ]
 #: commands whose JSON needs a Slurm: their clean stdout is asserted on the testbed
-NEEDS_SLURM = {("profile",): "tests/slurm/test_e2e_runtime.py (json.loads of profile's stdout)"}
+NEEDS_SLURM = {("profile",): "tests/slurm/test_e2e_runtime.py (json.loads of profile's stdout)",
+               ("cluster",): "tests/slurm/test_output_clean_slurm.py",
+               ("replan",): "tests/slurm/test_output_clean_slurm.py",
+               ("testbed", "status"): "tests/slurm/test_output_clean_slurm.py"}
 
 
 @pytest.mark.parametrize(("args", "fmt"), CASES, ids=[" ".join(a[-4:]) for a, _ in CASES])
