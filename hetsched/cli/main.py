@@ -184,8 +184,13 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
 
 
 def _stdout_console() -> Console:
-    """A terminal console, or a wide one when piped (tables stay readable in logs)."""
-    return Console() if sys.stdout.isatty() else Console(width=140)
+    """A terminal console; piped, as wide as $COLUMNS says, else wide enough for long names."""
+    if sys.stdout.isatty():
+        return Console()
+    import os
+
+    cols = os.environ.get("COLUMNS", "")
+    return Console(width=int(cols) if cols.isdigit() and int(cols) >= 40 else 200)
 
 
 def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:

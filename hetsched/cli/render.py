@@ -56,7 +56,8 @@ def jobs_table(plan: Plan) -> Table:
     for col, just in (("job", "left"), ("w", "right"), ("seg", "right"), ("GPUs (node:count)", "left"),
                       ("local batches", "left"), ("iter", "right"), ("start", "right"),
                       ("end", "right"), ("JCT", "right")):
-        tab.add_column(col, justify=just)  # type: ignore[arg-type]
+        tab.add_column(col, justify=just,  # type: ignore[arg-type]
+                       overflow="fold" if col == "job" else "ellipsis")  # names never cut
     for jp in plan.jobs:
         for k, seg in enumerate(jp.segments):
             first = k == 0
@@ -122,8 +123,10 @@ def text_gantt(plan: Plan, width: int = 72) -> Text:
         out.append(f"{jp.name[:name_w]:<{name_w}} |", style="bold")
         for ch, st in zip(row, styles, strict=True):
             out.append(ch, style=st or None)
-        out.append(f"| {len(jp.segments[-1].workers) if jp.segments else 0} GPUs\n")
-    out.append(f"{'':{name_w}}  '-' waiting, '.' restarting, letter = main GPU type of the segment\n",
+        counts = [len(seg.workers) for seg in jp.segments] or [0]
+        out.append(f"| {'>'.join(map(str, counts))} GPUs\n")
+    out.append(f"{'':{name_w}}  '-' waiting, '.' restarting, letter = main GPU type of the "
+               "segment; GPUs per segment (2>4: two, then four)\n",
                style="dim")
     return out
 
@@ -148,7 +151,9 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
     ax.set_yticklabels(labels, fontsize=7)
     ax.set_ylim(-1, len(labels))
     ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
+    from hetsched.cli.pictures import human_time_axis
+
+    human_time_axis(ax, max(plan.makespan_s, 1e-9))
     ax.set_title(f"{title}: weighted JCT {plan.weighted_jct_s:,.0f} s, "
                  f"makespan {plan.makespan_s:,.0f} s")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
@@ -162,33 +167,10 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
 
 
 def png_gantt(plan: Plan, path: str | Path) -> None:
-    """Per-GPU Gantt chart: one row per GPU, one colour per job."""
-    import matplotlib
+    """The plan's Gantt chart PNG (cli/pictures.py: per-GPU rows for few jobs, per-job for many)."""
+    from hetsched.cli.pictures import png_gantt as draw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows: dict[tuple[str, int], int] = {}
-    for jp in plan.jobs:
-        for seg in jp.segments:
-            for w in seg.workers:
-                rows.setdefault((w.node, w.gpu), 0)
-    keys = sorted(rows)
-    for k, key in enumerate(keys):
-        rows[key] = k
-    cmap = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(12, max(3, 0.28 * len(keys) + 1.5)))
-    for n, jp in enumerate(plan.jobs):
-        for seg in jp.segments:
-            for w in seg.workers:
-                y = rows[(w.node, w.gpu)]
-                ax.barh(y, seg.end_s - seg.start_s, left=seg.start_s, color=cmap(n % 20),
-                        edgecolor="black", linewidth=0.3)
-                if seg.restart_s > 0:
-                    ax.barh(y, seg.restart_s, left=seg.start_s, color="lightgrey", hatch="//",
-                            edgecolor="black", linewidth=0.3)
-        ax.barh(-10, 0, color=cmap(n % 20), label=jp.name)
-    _finish_gantt(fig, ax, [f"{n}/gpu{g}" for n, g in keys], f"{plan.policy}", plan, path)
+    draw(plan, path)
 
 
 # ---------------------------------------------------------------------------

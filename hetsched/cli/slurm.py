@@ -211,7 +211,9 @@ def _print_status_table(jobs: list[JobStatus]) -> None:
 @click.command("status")
 @state_option
 @format_option("table", "json")
-def status_cmd(state_path: str | None, fmt: str) -> None:
+@click.option("--png", "png_out", type=click.Path(dir_okay=False), default=None,
+              help="Also draw measured vs predicted iteration time per job (job reports) here.")
+def status_cmd(state_path: str | None, fmt: str, png_out: str | None) -> None:
     """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
 
     Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
@@ -236,6 +238,13 @@ def status_cmd(state_path: str | None, fmt: str) -> None:
         from hetsched.app.pool_status import active_pool_progress
 
         pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
+        if png_out:
+            from dataclasses import asdict
+
+            from hetsched.cli.pictures import png_predicted_vs_measured
+
+            drawn = png_predicted_vs_measured([asdict(j) for j in jobs], png_out)
+            click.echo(f"{png_out}: {drawn['points']} jobs measured", err=True)
         if fmt == "json":
             click.echo(status_json(jobs, client.runner.total() - c0,
                                    pool.to_dict() if pool else None))
