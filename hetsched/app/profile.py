@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
@@ -152,7 +153,8 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
 def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
                time_limit_s: float, queue_wait_s: float = 120.0, poll_s: float = 1.0,
                grace_s: float = 15.0,
-               progress: Callable[[str], None] | None = None) -> list[ProbeOutcome]:
+               progress: Callable[[str], None] | None = None,
+               reporter: BaseReporter | None = None) -> list[ProbeOutcome]:
     """Submit every probe, wait for all (one squeue per poll), store the results.
 
     A probe that fails to submit, fails, runs past ``time_limit_s`` or waits in
@@ -169,7 +171,11 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
         except Exception as e:  # noqa: BLE001 - any sbatch failure only loses this pair
             o.status, o.reason = UNUSABLE, f"sbatch failed: {e}"
     pending = [o for o in outcomes if o.status == "pending"]
+    rep = reporter or NULL_REPORTER
     while pending:
+        rep.probes(sum(o.started_at is None for o in pending),
+                   sum(o.started_at is not None for o in pending),
+                   len(outcomes) - len(pending), len(outcomes))
         time.sleep(poll_s)
         jobs = {j.job_id: j for j in client.jobs()}
         now = time.monotonic()
@@ -192,6 +198,7 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             pending.remove(o)  # finished, or gone from squeue: the output file tells
             o.seconds = now - (o.started_at or o.submitted_at)
             _collect(o, j.state if j is not None else "GONE")
+    rep.probes(0, 0, len(outcomes), len(outcomes))
     for o in outcomes:
         if o.status == "ok":
             import_rows(store, o.rows, f"probe:{o.slurm_id}")

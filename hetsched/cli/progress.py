@@ -47,6 +47,10 @@ class RichReporter(BaseReporter):
             self.progress.start()
         return self.progress
 
+    def line(self, text: str) -> None:
+        """One line on stderr (above the bars when they are live)."""
+        self._line(text)
+
     def _line(self, text: str) -> None:
         if self.progress is not None:
             self.progress.console.print(text, highlight=False)
@@ -54,6 +58,15 @@ class RichReporter(BaseReporter):
             self.console.print(text, highlight=False)
 
     # -- hooks -------------------------------------------------------------
+    def probes(self, pending: int, running: int, done: int, total: int) -> None:
+        if not self.live:
+            return
+        bar = self._bar()
+        label = f"probes ({running} running, {pending} queued)"
+        if "probes" not in self.tasks:
+            self.tasks["probes"] = bar.add_task(label, total=total)
+        bar.update(self.tasks["probes"], completed=done, description=label)
+
     def planning_started(self, mode: str, policy: str, candidates: Sequence[str]) -> None:
         if self.live and policy == "auto":
             self._line(f"[dim]{mode} auto: {', '.join(candidates)}[/dim]")

@@ -237,8 +237,13 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         t0 = time.monotonic()
         outs = render_probes(specs, files_dir(st), partition=part, time_limit_s=time_limit,
                              warmup=warmup, steps=steps)
-        outs = run_probes(outs, client, st, time_limit_s=time_limit, queue_wait_s=queue_wait,
-                          progress=lambda m: click.echo(m, err=True))
+        from hetsched.cli import logs
+        from hetsched.cli.progress import RichReporter
+
+        with RichReporter(live=False if logs.quiet() else None) as rep:
+            outs = run_probes(outs, client, st, time_limit_s=time_limit,
+                              queue_wait_s=queue_wait, reporter=rep,
+                              progress=None if logs.quiet() else rep.line)
         wall = time.monotonic() - t0
     ok = sum(o.status == "ok" for o in outs)
     if fmt == "json":

@@ -33,6 +33,9 @@ class BaseReporter:
     def event(self, name: str, t: float, active: int, done: int, total: int) -> None:
         """Policy ``name`` reached a reset event at simulated time ``t``."""
 
+    def probes(self, pending: int, running: int, done: int, total: int) -> None:
+        """``hetsched profile``: probe jobs queued, running and finished (after each poll)."""
+
     def note(self, message: str) -> None:
         """Anything else worth a line (e.g. a deprecated policy name)."""
 
