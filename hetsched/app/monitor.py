@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tenacity
+
 from hetsched.core.spec import USABLE_STATES
 from hetsched.slurm.client import ACTIVE_STATES, FINISHED_STATES, JobInfo, SlurmClient
 from hetsched.slurm.inventory import from_nodes
@@ -241,19 +243,20 @@ def watch(monitor: Monitor, *, interval_s: float = 5.0, max_interval_s: float = 
     does not answer (restart, outage) the loop waits with exponential backoff
     and resumes; it never gives up on its own.
     """
+    def waiting(state: tenacity.RetryCallState) -> None:
+        if on_wait and state.outcome is not None and state.next_action is not None:
+            on_wait(f"Slurm not answering ({state.outcome.exception()}); "
+                    f"retrying in {state.next_action.sleep:.0f} s")
+
+    # an outage (slurmctld restarting, down) is waited out with exponential backoff, forever
+    poll = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(SlurmUnavailable), stop=tenacity.stop_never,
+        wait=tenacity.wait_exponential(multiplier=interval_s, max=max_interval_s),
+        sleep=sleep, before_sleep=waiting, reraise=True)
     n = 0
     delay = interval_s
-    down_delay = interval_s
     while cycles is None or n < cycles:
-        try:
-            cycle = monitor.poll()
-        except SlurmUnavailable as e:
-            if on_wait:
-                on_wait(f"Slurm not answering ({e}); retrying in {down_delay:.0f} s")
-            sleep(down_delay)
-            down_delay = min(down_delay * 2, max_interval_s)
-            continue
-        down_delay = interval_s
+        cycle = poll(monitor.poll)
         n += 1
         if on_cycle:
             on_cycle(cycle)
