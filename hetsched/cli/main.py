@@ -70,14 +70,18 @@ def main(verbose: int, quiet: bool) -> None:
     hetsched submit plan.json           submit the plan as Slurm heterogeneous jobs
     hetsched replan                     cron-safe: react to reset events, resubmit
     hetsched status | watch             what Slurm runs for hetsched now
+    hetsched cancel JOB... | --all      a user's cancel: final, never resubmitted
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
     hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
     hetsched exec --plan P              inside a pool job's step: run this GPU's tasks
     hetsched state check|backup|restore the state file: check, back up, restore
+    hetsched config show                every setting, its value and where it came from
 
-    Errors in the input print one line naming the file and field; exit code 2.
+    -v says what each step decided, -vv every Slurm command, -q errors only.
+    Errors in the input print one line naming the file and field; exit code 2
+    (all exit codes: docs/cli.md).
     """
     from hetsched.cli import logs
 
