@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from hetsched.errors import InputError
 
@@ -41,13 +43,32 @@ def atomic_write(path: Path, text: str) -> None:
     The file is created 0600 (mkstemp's mode): plans, scripts and state sit
     beside the state file and are the user's own.
     """
+    atomic_write_with(path, lambda f: f.write(text.encode()))
+
+
+def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,
+                      durable: bool = False) -> None:
+    """``write(f)`` into a temp file beside ``path`` (0600), then rename it over ``path``.
+
+    ``durable`` also fsyncs the file and its directory (checkpoints: a crash right
+    after the rename must not lose them).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if durable:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -18,10 +18,8 @@ numbers, so nothing beyond torch's own allowlist is needed; format 1 files
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import numpy as np
 import torch
 
 from hetsched.errors import InputError
+from hetsched.io.files import atomic_write_with
 
 FORMAT = 2
 #: what a format-1 checkpoint's numpy RNG state needs to unpickle (arrays of uint32)
@@ -85,21 +84,7 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
         "model": model.state_dict(), "optimizer": optimizer.state_dict(),
         "rng": _rng_state(), "extra": extra or {},
     }
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dfd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    atomic_write_with(p, lambda f: torch.save(state, f), durable=True)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from hetsched.slurm.templates import (
     TemplateValueError,
     _render,
     hetsched_executable,
+    sbatch_fields,
 )
 
 TEMPLATE = "pool.sbatch.j2"
@@ -127,11 +128,6 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
         "plan_path": str(plan_path),
         "report_dir": str(report_dir),
         "checkpoint_dir": str(checkpoint_dir),
-        "time": (sbatch.time if sbatch and sbatch.time else (time_min or "")),
-        "account": (sbatch.account if sbatch else None) or "",
-        "qos": (sbatch.qos if sbatch else None) or "",
-        "mem": (sbatch.mem if sbatch else None) or "",
-        "constraint": (sbatch.constraint if sbatch else None) or "",
-        "extra": list(sbatch.extra) if sbatch else [],
+        **sbatch_fields(sbatch, time_min),
     }
     return Script(_render(TEMPLATE, directory, ctx), comps)

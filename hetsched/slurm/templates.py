@@ -204,6 +204,22 @@ def submission_comment(plan_id: str, job: str, segment: int) -> str:
     return f"hetsched:{plan_id}:{job}:{segment}"
 
 
+
+def sbatch_fields(sbatch: Any, time_min: Any) -> dict[str, Any]:
+    """The template fields of the user's sbatch options (one place for every template).
+
+    ``sbatch.time`` wins over the time limit hetsched derives (``time_min``).
+    """
+    return {
+        "time": (sbatch.time if sbatch and sbatch.time else (time_min or "")),
+        "account": (sbatch.account if sbatch else None) or "",
+        "qos": (sbatch.qos if sbatch else None) or "",
+        "mem": (sbatch.mem if sbatch else None) or "",
+        "constraint": (sbatch.constraint if sbatch else None) or "",
+        "extra": list(sbatch.extra) if sbatch else [],
+    }
+
+
 def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                   plan_path: str | Path, log_dir: str | Path, partition: str | None = None,
                   pin_nodes: bool = True, hetsched: str | None = None,
@@ -245,12 +261,7 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         "het_groups": ",".join(str(i) for i in range(len(comps))),
         "hetsched": hetsched or hetsched_executable(),
         "plan_path": str(plan_path),
-        "time": (sbatch.time if sbatch and sbatch.time else (time_min or "")),
-        "account": (sbatch.account if sbatch else None) or "",
-        "qos": (sbatch.qos if sbatch else None) or "",
-        "mem": (sbatch.mem if sbatch else None) or "",
-        "constraint": (sbatch.constraint if sbatch else None) or "",
-        "extra": list(sbatch.extra) if sbatch else [],
+        **sbatch_fields(sbatch, time_min),
         "signal_s": signal_s,
     }
     text = _render("hetjob.sbatch.j2", directory, ctx)

@@ -12,13 +12,13 @@ sidecar never claims more rounds than the ``.pt`` holds.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from hetsched.io.files import atomic_write_with
 
 FORMAT = 1
 
@@ -51,17 +51,7 @@ def checkpoint_path(ckpt_dir: Path, plan_id: str, job: str) -> Path:
 
 
 def _atomic(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_with(path, write, durable=True)
 
 
 def save_job_checkpoint(path: Path, flat: torch.Tensor, names: list[str],
