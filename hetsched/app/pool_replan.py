@@ -36,9 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.monitor import RESET_KINDS, Monitor
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
-from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned
+from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned, poll_reset_events
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
@@ -62,13 +61,9 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
                 force: bool = False, dry_run: bool = False, max_failures: int = 2,
                 log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
     """One replan pass for the active pool plan (see module doc). The caller holds the lock."""
-    cycle = Monitor(store, client, partition=partition, spool=spool).poll()
-    for ev in cycle.events:
-        log(f"event {ev}")
-    events = [e for e in store.events(unhandled_only=True) if e["kind"] in RESET_KINDS]
+    cycle, events, reason = poll_reset_events(store, client, partition, spool, log)
     if not events and not force:
         return ReplanResult("unchanged", "no reset events")
-    reason = ", ".join(sorted({e["kind"] for e in events})) or "forced"
     raw = store.active_plan()
     assert raw is not None and raw.get("mode") == "pool"
     old = plan_from_dict(raw, f"stored plan {raw.get('plan_id')}")

@@ -169,6 +169,17 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
         return None
 
 
+def poll_reset_events(store: Store, client: SlurmClient, partition: str | None,
+                      spool: str | Path | None, log: Callable[[str], None]
+                      ) -> tuple[Any, list[dict[str, Any]], str]:
+    """Poll Slurm once (recording events); the unhandled reset events and why to replan."""
+    cycle = Monitor(store, client, partition=partition, spool=spool).poll()
+    for ev in cycle.events:
+        log(f"event {ev}")
+    events = [e for e in store.events(unhandled_only=True) if e["kind"] in RESET_KINDS]
+    return cycle, events, ", ".join(sorted({e["kind"] for e in events})) or "forced"
+
+
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
            partition: str | None = None, spool: str | Path | None = None,
            force: bool = False, dry_run: bool = False, max_failures: int = 2,
@@ -189,14 +200,9 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         return pool_replan(store, client, table, policy=policy, partition=partition,
                            spool=spool, force=force, dry_run=dry_run,
                            max_failures=max_failures, log=log)
-    monitor = Monitor(store, client, partition=partition, spool=spool)
-    cycle = monitor.poll()
-    for ev in cycle.events:
-        log(f"event {ev}")
-    pending_events = [e for e in store.events(unhandled_only=True) if e["kind"] in RESET_KINDS]
+    cycle, pending_events, reason = poll_reset_events(store, client, partition, spool, log)
     if not pending_events and not force:
         return ReplanResult("unchanged", "no reset events")
-    reason = ", ".join(sorted({e["kind"] for e in pending_events})) or "forced"
     rows = latest_rows(store)
     now = time.time()
 
