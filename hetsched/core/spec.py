@@ -20,6 +20,32 @@ WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a l
 
 # Node states as Slurm reports them, reduced to what the planner needs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
+#: how an elastic job's learning rate follows its global batch (docs/elastic.md)
+LR_SCALINGS = ("linear", "sqrt", "none")
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """A job whose global batch the planner may choose in [min_batch, max_batch].
+
+    ``lr_scaling`` is how the runtime rescales the learning rate with the batch
+    (relative to the user's ``global_batch``): ``linear`` (Goyal et al.),
+    ``sqrt`` or ``none``.
+    """
+
+    min_batch: int
+    max_batch: int
+    lr_scaling: str = "linear"
+
+    def lr_factor(self, batch: int, base_batch: int) -> float:
+        """Learning-rate multiplier at ``batch`` for a job tuned at ``base_batch``."""
+        r = batch / base_batch
+        return r if self.lr_scaling == "linear" else r ** 0.5 if self.lr_scaling == "sqrt" \
+            else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_batch": self.min_batch, "max_batch": self.max_batch,
+                "lr_scaling": self.lr_scaling}
 
 
 @dataclass(frozen=True)
@@ -47,6 +73,12 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+    #: the planner may choose the global batch in this range (ONES; docs/elastic.md)
+    elastic: Elastic | None = None
+    #: train until this loss instead of for ``epochs``; ``epochs`` is then predicted
+    target_loss: float | None = None
+    #: ``epochs`` is a prediction (target_loss jobs), not the user's number
+    epochs_predicted: bool = False
 
     @property
     def steps_per_epoch(self) -> int:
@@ -89,6 +121,12 @@ class Job:
             d["entrypoint"] = self.entrypoint
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
+        if self.elastic is not None:
+            d["elastic"] = self.elastic.to_dict()
+        if self.target_loss is not None:
+            d["target_loss"] = self.target_loss
+        if self.epochs_predicted:
+            d["epochs_predicted"] = True
         return d
 
 

@@ -16,13 +16,16 @@ from typing import Any
 import hostlist
 import yaml
 
+from hetsched.core.efficiency import PRIOR_EPOCHS
 from hetsched.core.spec import (
     ENTRYPOINT_RE,
     GPU_TYPE_RE,
+    LR_SCALINGS,
     NAME_RE,
     WORKLOAD_RE,
     WORKLOAD_VALID,
     Cluster,
+    Elastic,
     Job,
     Node,
 )
@@ -111,8 +114,9 @@ class _Fields:
 JOB_FIELDS = (
     "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
-    "entrypoint", "memory_gb",
+    "entrypoint", "memory_gb", "elastic", "target_loss", "epochs_predicted",
 )
+ELASTIC_FIELDS = ("min_batch", "max_batch", "lr_scaling")
 
 
 def parse_job(data: Any, source: str, index: int) -> Job:
@@ -123,8 +127,17 @@ def parse_job(data: Any, source: str, index: int) -> Job:
     name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
     workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)
     dataset_size = f.int_("dataset_size", minimum=1)
-    epochs = f.num("epochs", minimum=0, strict=True)
+    target_loss = f.num("target_loss") if f.has("target_loss") else None
+    predicted = bool(f.has("epochs_predicted") and data["epochs_predicted"])
+    if target_loss is not None and not f.has("epochs"):
+        # trained until the loss is reached: the length is a prediction
+        # (docs/elastic.md); the ones policy refines it from completed jobs
+        epochs, predicted = PRIOR_EPOCHS, True
+    else:
+        epochs = f.num("epochs", minimum=0, strict=True)
     global_batch = f.int_("global_batch", minimum=1)
+    elastic = _elastic(data.get("elastic"), source, where, global_batch) \
+        if f.has("elastic") else None
     weight = f.num("weight", 1.0, minimum=0, strict=True)
     arrival_s = f.num("arrival_s", 0.0, minimum=0)
     model_size_mb = f.num("model_size_mb", 0.0, minimum=0)
@@ -167,8 +180,23 @@ def parse_job(data: Any, source: str, index: int) -> Job:
         global_batch=global_batch, weight=weight, arrival_s=arrival_s,
         model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
         gpu_types=gpu_types, requested_gpus=requested, command=command, entrypoint=entrypoint,
-        memory_gb=memory_gb,
+        memory_gb=memory_gb, elastic=elastic, target_loss=target_loss,
+        epochs_predicted=predicted,
     )
+
+
+def _elastic(raw: Any, source: str, where: str, global_batch: int) -> Elastic:
+    """``elastic: {min_batch, max_batch, lr_scaling}``; the user's batch must lie inside."""
+    e = _Fields(raw, source, f"{where}: elastic", ELASTIC_FIELDS)
+    lo = e.int_("min_batch", global_batch, minimum=1)
+    hi = e.int_("max_batch", global_batch, minimum=1)
+    rule = e.str_("lr_scaling", "linear")
+    if rule not in LR_SCALINGS:
+        raise e._err("lr_scaling", f"{rule!r} is not valid; expected {', '.join(LR_SCALINGS)}")
+    if not lo <= global_batch <= hi:
+        raise InputError(source, f"min_batch {lo} <= global_batch {global_batch} <= max_batch "
+                         f"{hi} does not hold", f"{where}: elastic")
+    return Elastic(lo, hi, rule)
 
 
 def parse_jobs(data: Any, source: str) -> list[Job]:
