@@ -109,7 +109,8 @@ def _write(path: str, text: str) -> None:
               help="Accepted for symmetry: planning never touches Slurm.")
 @click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
-                   "by task (Hare; policies hare, fifo, srtf, homo, allox, auto).")
+                   "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
+                   "auto).")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")
@@ -124,6 +125,7 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     Jain fairness and a lower bound with the gap to it; and a text Gantt
     chart. Exit code 2 on bad input.
     """
+    from hetsched.cli.progress import RichReporter
     from hetsched.cli.render import plan_yaml, png_gantt, render_plan
     from hetsched.io.specs import load_jobs
     from hetsched.planning.planner import make_plan
@@ -133,10 +135,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     cluster = _load_cluster(cluster_file, partition)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
-    progress = (lambda m: err_console.print(f"[dim]{m}[/dim]")) if fmt == "table" else None
-    result = make_plan(jobs, cluster, table, policy, kv, static=static,
-                       restart_cost_s=restart_cost, jobs_source=jobs_file, progress=progress,
-                       mode=mode, task_iterations=task_iterations)
+    with RichReporter(err_console) as reporter:
+        result = make_plan(jobs, cluster, table, policy, kv, static=static,
+                           restart_cost_s=restart_cost, jobs_source=jobs_file,
+                           reporter=reporter, mode=mode, task_iterations=task_iterations)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
@@ -203,32 +205,9 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
               show_default=True)
 def policies(fmt: str) -> None:
     """List every policy (space and pool mode) with its parameters and the paper it comes from."""
-    from hetsched.planning.planner import AUTO_CANDIDATES
-    from hetsched.planning.space.policies import REGISTRY
+    from hetsched.planning.registry import listing
 
-    rows: list[dict[str, Any]] = []
-    for name in sorted(REGISTRY):
-        cls = REGISTRY[name]
-        rows.append({
-            "name": name, "mode": "space", "summary": cls.summary, "paper": cls.paper,
-            "shares": cls.shares,
-            "preemptive": cls.preemptive,
-            "parameters": {k: {"default": v, "doc": cls.param_docs.get(k, "")}
-                           for k, v in cls.parameters().items()},
-        })
-    rows.append({"name": "auto", "mode": "space", "summary": "Runs " + ", ".join(AUTO_CANDIDATES) +
-                 " through the evaluator and keeps the lowest weighted JCT (the default)",
-                 "paper": "-", "shares": "-", "preemptive": "-", "parameters": {}})
-    from hetsched.planning.pool import HARE_PARAMS, POOL_AUTO, POOL_POLICIES
-
-    for name, (summary, paper) in POOL_POLICIES.items():
-        rows.append({"name": name, "mode": "pool", "summary": summary, "paper": paper,
-                     "shares": "-", "preemptive": "-",
-                     "parameters": {k: {"default": v, "doc": "see docs/pool.md"}
-                                    for k, v in (HARE_PARAMS if name == "hare" else {}).items()}})
-    rows.append({"name": "auto", "mode": "pool", "summary": "Runs " + ", ".join(POOL_AUTO) +
-                 " and keeps the lowest weighted JCT", "paper": "-", "shares": "-",
-                 "preemptive": "-", "parameters": {}})
+    rows = listing()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
@@ -236,7 +215,8 @@ def policies(fmt: str) -> None:
     for col in ("policy", "what it does", "parameters (default)", "from"):
         tab.add_column(col)
     for r in rows:
-        params = "\n".join(f"{k}={v['default']!r}: {v['doc']}" for k, v in r["parameters"].items())
+        params = "\n".join(f"{k}: {v['type']} = {v['default']!r}: {v['doc']}"
+                           for k, v in r["parameters"].items())
         extra = f"\n[dim]shares: {r['shares']}, moves running jobs: {r['preemptive']}[/dim]" \
             if r["shares"] != "-" else ""
         name = r["name"] + (" (--mode pool)" if r["mode"] == "pool" else "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -198,11 +199,20 @@ def step_time(a: Sequence[float], c: Sequence[float], batches: Sequence[int]) ->
     return max(ak + ck * bk for ak, ck, bk in zip(a, c, batches, strict=True))
 
 
+def ring_allreduce_s(workers: Any, model_size_mb: Any, bandwidth_gbps: Any) -> Any:
+    """The ring all-reduce formula, once: 2(K-1)/K of the gradient over the bottleneck link.
+
+    Element-wise: scalars or numpy arrays (the policies' vectorised estimates).
+    Callers handle K <= 1 (no communication).
+    """
+    return 2.0 * (workers - 1) / workers * model_size_mb * BITS_PER_MB / (bandwidth_gbps * 1e9)
+
+
 def allreduce_time(workers: int, model_size_mb: float, bandwidth_gbps: float) -> float:
-    """Ring all-reduce: each worker sends 2(K-1)/K of the gradient over the bottleneck link."""
+    """Ring all-reduce time of one iteration (0 for one worker or an unknown model size)."""
     if workers <= 1 or model_size_mb <= 0:
         return 0.0
-    return 2.0 * (workers - 1) / workers * model_size_mb * BITS_PER_MB / (bandwidth_gbps * 1e9)
+    return float(ring_allreduce_s(workers, model_size_mb, bandwidth_gbps))
 
 
 def comm_time(workers: int, model_size_mb: float, bandwidth_gbps: float,

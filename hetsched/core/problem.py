@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetsched.core.model import BITS_PER_MB, continuous_time_counts
+from hetsched.core.estimates import Estimates
+from hetsched.core.model import allreduce_time, continuous_time_counts, ring_allreduce_s
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
 
 INF = float("inf")
-#: per-problem memo tables that policies attach (see hetsched.planning.space.policies.common)
-CACHE_ATTRS = ("_fastest", "_minimal_time", "_minimal_set", "_equal_cache", "_by_memory",
-               "_gain_memo")
 
 
 @dataclass
@@ -44,6 +42,8 @@ class PlanningProblem:
     lo: np.ndarray = field(init=False)  # (S,) min GPUs
     hi: np.ndarray = field(init=False)  # (S,) max useful GPUs
     node_max: np.ndarray = field(init=False)  # (T,) largest node of each type
+    #: memoised model estimates every policy shares (hetsched.core.estimates)
+    estimates: Estimates = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         jobs, cluster, table = self.jobs, self.cluster, self.table
@@ -117,20 +117,11 @@ class PlanningProblem:
                                  f"on {self.hi[i]} GPUs); lower global_batch or allow more GPUs",
                                  where)
 
-        # plain-Python copies for the scalar fast path (iter_time1)
-        self._rows = [(self.a[i].tolist(), self.c[i].tolist(), self.cap[i].astype(float).tolist(),
-                       self.allowed[i].tolist()) for i in range(len(jobs))]
-        self._Bf = self.B.astype(float).tolist()
-        self._mb = self.model_mb.tolist()
-        self._sync = self.sync.tolist()
-        self._node_max = self.node_max.tolist()
-        self._it_cache: dict[tuple[int, tuple[int, ...]], float] = {}
+        self.estimates = Estimates.of(self)
 
     def clear_caches(self) -> None:
         """Forget memoised model evaluations (benchmarks time cold runs with this)."""
-        self._it_cache.clear()
-        for k in [k for k in self.__dict__ if k in CACHE_ATTRS]:
-            del self.__dict__[k]
+        self.estimates.clear()
 
     # ------------------------------------------------------------------
     @property
@@ -171,7 +162,7 @@ class PlanningProblem:
         bw = np.where(fits_node, self.cluster.intra_node_gbps, self.cluster.inter_node_gbps)
         if self.model_mb[i] > 0:
             with np.errstate(divide="ignore", invalid="ignore"):
-                t = 2.0 * (K - 1) / K * self.model_mb[i] * BITS_PER_MB / (bw * 1e9)
+                t = ring_allreduce_s(K, self.model_mb[i], bw)
         else:
             t = np.where(N > 0, self.sync[i][None, :], 0.0).max(axis=1)
         return np.where(K > 1, t, 0.0)
@@ -188,23 +179,25 @@ class PlanningProblem:
         event; plain Python on a handful of types beats a numpy call per pair
         by two orders of magnitude, and the cache removes the repeats.
         """
+        est = self.estimates
+        cache = est.iter_time
         key = (i, n)
-        hit = self._it_cache.get(key)
+        hit = cache.get(key)
         if hit is not None:
             return hit
-        a, c, cap, allowed = self._rows[i]
+        a, c, cap, allowed = est.rows[i]
         K = 0
         used = []
         for t, k in enumerate(n):
             if k:
                 if not allowed[t]:
-                    self._it_cache[key] = INF
+                    cache[key] = INF
                     return INF
                 K += k
                 used.append(t)
-        B = self._Bf[i]
+        B = est.batch[i]
         if K == 0 or K > B:
-            self._it_cache[key] = INF
+            cache[key] = INF
             return INF
 
         def g(T: float) -> float:
@@ -225,13 +218,12 @@ class PlanningProblem:
                     break
                 prev, gprev = bp, gb
         if K > 1:
-            if self._mb[i] > 0:
-                single = len(used) == 1 and n[used[0]] <= self._node_max[used[0]]
-                bw = self.cluster.intra_node_gbps if single else self.cluster.inter_node_gbps
-                comp += 2.0 * (K - 1) / K * self._mb[i] * BITS_PER_MB / (bw * 1e9)
+            if est.model_mb[i] > 0:
+                single = len(used) == 1 and n[used[0]] <= est.node_max[used[0]]
+                comp += allreduce_time(K, est.model_mb[i], self.bandwidth(single))
             else:
-                comp += max(self._sync[i][t] for t in used)
-        self._it_cache[key] = comp
+                comp += max(est.sync[i][t] for t in used)
+        cache[key] = comp
         return comp
 
     def per_gpu_rate(self, i: int, local_batch: np.ndarray | float | None = None) -> np.ndarray:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetsched.core.estimates import Bound
 from hetsched.core.problem import PlanningProblem
 
 LATTICE_MAX = 60_000  # count vectors per job for the exact minima
@@ -121,3 +122,14 @@ def lower_bound(p: PlanningProblem) -> float:
         if cap > 0:
             lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
     return max(lb_alone, lb_fluid)
+
+
+def problem_bound(p: PlanningProblem) -> float:
+    """:func:`lower_bound`, computed once per problem and kept in ``p.estimates.bound``.
+
+    ``auto`` evaluates many candidates on one problem; each plan reports the
+    same bound, so it is computed by the first and read by the others.
+    """
+    if p.estimates.bound is None:
+        p.estimates.bound = Bound(lower_bound(p), "max(alone, priced capacity)")
+    return p.estimates.bound.value

@@ -1,4 +1,4 @@
-"""The `plan` use case: load inputs, run a policy (or `auto`) through the evaluator."""
+"""The `plan` use case: one policy, or `auto` over every registered one, through the evaluator."""
 
 from __future__ import annotations
 
@@ -9,28 +9,60 @@ from typing import Any
 from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
-from hetsched.errors import HetschedError, PlanningError
+from hetsched.errors import HetschedError, InputError, PlanningError
+from hetsched.planning import registry
+from hetsched.planning.select import best_of, default_workers
 from hetsched.planning.space.evaluator import simulate
-from hetsched.planning.space.policies.base import REGISTRY, make_policy
 
-#: what `auto` runs, in order; `has` is skipped (not failed) when too large
-AUTO_CANDIDATES = ("has", "jps", "optimus-lb", "optimus", "srtf", "fifo", "allox", "homo")
+#: active jobs x GPUs above which auto's candidates run in parallel processes
+PARALLEL_MIN_SIZE = 20_000
+
+
+class _Callback(BaseReporter):
+    """The former ``progress: Callable[[str], None]`` as a reporter (kept for callers)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def candidate_done(self, name: str, objective: float, seconds: float) -> None:
+        self.say(f"{name}: weighted JCT {objective:,.1f} s")
+
+    def candidate_skipped(self, name: str, reason: str) -> None:
+        self.say(f"{name}: skipped ({reason})")
+
+    def candidate_failed(self, name: str, error: str) -> None:
+        self.say(f"{name}: failed ({error})")
+
+    def note(self, message: str) -> None:
+        self.say(message)
+
+
+def as_reporter(reporter: BaseReporter | None,
+                progress: Callable[[str], None] | None = None) -> BaseReporter:
+    if reporter is not None:
+        return reporter
+    return _Callback(progress) if progress is not None else NULL_REPORTER
 
 
 def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy: str = "auto",
               params: dict[str, Any] | None = None, *, static: bool = False,
               restart_cost_s: float = DEFAULT_RESTART_COST_S, jobs_source: str = "jobs",
               progress: Callable[[str], None] | None = None, mode: str = "space",
-              task_iterations: int | None = None) -> Plan:
-    """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best of AUTO_CANDIDATES.
+              task_iterations: int | None = None,
+              reporter: BaseReporter | None = None) -> Plan:
+    """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
     (Hare; :mod:`hetsched.planning.pool`, docs/pool.md); ``task_iterations`` is its task size.
+    ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`);
+    ``progress`` is the former one-string callback.
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
+    rep = as_reporter(reporter, progress)
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source)
@@ -40,51 +72,71 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
         if static:
             raise PlanningError("--static applies to space mode; pool mode plans every task")
         plan = plan_pool(problem, policy, params, task_iterations=task_iterations,
-                         progress=progress)
+                         reporter=rep)
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
-                            restart_cost_s=restart_cost_s, progress=progress)
+                            restart_cost_s=restart_cost_s, reporter=rep)
     else:
         raise PlanningError(f"unknown mode {mode!r}; expected space or pool")
     plan.settings = settings
+    rep.planning_done(plan.policy, plan.weighted_jct_s, plan.planning_time_s)
     return plan
 
 
 def plan_problem(problem: PlanningProblem, policy: str = "auto",
                  params: dict[str, Any] | None = None, *, static: bool = False,
                  restart_cost_s: float = DEFAULT_RESTART_COST_S,
-                 progress: Callable[[str], None] | None = None) -> Plan:
+                 progress: Callable[[str], None] | None = None,
+                 reporter: BaseReporter | None = None,
+                 budget_s: float | None = None, workers: int | None = None) -> Plan:
+    """Space mode: one policy, or ``auto`` (every registered policy it can afford)."""
+    rep = as_reporter(reporter, progress)
     if policy != "auto":
-        return simulate(problem, make_policy(policy, params), static=static,
-                        restart_cost_s=restart_cost_s)
+        cls = registry.resolve(policy, "space", rep)
+        pol = cls.build(params)
+        rep.planning_started("space", cls.name, [cls.name])
+        rep.candidate_started(cls.name)
+        plan = simulate(problem, pol, static=static, restart_cost_s=restart_cost_s,
+                        reporter=rep)
+        rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
+        return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
     t0 = time.perf_counter()
-    best: Plan | None = None
-    scores: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    for name in AUTO_CANDIDATES:
-        if name not in REGISTRY:
-            continue
-        try:
-            plan = simulate(problem, make_policy(name), static=static,
-                            restart_cost_s=restart_cost_s)
-        except PlanningError as e:  # e.g. has above its size limit
-            skipped[name] = str(e)
-            continue
-        scores[name] = plan.weighted_jct_s
-        if progress:
-            progress(f"{name}: weighted JCT {plan.weighted_jct_s:,.1f} s")
-        if best is None or plan.weighted_jct_s < best.weighted_jct_s - 1e-9:
-            best = plan
-    if best is None:
+    names = registry.auto_candidates("space")
+    reg = registry.policies("space")
+    rep.planning_started("space", "auto", names)
+    if budget_s is None:
+        from hetsched import config
+
+        budget_s = float(config.get("plan_budget_s"))
+    if workers is None:
+        workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
+
+    def run(name: str) -> Plan:
+        return simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
+                        reporter=rep if workers == 1 else None)
+
+    sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
+                  cost=lambda n: reg[n].cost(problem), workers=workers)
+    if sel.best is None:
         raise PlanningError("auto: no candidate policy produced a plan: "
-                            + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    best.candidates = scores
+                            + "; ".join(f"{k}: {v}" for k, v in sel.not_run().items()))
+    best = sel.best
+    best.candidates = sel.scores
     best.params = {"chosen": best.policy, **best.params}
     best.policy = f"auto:{best.policy}"
+    if sel.not_run():
+        best.extra["skipped"] = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
     return best
 
 
-__all__ = ["make_plan", "plan_problem", "AUTO_CANDIDATES", "HetschedError"]
+def __getattr__(name: str) -> Any:
+    """``AUTO_CANDIDATES``: what space-mode auto runs (every registered policy, in order)."""
+    if name == "AUTO_CANDIDATES":
+        return registry.auto_candidates("space")
+    raise AttributeError(name)
+
+
+__all__ = ["make_plan", "plan_problem", "as_reporter", "HetschedError", "InputError"]

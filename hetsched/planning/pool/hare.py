@@ -85,6 +85,7 @@ import numpy as np
 from hetsched.errors import InputError
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.solver import lp_solver
 
 #: largest LP handed to pulp; above it the grid is coarsened, then the fluid surrogate is used
 LP_MAX_VARS = 40_000
@@ -212,7 +213,7 @@ def lp_relaxation(pp: PoolProblem, n_intervals: int = LP_INTERVALS,
             left[k + 1] - left[k])
     prob += pulp.lpSum(float(pp.weight[i]) * C[i] for i in range(pp.S))
     if solver == "highs":
-        slv: Any = pulp.HiGHS(msg=False)
+        slv: Any = lp_solver()
     else:
         slv = pulp.PULP_CBC_CMD(msg=False)
     status = prob.solve(slv)

@@ -25,8 +25,9 @@ import numpy as np
 from hetsched.core.model import balanced_shares, comm_time, equal_shares, step_time
 from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import BaseReporter
 from hetsched.errors import PlanningError
-from hetsched.planning.bounds import lower_bound
+from hetsched.planning.bounds import problem_bound
 from hetsched.planning.space.policies.base import Policy, Snapshot
 
 EPS = 1e-9
@@ -192,7 +193,7 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0) -> Plan:
+             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
     started_clock = time.perf_counter()
     p = problem
@@ -284,6 +285,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         while next_arr < S and p.arrival[order[next_arr]] <= t + EPS:
             next_arr += 1
         active = [int(i) for i in order[:next_arr] if not done[i]]
+        if reporter is not None:
+            reporter.event(policy.name, t, len(active), int(done.sum()), S)
         if active:
             running = [i for i in active if alloc.get(i)]
             waiting = [i for i in active if not alloc.get(i)]
@@ -386,7 +389,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
 
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
     plan = Plan(
-        policy=policy.name, jobs=plans, lower_bound_s=lower_bound(p),
+        policy=policy.name, jobs=plans, lower_bound_s=problem_bound(p),
         params=policy.get_params(), static=static, restart_cost_s=restart_cost_s,
         cluster={"name": p.cluster.name, "gpus": {t: int(n) for t, n in
                                                   zip(p.types, p.n_type, strict=True)}},

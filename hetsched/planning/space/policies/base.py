@@ -9,7 +9,6 @@ policy's plan is measured the same way.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import InputError
+from hetsched.planning.base import BasePolicy
 
 
 @dataclass
@@ -36,20 +36,19 @@ class Snapshot:
     waited: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-class Policy:
-    """Base class: named, documented constructor parameters and ``allocate``."""
+class Policy(BasePolicy):
+    """A space-mode policy: named, documented constructor parameters and ``allocate``.
 
-    name: ClassVar[str] = ""
-    paper: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
+    See :mod:`hetsched.planning.base` for how a new policy plugs in.
+    """
+
+    mode: ClassVar[str] = "space"
     #: "balanced" (water-filling shares) or "equal" (what the baseline's paper does)
     shares: ClassVar[str] = "balanced"
     #: may move running jobs at reset events (restart cost applies); False = never
     preemptive: ClassVar[bool] = True
     #: worker placement: "pack" (few nodes, fastest-first) or "oblivious" (cluster order)
     placement: ClassVar[str] = "pack"
-    #: one call at t=0 is everything that runs (exhaustive-style heavy policies)
-    param_docs: ClassVar[dict[str, str]] = {}
 
     def __init__(self) -> None:
         """Policies without parameters take none; others override with keyword-only ones."""
@@ -58,21 +57,15 @@ class Policy:
         """Return an int array (len(snap.jobs), T) of GPUs per type per job; zero rows wait."""
         raise NotImplementedError
 
-    # -- introspection (for `hetsched policies`) ------------------------
-    @classmethod
-    def parameters(cls) -> dict[str, Any]:
-        sig = inspect.signature(cls.__init__)
-        return {n: p.default for n, p in sig.parameters.items()
-                if n != "self" and p.kind is p.KEYWORD_ONLY}
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.parameters()}
-
 
 REGISTRY: dict[str, type[Policy]] = {}
 
 
 def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make a space-mode policy known by its (globally unique) name."""
+    from hetsched.planning.registry import claim
+
+    claim(cls.name, "space")
     REGISTRY[cls.name] = cls
     return cls
 
@@ -83,18 +76,8 @@ def make_policy(name: str, params: dict[str, Any] | None = None,
 
     if name not in REGISTRY:
         raise InputError(source, f"unknown policy {name!r}; valid: {', '.join(sorted(REGISTRY))}")
-    cls = REGISTRY[name]
-    params = dict(params or {})
-    valid = cls.parameters()
-    for k in params:
-        if k not in valid:
-            listing = ", ".join(f"{n}={v!r}" for n, v in valid.items()) or "none"
-            raise InputError("--param", f"policy {name!r} has no parameter {k!r}; "
-                             f"valid parameters: {listing}")
-    try:
-        return cls(**params)
-    except (TypeError, ValueError) as e:
-        raise InputError("--param", f"policy {name!r}: {e}") from None
+    policy: Policy = REGISTRY[name].build(params)
+    return policy
 
 
 def parse_param(text: str) -> tuple[str, Any]:

@@ -22,8 +22,8 @@ def min_feasible(p: PlanningProblem, i: int, free: np.ndarray,
     Returns zeros if the free GPUs cannot do it.
     """
     n = [0] * p.T
-    _, _, cap, allowed = p._rows[i]
-    lo, hi, B = int(p.lo[i]), int(p.hi[i]), p._Bf[i]
+    _, _, cap, allowed = p.estimates.rows[i]
+    lo, hi, B = int(p.lo[i]), int(p.hi[i]), p.estimates.batch[i]
     if at_least is not None:
         lo = max(lo, int(at_least))
     held = 0.0
@@ -53,7 +53,7 @@ def min_feasible(p: PlanningProblem, i: int, free: np.ndarray,
 
 def largest_memory_types(p: PlanningProblem, i: int) -> list[int]:
     """GPU types by decreasing local-batch cap for job i, cached."""
-    cache = p.__dict__.setdefault("_by_memory", {})
+    cache = p.estimates.by_memory
     if i not in cache:
         cache[i] = [int(t) for t in np.argsort(-p.cap[i], kind="stable")]
     return cache[i]
@@ -61,7 +61,7 @@ def largest_memory_types(p: PlanningProblem, i: int) -> list[int]:
 
 def fastest_types(p: PlanningProblem, i: int) -> list[int]:
     """GPU types from fastest to slowest for job i (peak per-GPU throughput), cached."""
-    cache = p.__dict__.setdefault("_fastest", {})
+    cache = p.estimates.fastest
     if i not in cache:
         cache[i] = [int(t) for t in np.argsort(-p.per_gpu_rate(i), kind="stable")]
     return cache[i]
@@ -69,7 +69,7 @@ def fastest_types(p: PlanningProblem, i: int) -> list[int]:
 
 def smith_priority(p: PlanningProblem, snap: Snapshot) -> np.ndarray:
     """Smith's rule key (higher first): weight over remaining time on the job's minimal set."""
-    cache = p.__dict__.setdefault("_minimal_time", {})
+    cache = p.estimates.minimal_time
     base = np.empty(len(snap.jobs))
     for r, i in enumerate(snap.jobs):
         i = int(i)
@@ -96,7 +96,7 @@ def admit(p: PlanningProblem, snap: Snapshot, priority: np.ndarray) -> tuple[lis
     # A job's minimal set on the whole cluster is also its minimal set whenever
     # it fits in the free GPUs (min_feasible takes the same types in the same
     # order then), which is the common case: compute it once per job.
-    whole = p.__dict__.setdefault("_minimal_set", {})
+    whole = p.estimates.minimal_set
     for r in np.argsort(-priority, kind="stable"):
         i = int(snap.jobs[r])
         if i not in whole:
@@ -165,7 +165,7 @@ IterTime = Callable[[int, tuple[int, ...]], float]
 def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
     """The policy-side iteration-time estimate matching a policy's share mode (scalar, cached)."""
     if shares == "equal":
-        cache = p.__dict__.setdefault("_equal_cache", {})
+        cache = p.estimates.equal_iter_time
 
         def eq(i: int, n: tuple[int, ...]) -> float:
             key = (i, n)
@@ -187,18 +187,17 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
     types job i takes, most preferred first (the next GPU is the first of
     them with a free GPU). Lazy re-evaluation keeps it O(K log S) gain
     updates. The step-time change of adding one GPU of a type to given counts
-    does not depend on time, so it is memoised on the problem under
+    does not depend on time, so it is memoised in ``p.estimates.gain`` under
     ``memo_key`` across events; plain lists and tuples because this loop runs
     at every event.
     """
     import heapq
 
-    memo: dict[tuple[int, tuple[int, ...], int], float] = (
-        p.__dict__.setdefault("_gain_memo", {}).setdefault(memo_key, {}))
+    memo = p.estimates.gain.setdefault(memo_key, {})
     jobs = [int(i) for i in snap.jobs]
     wrem = (p.weight[snap.jobs] * snap.remaining).tolist()
     hi = p.hi.tolist()
-    allowed = [p._rows[i][3] for i in range(p.S)]
+    allowed = [row[3] for row in p.estimates.rows]
     cnt = {r: [int(v) for v in X[r]] for r in rows}
     fl = [int(v) for v in free]
 

@@ -1,0 +1,84 @@
+"""Pool-mode policies as registered classes (see :mod:`hetsched.planning.base`).
+
+Names are unique across modes: Hare is ``hare``; the baselines, which share
+their papers' names with space mode's policies, are ``pool-fifo``,
+``pool-srtf``, ``pool-homo`` and ``pool-allox`` (the bare names still work in
+pool mode, with a deprecation line).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hetsched.planning.base import BasePolicy
+from hetsched.planning.pool.baselines import BASELINES
+from hetsched.planning.pool.evaluator import TaskSchedule
+from hetsched.planning.pool.problem import PoolProblem
+
+POOL_REGISTRY: dict[str, type[PoolPolicy]] = {}
+
+
+class PoolPolicy(BasePolicy):
+    """A pool-mode policy: ``schedule`` returns every task's GPU and start time."""
+
+    mode: ClassVar[str] = "pool"
+
+    def __init__(self) -> None:
+        """Policies without parameters take none; others override with keyword-only ones."""
+
+    def schedule(self, pp: PoolProblem, rel: Any) -> TaskSchedule:
+        """The task schedule; ``rel`` is the plan's relaxation (bound and round order)."""
+        raise NotImplementedError
+
+
+def register_pool(cls: type[PoolPolicy]) -> type[PoolPolicy]:
+    """Class decorator: make a pool-mode policy known by its (globally unique) name."""
+    from hetsched.planning.registry import claim
+
+    claim(cls.name, "pool")
+    for old in cls.aliases:
+        claim(old, "pool", alias_of=cls.name)
+    POOL_REGISTRY[cls.name] = cls
+    return cls
+
+
+@register_pool
+class Hare(PoolPolicy):
+    name = "hare"
+    paper = "Hare, HPDC'22 §5.2"
+    summary = "Relaxation order + Algorithm 1 list scheduling of tasks (relaxed scale-fixed sync)"
+    param_docs = {"pick": "GPU rule: finish, available or best (both, keep the better)",
+                  "order": "round order: relaxation, smith or best",
+                  "bound": "relaxation: lp, fluid or auto (lp while it fits)"}
+
+    def __init__(self, *, pick: str = "best", order: str = "best", bound: str = "auto") -> None:
+        self.pick, self.order, self.bound = str(pick), str(order), str(bound)
+
+    def schedule(self, pp: PoolProblem, rel: Any) -> TaskSchedule:
+        from hetsched.planning.pool.hare import hare_from
+
+        return hare_from(pp, rel, self.pick, self.order).schedule
+
+
+def _baseline(key: str, summary: str, paper: str) -> type[PoolPolicy]:
+    class Baseline(PoolPolicy):
+        def schedule(self, pp: PoolProblem, rel: Any) -> TaskSchedule:
+            return BASELINES[key](pp)
+
+    Baseline.name = f"pool-{key}"
+    Baseline.aliases = (key,)
+    Baseline.summary, Baseline.paper = summary, paper
+    Baseline.__name__ = Baseline.__qualname__ = f"Pool{key.capitalize()}"
+    return register_pool(Baseline)
+
+
+PoolFifo = _baseline("fifo", "Gavel_FIFO: arrival order, fastest free GPUs, waits for its P GPUs",
+                     "Gavel, OSDI'20")
+PoolSrtf = _baseline("srtf", "Shortest remaining time first, preemptive at round boundaries",
+                     "Hare §7.1")
+PoolHomo = _baseline("homo", "Sched_Homo: Smith's rule, intra-job parallelism, "
+                     "heterogeneity-oblivious", "Zhang et al. via Hare §7.1")
+PoolAllox = _baseline("allox", "Sched_Allox: one GPU per job, min-cost matching to "
+                      "(GPU, position)", "AlloX, EuroSys'20")
+
+__all__ = ["POOL_REGISTRY", "PoolPolicy", "register_pool", "Hare"]

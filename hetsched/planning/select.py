@@ -1,0 +1,155 @@
+"""The one best-of selector: ``auto`` in both modes keeps the best of its candidates.
+
+Each candidate is computed once. A candidate that raises is reported
+(``candidate_failed``) and skipped; it never takes ``auto`` down. A candidate
+whose predicted planning time exceeds what is left of the time budget is
+skipped with the reason (``candidate_skipped``), so ``auto`` never loses to a
+policy it could afford and says which ones it did not run. With
+``workers > 1`` the candidates run in forked worker processes (on Linux),
+each returning its plan; the results are the same as in one process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from hetsched.core.report import NULL_REPORTER, BaseReporter
+
+T = TypeVar("T")
+
+
+@dataclass
+class Selection(Generic[T]):
+    """What the selector did: the best result, every score, what it skipped and why."""
+
+    best: T | None = None
+    best_name: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def offer(self, name: str, result: T, score: float) -> None:
+        self.scores[name] = score
+        if self.best is None or score < self.scores[str(self.best_name)] - 1e-9:
+            self.best, self.best_name = result, name
+
+    def not_run(self) -> dict[str, str]:
+        """Every candidate that did not produce a plan, with the reason."""
+        return {**self.skipped, **{k: f"failed: {v}" for k, v in self.failed.items()}}
+
+
+_WORK: list[Callable[[str], Any]] = []
+
+
+def _in_worker(name: str) -> tuple[str, Any, str | None, float]:
+    t0 = time.perf_counter()
+    try:
+        return name, _WORK[0](name), None, time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - reported by the parent, never fatal
+        return name, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+def _describe(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
+
+
+def best_of(names: Sequence[str], run: Callable[[str], T], objective: Callable[[T], float], *,
+            reporter: BaseReporter = NULL_REPORTER, budget_s: float | None = None,
+            cost: Callable[[str], float | None] | None = None,
+            workers: int = 1) -> Selection[T]:
+    """Run each candidate ``run(name)`` once and keep the lowest ``objective``.
+
+    ``cost(name)`` predicts a candidate's planning seconds (None: cheap, always
+    run); a candidate predicted to need more than what is left of ``budget_s``
+    is skipped. ``workers > 1`` runs candidates in parallel processes.
+    """
+    sel: Selection[T] = Selection()
+    t0 = time.perf_counter()
+    todo: list[str] = []
+    for name in names:
+        pred = cost(name) if cost else None
+        left = None if budget_s is None else budget_s - (time.perf_counter() - t0)
+        if pred is not None and left is not None and pred > left:
+            why = (f"predicted {pred:,.1f} s > {max(left, 0.0):,.1f} s left of the "
+                   f"time budget plan_budget_s={budget_s:g}")
+            sel.skipped[name] = why
+            reporter.candidate_skipped(name, why)
+            continue
+        if workers > 1:
+            todo.append(name)
+            continue
+        _one(name, run, objective, sel, reporter)
+    if todo:
+        _parallel(todo, run, objective, sel, reporter, workers)
+    return sel
+
+
+def _parallel(names: list[str], run: Callable[[str], T], objective: Callable[[T], float],
+              sel: Selection[T], reporter: BaseReporter, workers: int) -> None:
+    """Run ``names`` in forked processes; results are offered in the candidates' order."""
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not Linux
+        for name in names:
+            _one(name, run, objective, sel, reporter)
+        return
+    _WORK[:] = [run]
+    ctx = multiprocessing.get_context("fork")
+    done: dict[str, tuple[Any, str | None, float]] = {}
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(names)), mp_context=ctx) as ex:
+            futs: list[Future[tuple[str, Any, str | None, float]]] = []
+            for name in names:
+                reporter.candidate_started(name)
+                futs.append(ex.submit(_in_worker, name))
+            for f in futs:
+                try:
+                    name, res, err, secs = f.result()
+                except Exception as e:  # noqa: BLE001 - a worker died (memory): skip it
+                    name, res, err, secs = names[futs.index(f)], None, _describe(e), 0.0
+                done[name] = (res, err, secs)
+    finally:
+        _WORK.clear()
+    for name in names:
+        res, err, secs = done[name]
+        if err is not None:
+            sel.failed[name] = err
+            reporter.candidate_failed(name, err)
+            continue
+        score = float(objective(res))
+        sel.seconds[name] = secs
+        sel.offer(name, res, score)
+        reporter.candidate_done(name, score, secs)
+
+
+def _one(name: str, run: Callable[[str], T], objective: Callable[[T], float],
+         sel: Selection[T], reporter: BaseReporter) -> None:
+    reporter.candidate_started(name)
+    c0 = time.perf_counter()
+    try:
+        res = run(name)
+        score = float(objective(res))
+    except Exception as e:  # noqa: BLE001 - one candidate never takes auto down
+        sel.failed[name] = _describe(e)
+        reporter.candidate_failed(name, sel.failed[name])
+        return
+    sel.seconds[name] = time.perf_counter() - c0
+    sel.offer(name, res, score)
+    reporter.candidate_done(name, score, sel.seconds[name])
+
+
+def default_workers() -> int:
+    """Worker processes for auto's candidates: setting plan_workers, 0 = one per CPU core."""
+    from hetsched import config
+
+    n = int(config.get("plan_workers"))
+    return n if n > 0 else (os.cpu_count() or 1)
+
+
+__all__ = ["best_of", "Selection", "default_workers"]

@@ -1,0 +1,150 @@
+"""The planning framework: one registry, one best-of selector, reporter hooks, estimates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from planner_helpers import make_cluster, make_job, make_table
+
+from hetsched.cli.main import main
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import RecordingReporter
+from hetsched.planning import registry
+from hetsched.planning.planner import plan_problem
+from hetsched.planning.select import best_of
+
+
+def small_problem() -> PlanningProblem:
+    table = make_table({(w, g): (a, c, 64) for w, a in (("x", 0.01), ("y", 0.04))
+                        for g, c in (("v100", 0.001), ("k80", 0.004))})
+    cluster = make_cluster([("v-0", "v100", 2), ("k-0", "k80", 4)])
+    jobs = [make_job(f"j{k}", "xy"[k % 2], dataset_size=2_000 * (k + 1), global_batch=32,
+                     arrival_s=10.0 * k) for k in range(3)]
+    return PlanningProblem(jobs, cluster, table)
+
+
+def test_names_are_unique_across_modes_and_parameters_are_typed() -> None:
+    space, pool = registry.policies("space"), registry.policies("pool")
+    assert not set(space) & set(pool)
+    assert {"pool-fifo", "pool-srtf", "pool-homo", "pool-allox", "hare"} <= set(pool)
+    with pytest.raises(ValueError, match="unique across modes"):
+        registry.claim("hare", "space")
+    info = space["jps"].param_info()
+    assert (info["samples"].type, info["alpha"].type, info["trim"].type) == ("int", "float",
+                                                                             "bool")
+    assert pool["hare"].param_info()["bound"].default == "auto"
+
+
+def test_policies_command_lists_the_registry() -> None:
+    res = CliRunner().invoke(main, ["policies", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    names = [(r["mode"], r["name"]) for r in rows]
+    assert len(names) == len(set(names))
+    by = {(r["mode"], r["name"]): r for r in rows}
+    assert by[("pool", "pool-fifo")]["aliases"] == ["fifo"]
+    assert by[("space", "jps")]["parameters"]["samples"]["type"] == "int"
+    assert "exhaustive" in by[("space", "auto")]["summary"]
+
+
+def test_a_bad_parameter_type_is_one_clear_error() -> None:
+    from hetsched.errors import InputError
+
+    with pytest.raises(InputError, match="samples must be int"):
+        registry.resolve("jps", "space").build({"samples": "many"})
+    assert registry.resolve("jps", "space").build({"samples": 8.0}).samples == 8
+
+
+def test_old_pool_names_work_with_a_deprecation_note(examples) -> None:
+    res = CliRunner().invoke(main, ["plan", str(examples["jobs"]), "--cluster",
+                                    str(examples["cluster"]), "--throughputs",
+                                    str(examples["throughputs"]), "--mode", "pool",
+                                    "--policy", "fifo", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["policy"] == "pool-fifo"
+    assert "deprecated" in res.stderr and "pool-fifo" in res.stderr
+
+
+def test_best_of_skips_failures_and_over_budget_candidates() -> None:
+    calls: list[str] = []
+
+    def run(name: str) -> float:
+        calls.append(name)
+        if name == "boom":
+            raise OverflowError("Python int too large to convert to C long")
+        return {"a": 3.0, "b": 1.0}[name]
+
+    rep = RecordingReporter()
+    sel = best_of(["a", "boom", "b", "slow"], run, float, reporter=rep, budget_s=5.0,
+                  cost=lambda n: 100.0 if n == "slow" else None)
+    assert sel.best_name == "b" and sel.best == 1.0
+    assert calls == ["a", "boom", "b"]  # each once; slow never started
+    assert "OverflowError" in sel.failed["boom"]
+    assert "time budget" in sel.skipped["slow"]
+    assert [a[0] for a in rep.hooks("candidate_failed")] == ["boom"]
+    assert [a[0] for a in rep.hooks("candidate_skipped")] == ["slow"]
+
+
+def test_best_of_in_processes_matches_one_process() -> None:
+    p = small_problem()
+    names = ("fifo", "optimus", "has")
+    reg = registry.policies("space")
+    from hetsched.planning.space.evaluator import simulate
+
+    def run(n: str):  # type: ignore[no-untyped-def]
+        return simulate(p, reg[n]())
+
+    one = best_of(names, run, lambda x: x.weighted_jct_s)
+    two = best_of(names, run, lambda x: x.weighted_jct_s, workers=2)
+    assert one.scores == two.scores and one.best_name == two.best_name
+
+
+def test_auto_survives_a_failing_candidate_and_says_so(monkeypatch) -> None:
+    import hetsched.planning.space.policies.jps as jps_mod
+
+    def broken(self, problem, snap):  # type: ignore[no-untyped-def]
+        raise OverflowError("Python int too large to convert to C long")
+
+    monkeypatch.setattr(jps_mod.JPS, "allocate", broken)
+    plan = plan_problem(small_problem(), "auto", workers=1)
+    assert "jps" not in plan.candidates and "has" in plan.candidates
+    assert plan.to_dict()["skipped"]["jps"].startswith("failed: OverflowError")
+
+
+def test_auto_computes_each_candidate_and_the_bound_once(monkeypatch) -> None:
+    import hetsched.planning.bounds as bounds
+
+    n = {"bound": 0}
+    orig = bounds.lower_bound
+
+    def counted(p):  # type: ignore[no-untyped-def]
+        n["bound"] += 1
+        return orig(p)
+
+    monkeypatch.setattr(bounds, "lower_bound", counted)
+    p = small_problem()
+    before = set(vars(p))
+    rep = RecordingReporter()
+    plan = plan_problem(p, "auto", reporter=rep, workers=1)
+    started = [a[0] for a in rep.hooks("candidate_started")]
+    assert sorted(started) == sorted(set(started)) == sorted(plan.candidates)
+    assert n["bound"] == 1
+    assert set(vars(p)) == before  # caches live in p.estimates, nothing hung on the problem
+    assert p.estimates.iter_time and p.estimates.bound is not None
+    assert rep.hooks("event") and rep.hooks("planning_started")[0][1] == "auto"
+    assert all(np.isfinite(a[1]) for a in rep.hooks("candidate_done"))
+
+
+def test_lp_solver_prints_nothing_on_stdout() -> None:
+    code = ("import pulp\nfrom hetsched.planning.solver import lp_solver\n"
+            "p = pulp.LpProblem('x', pulp.LpMinimize)\nx = pulp.LpVariable('x', 0)\n"
+            "p += x\np += x >= 2\nassert p.solve(lp_solver(5.0)) == 1\n"
+            "import sys; sys.stderr.write(str(x.value()))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert res.stdout == "" and res.stderr.strip() == "2.0"
