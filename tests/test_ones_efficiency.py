@@ -66,13 +66,14 @@ def test_progress_model_learns_from_history() -> None:
     for job in range(12):
         loss0 = 2.0 + 0.1 * job
         for k in range(1, 10):
-            X.append(features(5000, loss0, k, loss0 * (1 - 0.08 * k)))
+            X.append(features(5000, k, loss0, loss0 * (1 - 0.08 * k)))
             y.append(k / 10)
     m = ProgressModel().fit(np.array(X), np.array(y))
     assert m.n_train == len(y)
-    rem = m.mean_remaining(features(5000, 2.05, 5, 2.05 * 0.6), done=5.0)
+    rem = m.mean_remaining(features(5000, 5, 2.05, 2.05 * 0.6), done=5.0)
+    assert 3.5 < m.mean_remaining(features(5000, 5), done=5.0) < 6.5  # losses unknown
     assert 3.5 < rem < 6.5, rem  # truth: 5 epochs left
-    draws = sample_remaining(np.random.default_rng(1), *m.beta(features(5000, 2.05, 5, 1.23)),
+    draws = sample_remaining(np.random.default_rng(1), *m.beta(features(5000, 5, 2.05, 1.23)),
                              done=5.0, total_hint=99.0, n=500)
     assert (draws > 0).all() and 3.0 < float(np.median(draws)) < 7.0
     assert sample_remaining(np.random.default_rng(1), 2, 2, 0.0, 7.0)[0] == 7.0

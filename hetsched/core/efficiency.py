@@ -112,15 +112,21 @@ def efficiency(batch: float, base_batch: float, noise_scale: float | None) -> fl
 # ---------------------------------------------------------------------------
 # progress predictor
 
-FEATURES = ("log_epoch_size", "log_initial_loss", "epochs_done", "loss_ratio", "bias")
+FEATURES = ("log_epoch_size", "log_initial_loss", "log_epochs_done", "loss_ratio", "bias")
 
 
-def features(epoch_size: float, initial_loss: float, epochs_done: float, loss: float
-             ) -> np.ndarray:
-    """ONES's inputs, without validation accuracy (hetsched reports no validation)."""
-    il = max(initial_loss, 1e-9)
-    ratio = (il - loss) / il  # loss improvement so far
-    return np.array([math.log1p(epoch_size), math.log1p(il), math.log1p(epochs_done), ratio, 1.0])
+def features(epoch_size: float, epochs_done: float, initial_loss: float | None = None,
+             loss: float | None = None) -> np.ndarray:
+    """ONES's inputs, without validation accuracy (hetsched reports no validation).
+
+    Losses unknown at planning time (a simulated job) are NaN; the model
+    replaces them by its training means.
+    """
+    if initial_loss is None or loss is None or initial_loss <= 0:
+        il, ratio = math.nan, math.nan
+    else:
+        il, ratio = math.log1p(initial_loss), (initial_loss - loss) / initial_loss
+    return np.array([math.log1p(epoch_size), il, math.log1p(epochs_done), ratio, 1.0])
 
 
 @dataclass
@@ -134,6 +140,15 @@ class ProgressModel:
     coef: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
     precision: float = 2.0
     n_train: int = 0
+    #: column means of the training features (imputed for NaN inputs)
+    means: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
+
+    def _impute(self, X: np.ndarray) -> np.ndarray:
+        X = np.array(X, dtype=float, copy=True)
+        bad = np.isnan(X)
+        if bad.any():
+            X[bad] = np.broadcast_to(self.means, X.shape)[bad]
+        return X
 
     def fit(self, X: np.ndarray, y: np.ndarray, max_points: int = 2000, seed: int = 0
             ) -> ProgressModel:
@@ -147,6 +162,11 @@ class ProgressModel:
 
         X = np.asarray(X, dtype=float)
         y = np.clip(np.asarray(y, dtype=float), 1e-3, 1 - 1e-3)
+        if len(y):
+            with np.errstate(all="ignore"):
+                m = np.nanmean(np.where(np.isnan(X).all(axis=0), 0.0, X), axis=0)
+            self.means = np.nan_to_num(m)
+            X = self._impute(X)
         if len(y) > max_points:
             keep = np.random.default_rng(seed).choice(len(y), max_points, replace=False)
             X, y = X[keep], y[keep]
@@ -167,7 +187,8 @@ class ProgressModel:
         return self
 
     def beta(self, x: np.ndarray) -> tuple[float, float]:
-        mu = 1.0 / (1.0 + math.exp(-float(np.dot(self.coef, x))))
+        z = float(np.dot(self.coef, self._impute(x[None, :])[0]))
+        mu = 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
         mu = min(max(mu, 1e-3), 1 - 1e-3)
         return mu * self.precision, (1 - mu) * self.precision
 

@@ -36,6 +36,9 @@ class Elastic:
     min_batch: int
     max_batch: int
     lr_scaling: str = "linear"
+    #: gradient noise scale B_noise (runtime-measured, docs/elastic.md); None = unknown,
+    #: i.e. ONES's assumption that the LR rule keeps samples-to-converge constant
+    noise_scale: float | None = None
 
     def lr_factor(self, batch: int, base_batch: int) -> float:
         """Learning-rate multiplier at ``batch`` for a job tuned at ``base_batch``."""
@@ -44,8 +47,11 @@ class Elastic:
             else 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"min_batch": self.min_batch, "max_batch": self.max_batch,
-                "lr_scaling": self.lr_scaling}
+        d: dict[str, Any] = {"min_batch": self.min_batch, "max_batch": self.max_batch,
+                             "lr_scaling": self.lr_scaling}
+        if self.noise_scale is not None:
+            d["noise_scale"] = self.noise_scale
+        return d
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class SegmentModel(_Strict):
     comm_s: Seconds = 0.0
     iterations: Seconds = 0.0
     restart_s: Seconds = 0.0
+    global_batch: Annotated[int, Field(ge=1)] | None = None
 
 
 class JobModel(_Strict):
@@ -152,7 +153,8 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
         segs = [Segment(s.start_s, s.end_s,
                         [Worker(w.node, w.gpu_type, w.gpu, w.local_batch) for w in s.workers],
                         iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
-                        iterations=s.iterations, restart_s=s.restart_s) for s in j.segments]
+                        iterations=s.iterations, restart_s=s.restart_s,
+                        global_batch=s.global_batch) for s in j.segments]
         jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job))
     if m.mode == "pool" and not m.tasks:
         raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")

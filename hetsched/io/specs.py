@@ -116,7 +116,7 @@ JOB_FIELDS = (
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
     "entrypoint", "memory_gb", "elastic", "target_loss", "epochs_predicted",
 )
-ELASTIC_FIELDS = ("min_batch", "max_batch", "lr_scaling")
+ELASTIC_FIELDS = ("min_batch", "max_batch", "lr_scaling", "noise_scale")
 
 
 def parse_job(data: Any, source: str, index: int) -> Job:
@@ -196,7 +196,8 @@ def _elastic(raw: Any, source: str, where: str, global_batch: int) -> Elastic:
     if not lo <= global_batch <= hi:
         raise InputError(source, f"min_batch {lo} <= global_batch {global_batch} <= max_batch "
                          f"{hi} does not hold", f"{where}: elastic")
-    return Elastic(lo, hi, rule)
+    noise = e.num("noise_scale", minimum=0) if e.has("noise_scale") else None
+    return Elastic(lo, hi, rule, noise)
 
 
 def parse_jobs(data: Any, source: str) -> list[Job]:

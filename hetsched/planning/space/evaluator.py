@@ -13,6 +13,15 @@ of all GPUs, and "wait" (running jobs stay, waiting jobs are deferred to the
 next event). Another candidate replaces keep only if its predicted weighted
 completion time, restart costs included, is lower; so a running job is moved
 only when that pays off. ``static`` (and non-preemptive policies) always keep.
+
+Elastic batches (docs/elastic.md): a policy with ``decides_batch`` (``ones``)
+also chooses each job's global batch; it is applied as decided at every
+event (and every ``tick_s``), a batch change on the same GPUs costs an
+in-place rescale (``RESCALE_IN_PLACE_S``) instead of a restart, and
+``remaining`` stays in iterations at the spec's batch B0: an iteration at
+batch B does ``B * E(B) / B0`` of them, where E is the statistical
+efficiency (Pollux, :func:`hetsched.core.efficiency.efficiency`; 1 without
+the efficiency model or a known noise scale).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsched.core.efficiency import efficiency
 from hetsched.core.model import balanced_shares, comm_time, equal_shares, step_time
 from hetsched.core.plan import JobPlan, Plan, Segment, Worker
 from hetsched.core.problem import PlanningProblem
@@ -33,6 +43,8 @@ from hetsched.planning.space.policies.base import Policy, Snapshot
 EPS = 1e-9
 #: active jobs x GPUs up to which idle GPUs trigger a fresh reallocation at every event
 REPLAN_EVERY_EVENT_MAX = 20_000
+#: seconds an in-place batch rescale costs a job (ONES reports about 1 s; measured: bench_ones)
+RESCALE_IN_PLACE_S = 1.0
 
 
 @dataclass
@@ -40,17 +52,25 @@ class Timing:
     batches: list[int]
     compute_s: float
     comm_s: float
+    #: iterations at the spec's batch one iteration here is worth (1 at the spec's batch)
+    work: float = 1.0
 
     @property
     def iteration_s(self) -> float:
         return self.compute_s + self.comm_s
 
+    @property
+    def per_work_s(self) -> float:
+        """Seconds per iteration of remaining work (which is counted at the spec's batch)."""
+        return self.iteration_s / self.work
+
 
 class Evaluator:
     """Exact per-placement timing (integer shares, real node layout), cached."""
 
-    def __init__(self, problem: PlanningProblem) -> None:
+    def __init__(self, problem: PlanningProblem, stat_efficiency: bool = True) -> None:
         self.p = problem
+        self.stat_efficiency = stat_efficiency
         gpus = problem.cluster.gpus
         tindex = {t: k for k, t in enumerate(problem.types)}
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
@@ -59,30 +79,36 @@ class Evaluator:
         nindex = {n: k for k, n in enumerate(nodes)}
         self.gpu_node = np.array([nindex[g.node] for g in gpus], dtype=int)
         self.nodes = nodes
-        self._cache: dict[tuple[int, tuple[int, ...], bool, str], Timing] = {}
+        self._cache: dict[tuple[int, tuple[int, ...], bool, str, int], Timing] = {}
 
-    def timing(self, i: int, gpu_ids: list[int], shares: str) -> Timing:
+    def timing(self, i: int, gpu_ids: list[int], shares: str, batch: int | None = None
+               ) -> Timing:
         p = self.p
         types = tuple(sorted(int(self.gpu_type[g]) for g in gpu_ids))
         single = len({int(self.gpu_node[g]) for g in gpu_ids}) == 1
-        key = (i, types, single, shares)
+        B0 = int(p.B[i])
+        B = B0 if batch is None else int(batch)
+        key = (i, types, single, shares, B)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         a = [float(p.a[i, t]) for t in types]
         c = [float(p.c[i, t]) for t in types]
         caps = [int(p.cap[i, t]) for t in types]
-        B = int(p.B[i])
         b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
         comm = comm_time(len(types), float(p.model_mb[i]), p.bandwidth(single), sync)
-        tm = Timing(b, step_time(a, c, b), comm)
+        el = p.jobs[i].elastic
+        eff = efficiency(B, B0, el.noise_scale) if el is not None and self.stat_efficiency \
+            else 1.0
+        tm = Timing(b, step_time(a, c, b), comm, work=B * eff / B0)
         self._cache[key] = tm
         return tm
 
-    def workers(self, i: int, gpu_ids: list[int], shares: str) -> tuple[list[Worker], Timing]:
+    def workers(self, i: int, gpu_ids: list[int], shares: str, batch: int | None = None
+                ) -> tuple[list[Worker], Timing]:
         """Workers in type order matching the cached batch vector."""
-        tm = self.timing(i, gpu_ids, shares)
+        tm = self.timing(i, gpu_ids, shares, batch)
         order = sorted(gpu_ids, key=lambda g: (int(self.gpu_type[g]), g))
         gpus = self.p.cluster.gpus
         ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index, b)
@@ -193,12 +219,17 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None) -> Plan:
-    """Run ``policy`` over the timeline of reset events and return the evaluated Plan."""
+             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None,
+             stat_efficiency: bool = True) -> Plan:
+    """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
+
+    ``stat_efficiency=False`` counts an elastic job's progress in plain samples
+    (ONES's assumption) instead of efficient samples (module docstring).
+    """
     started_clock = time.perf_counter()
     p = problem
     S = p.S
-    ev = Evaluator(p)
+    ev = Evaluator(p, stat_efficiency)
     placer = Placer(ev)
     K = len(p.cluster.gpus)
     owner = np.full(K, -1, dtype=int)
@@ -212,6 +243,11 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     timing: dict[int, Timing] = {}
     oblivious = policy.placement == "oblivious"
     keep_only = static or not policy.preemptive
+    # elastic batches: the policy's choice per job (decides_batch policies), the current one
+    decides = bool(getattr(policy, "decides_batch", False))
+    tick_s = getattr(policy, "tick_s", None) if decides else None
+    batch = p.B.astype(int).copy()
+    want: dict[int, int] = {}
 
     order = np.argsort(p.arrival, kind="stable")
     next_arr = 0
@@ -234,6 +270,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         )
         X = np.asarray(policy.allocate(p, snap), dtype=int)
         _validate(p, policy, snap, X)
+        if decides:
+            want.update(_validate_batches(p, policy, snap, X))
         counts = {int(i): X[r] for r, i in enumerate(jobs)}
         return placer.place(counts, free_mask, cur, oblivious)
 
@@ -242,7 +280,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         start = t + (restart_cost_s if moved and has_run[i] else 0.0)
         if not moved:
             start = max(t, ready_at[i])
-        return start + remaining[i] * tm.iteration_s
+        return start + remaining[i] * tm.per_work_s
 
     def score(cand: dict[int, list[int]], ref: dict[int, list[int]], jobs: list[int]) -> float:
         # Only the jobs whose GPUs differ between the candidates (``jobs``) are
@@ -255,7 +293,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                 continue
             cur = alloc.get(i)
             if gs == cur:
-                ends[i] = max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s
+                ends[i] = max(t, ready_at[i]) + remaining[i] * timing[i].per_work_s
             else:
                 ends[i] = predicted(i, gs, True)
         first_free = min(ends.values(), default=t)
@@ -292,7 +330,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             waiting = [i for i in active if not alloc.get(i)]
             free_mask = owner < 0
             keep = dict(alloc)
-            keep.update(ask(waiting, free_mask, {}))
+            if not decides or keep_only:
+                keep.update(ask(waiting, free_mask, {}))
             new = keep
             # A fresh reallocation can only pay off if keeping would leave GPUs
             # idle or jobs waiting; otherwise every move just costs a restart.
@@ -313,7 +352,11 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             idle_due = idle and (len(active) * K <= REPLAN_EVERY_EVENT_MAX
                                  or idle_gpus - idle_at_last >= max(1, int(np.ceil(0.02 * K)))
                                  or t >= last_fresh + restart_cost_s - EPS)
-            if not keep_only and running and (queued or idle_due):
+            if decides and not keep_only:
+                # the policy chose GPUs and batches for every active job (ONES
+                # does its own selection and update rule): apply them as decided
+                new = ask(active, np.ones(K, dtype=bool), alloc)
+            elif not keep_only and running and (queued or idle_due):
                 last_fresh, fresh_asked = t, True
                 fresh = ask(active, np.ones(K, dtype=bool), alloc)
                 # Three candidates: keep, fresh, and "wait": running jobs stay
@@ -334,7 +377,9 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             # apply the decision: release every changed job's GPUs first, so a
             # job that leaves a GPU never clears the ownership of the job that
             # takes it over in the same event
-            changed = [i for i in active if alloc.get(i, []) != new.get(i, [])]
+            changed = [i for i in active if alloc.get(i, []) != new.get(i, [])
+                       or (new.get(i) and want.get(i, batch[i]) != batch[i])]
+            rescaled = {i for i in changed if alloc.get(i) and alloc.get(i) == new.get(i)}
             for i in changed:
                 if i in open_seg:
                     seg = open_seg.pop(i)
@@ -348,12 +393,16 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                     continue
                 if (owner[nw] >= 0).any():
                     raise AssertionError(f"{policy.name}: GPU given to two jobs at t={t}")
-                ws, tm = ev.workers(i, nw, policy.shares)
-                rc = restart_cost_s if has_run[i] else 0.0
+                batch[i] = want.get(i, batch[i])
+                ws, tm = ev.workers(i, nw, policy.shares, int(batch[i]))
+                rc = RESCALE_IN_PLACE_S if i in rescaled else \
+                    restart_cost_s if has_run[i] else 0.0
                 ready_at[i] = t + rc
                 open_seg[i] = Segment(start_s=t, end_s=t, workers=ws,
                                       iteration_s=tm.iteration_s, compute_s=tm.compute_s,
-                                      comm_s=tm.comm_s, restart_s=rc)
+                                      comm_s=tm.comm_s, restart_s=rc,
+                                      global_batch=int(batch[i]) if p.jobs[i].elastic
+                                      else None)
                 timing[i] = tm
                 alloc[i] = nw
                 owner[nw] = i
@@ -361,10 +410,12 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             if fresh_asked:  # GPUs idle after this decision: the next trigger counts from here
                 idle_at_last = int((owner < 0).sum())
         # advance to the next event
-        fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].iteration_s for i in alloc}
+        fin = {i: max(t, ready_at[i]) + remaining[i] * timing[i].per_work_s for i in alloc}
         t_arr = float(p.arrival[order[next_arr]]) if next_arr < S else np.inf
         t_fin = min(fin.values(), default=np.inf)
         t_next = min(t_arr, t_fin)
+        if tick_s and alloc and np.isfinite(t_next):  # periodic re-decisions (ONES epochs)
+            t_next = min(t_next, t + float(tick_s))
         if not np.isfinite(t_next):
             stuck = [p.jobs[i].name for i in range(S) if not done[i]]
             raise PlanningError(f"policy {policy.name!r} cannot place job(s) "
@@ -375,16 +426,15 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             ran = max(0.0, t_next - max(t, ready_at[i]))
             seg = open_seg[i]
             if fin[i] <= t_next + EPS * max(1.0, t_next):
-                seg.iterations += remaining[i]
+                seg.iterations += remaining[i] / tm.work
                 seg.end_s = fin[i]
                 remaining[i] = 0.0
                 done[i] = True
                 plans[i].segments.append(open_seg.pop(i))
                 owner[alloc.pop(i)] = -1
             else:
-                it = ran / tm.iteration_s
-                seg.iterations += it
-                remaining[i] -= it
+                seg.iterations += ran / tm.iteration_s
+                remaining[i] -= ran / tm.per_work_s
         t = t_next
 
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
@@ -397,6 +447,26 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     )
     plan.planning_time_s = time.perf_counter() - started_clock
     return plan
+
+
+def _validate_batches(p: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray
+                      ) -> dict[int, int]:
+    """A decides_batch policy's global batches: in the job's range, held by its GPUs."""
+    out = {}
+    for r, i in enumerate(snap.jobs):
+        i = int(i)
+        k = int(X[r].sum())
+        if k == 0:
+            continue
+        B = int(policy.batch_for(i))  # type: ignore[attr-defined]
+        el = p.jobs[i].elastic
+        lo, hi = (el.min_batch, el.max_batch) if el is not None else (int(p.B[i]), int(p.B[i]))
+        held = int((p.cap[i] * X[r]).sum())
+        if not (lo <= B <= hi and k <= B <= held):
+            raise AssertionError(f"{policy.name}: job {p.jobs[i].name} got global batch {B} "
+                                 f"on {k} GPUs holding {held}; its range is [{lo}, {hi}]")
+        out[i] = B
+    return out
 
 
 def _best_counts(p: PlanningProblem, i: int) -> np.ndarray:
