@@ -5,7 +5,7 @@ Gavel's measured throughputs (examples/gavel_throughputs.csv), arrivals
 compressed by --load so jobs overlap. Every job gets ``elastic: {min_batch:
 B0/4, max_batch: 8*B0}`` (the trace's batch B0 is the user's) and a
 per-workload gradient noise scale; a trace job (one pass of ``steps``
-global batches) is split into 10 epochs of the same samples so ONES's
+global batches) is split into 30 epochs of the same samples so ONES's
 epoch-based rules apply. Policies: ``ones`` against ``optimus``, ``has``,
 ``jps`` and ``auto`` (fixed batches), each evaluated by the same evaluator:
 
@@ -54,7 +54,7 @@ if not TRACE.exists():
 NOISE = {"resnet-18": 800.0, "resnet-50": 2000.0, "transformer": 4000.0, "lm": 6000.0,
          "recommendation": 20000.0}
 FIXED = ("optimus", "has", "jps", "auto")
-EPOCHS = 10
+EPOCHS = 30
 
 
 def cluster(k: int) -> Cluster:

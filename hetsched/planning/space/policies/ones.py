@@ -26,7 +26,7 @@ import numpy as np
 
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
-from hetsched.planning.space.policies.common import fastest_types, min_feasible
+from hetsched.planning.space.policies.common import fastest_types, largest_memory_types
 from hetsched.planning.space.policies.ones_predict import Remaining, fit_history
 from hetsched.planning.space.policies.ones_search import Cand, Model, reorder, repair, sruf
 
@@ -40,7 +40,7 @@ class Ones(Policy):
     auto = False  # it changes batch sizes: asked for by name, compared in bench_ones
     param_docs = {
         "seed": "random seed (the same seed gives the same plan)",
-        "population": "candidate schedules kept (0: one per GPU as the paper, at most 32)",
+        "population": "candidate schedules kept (0: one per GPU as the paper, at most 16)",
         "generations": "evolution rounds per decision",
         "mutation_rate": "probability a job is preempted / its batch changed in a mutation",
         "samples": "Beta draws of remaining work per score",
@@ -50,7 +50,7 @@ class Ones(Policy):
         "history": "report files / directory of completed jobs for the progress predictor",
     }
 
-    def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 4,
+    def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 3,
                  mutation_rate: float = 0.2, samples: int = 8, tick_s: float = 120.0,
                  restart_s: float = 60.0, efficiency: bool = True, history: str = "") -> None:
         if population < 0 or generations < 1 or samples < 1 or tick_s <= 0:
@@ -76,11 +76,14 @@ class Ones(Policy):
         self.exec_s: dict[int, float] = {}
         self.penalties: dict[int, int] = {}
         self.last_t = 0.0
+        # ONES's gamma = 1/lambda, the mean time between arrivals; a decision interval
+        # at least, or a burst of arrivals would penalise every job at once
         arr = np.sort(p.arrival)
-        self.gamma = float(np.mean(np.diff(arr))) if len(arr) > 1 and arr[-1] > arr[0] else np.inf
+        self.gamma = max(float(np.mean(np.diff(arr))), self.tick_s) \
+            if len(arr) > 1 and arr[-1] > arr[0] else np.inf
         model = fit_history(self.history.split(","), self.seed) if self.history else None
         self.remaining = Remaining(p, model)
-        self.n_pop = self.population or min(32, max(4, self.m.K))
+        self.n_pop = self.population or min(16, max(4, self.m.K))
 
     def batch_for(self, i: int) -> int:
         return self.batch[i]
@@ -92,13 +95,17 @@ class Ones(Policy):
     def _limits(self, snap: Snapshot, running: set[int], update: bool) -> None:
         p = self.m.p
         dt = snap.t - self.last_t
+        waiting = len(snap.jobs) > len(running)
         for r, i in enumerate(int(j) for j in snap.jobs):
             blo, bhi = self.m.batch_range(i)
+            B0 = int(p.B[i])
             rem = float(snap.remaining[r])
             if i not in self.limit:  # start: within one GPU until it has run an epoch
-                one = int(max(p.cap[i][p.allowed[i]]))
-                self.limit[i] = max(blo, min(bhi, one))
-                self.max_gpus[i] = 1 if p.jobs[i].elastic is not None else int(p.hi[i])
+                # (on its min_gpus, or on as few as hold its min_batch, if more)
+                caps = np.sort(np.repeat(p.cap[i][p.allowed[i]], p.n_type[p.allowed[i]]))[::-1]
+                first = max(1, int(p.lo[i]), int(np.searchsorted(np.cumsum(caps), blo)) + 1)
+                self.limit[i] = max(blo, min(bhi, int(caps[:first].sum())))
+                self.max_gpus[i] = first if p.jobs[i].elastic is not None else int(p.hi[i])
                 self.epoch_mark[i] = rem
                 self.exec_s[i] = 0.0
                 continue
@@ -109,11 +116,13 @@ class Ones(Policy):
                     self.limit[i] = min(bhi, 2 * self.limit[i])
                     self.max_gpus[i] = int(p.hi[i])
                 periods = int(self.exec_s[i] / self.gamma) if np.isfinite(self.gamma) else 0
-                while self.penalties.get(i, 0) < periods:  # scale-down of long jobs
-                    self.penalties[i] = self.penalties.get(i, 0) + 1
-                    self.limit[i] = max(blo, self.limit[i] // 2)
+                if waiting and update and self.penalties.get(i, 0) < periods:
+                    # scale-down of a long job while others wait (the convoy effect):
+                    # halve, once per update, not below the batch the user tuned
+                    self.penalties[i] = periods
+                    self.limit[i] = max(blo, min(self.limit[i], max(self.limit[i] // 2, B0)))
             elif update and i in self.batch:  # resume: rejected again -> halve
-                self.limit[i] = max(blo, self.limit[i] // 2)
+                self.limit[i] = max(blo, min(self.limit[i], max(self.limit[i] // 2, B0)))
                 self.epoch_mark[i] = rem
         self.last_t = snap.t
 
@@ -134,10 +143,13 @@ class Ones(Policy):
         draws = self.remaining.draw(np.random.default_rng([self.seed, int(snap.t * 1000)]),
                                     jobs, snap.remaining, self.samples)
         wait_t = {}
-        for i in jobs:
-            n = min_feasible(problem, int(i), problem.n_type, fastest_types(problem, int(i)))
-            wait_t[int(i)] = (max(1, int(n.sum())), problem.iter_time1(int(i), tuple(n.tolist()))
-                              if n.sum() else 1e9)
+        for i in (int(j) for j in jobs):
+            n = self._min_set(i, problem.n_type)
+            if n.sum():
+                lo, hi = m.feasible_batches(i, n, self.limit.get(i))
+                wait_t[i] = (int(n.sum()), m.per_work(i, n, hi))
+            else:
+                wait_t[i] = (1, 1e9)
 
         def score(c: Cand) -> float:
             return sruf(m, c, jobs, draws, curkey, self.restart_s, wait_t)
@@ -221,6 +233,22 @@ class Ones(Policy):
         return self._fill(reorder(m, repair(m, c, self.limit, self.max_gpus, frozen)), jobs,
                           draws, frozen)
 
+    def _min_set(self, i: int, free: np.ndarray) -> np.ndarray:
+        """Fewest free GPUs on which job i can run some allowed batch: fastest types first,
+        else largest memory first (fast GPUs with little memory may never hold the batch)."""
+        m, p = self.m, self.m.p
+        cap_k = min(int(p.hi[i]), self.max_gpus.get(i, int(p.hi[i])))
+        for order in (fastest_types(p, i), largest_memory_types(p, i)):
+            n = np.zeros(p.T, dtype=int)
+            for t in order:
+                while p.allowed[i, t] and n[t] < free[t] and n.sum() < cap_k:
+                    n[t] += 1
+                    if n.sum() >= p.lo[i]:
+                        lo, hi = m.feasible_batches(i, n, self.limit.get(i))
+                        if lo <= hi:
+                            return n
+        return np.zeros(p.T, dtype=int)
+
     @staticmethod
     def _impose(c: Cand, cur: Cand, frozen: set[int]) -> Cand:
         """Not an update: the running (frozen) jobs keep exactly their current GPUs and batch."""
@@ -236,7 +264,7 @@ class Ones(Policy):
         m, p = self.m, self.m.p
         for _ in range(m.K):
             free = np.bincount(m.slot_type[c.owner == -1], minlength=p.T)
-            n = min_feasible(p, i, free, fastest_types(p, i))
+            n = self._min_set(i, free)
             if n.sum():
                 for t, k in enumerate(n):
                     slots = np.nonzero((c.owner == -1) & (m.slot_type == t))[0][:int(k)]
@@ -268,8 +296,8 @@ class Ones(Policy):
                 n = m.counts(c, i)
                 w = float(mean_w[row[i]])
                 if n.sum() == 0:
-                    add = min_feasible(p, i, free, fastest_types(p, i))
-                    if not add.sum() or add.sum() > self.max_gpus.get(i, 1 << 30):
+                    add = self._min_set(i, free)
+                    if not add.sum():
                         continue
                     lo, hi = m.feasible_batches(i, add, self.limit.get(i))
                     if lo <= hi:  # resuming a waiting job gains most; short ones first
@@ -291,8 +319,8 @@ class Ones(Policy):
                 break
             wts = np.array([o[3] for o in opts])
             i, add, B, _ = opts[int(self.rng.choice(len(opts), p=wts / wts.sum()))]
-            for t, k in enumerate(add):
-                slots = np.nonzero((c.owner == -1) & (m.slot_type == t))[0][:int(k)]
+            for ty, k in enumerate(add.tolist()):
+                slots = np.nonzero((c.owner == -1) & (m.slot_type == ty))[0][:k]
                 c.owner[slots] = i
             c.batch[i] = int(B)
         return c

@@ -136,8 +136,8 @@ def reorder(m: Model, c: Cand) -> Cand:
     return c
 
 
-def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray, current: dict[int, tuple],
-         restart_s: float, waiting_time: dict[int, float]) -> float:
+def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray,
+         current: dict[int, tuple[tuple[int, ...], int]], restart_s: float, waiting_time: dict[int, tuple[int, float]]) -> float:
     """Expected SRUF utilization (ONES eq. 8): sum over jobs of GPUs x remaining time.
 
     ``W`` is (draws, len(jobs)) remaining work; a job the candidate leaves
