@@ -119,6 +119,19 @@ class ReplanResult:
         return "; ".join(parts)
 
 
+def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
+                      log: Callable[[str], None]) -> None:
+    """An elastic job keeps its GPUs: its ranks switch shares at a step (runtime/elastic.py)."""
+    from hetsched.core.plan import worker_groups
+    from hetsched.runtime.elastic import request_path, write_request
+    from hetsched.runtime.job import default_checkpoint
+
+    batches = [b for _, _, bs in worker_groups(new) for b in bs]
+    if batches != [b for _, _, bs in worker_groups(old) for b in bs]:
+        seq = write_request(request_path(default_checkpoint(name)), batches)
+        log(f"job {name}: rescale in place to {batches} (request {seq})")
+
+
 def _workers_key(workers: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
     return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
 
@@ -234,6 +247,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
                 to_cancel.append(cur)
             else:
                 result.kept.append(name)
+                if jp.spec is not None and jp.spec.elastic is not None and not dry_run:
+                    _rescale_in_place(name, ws, cur.workers, log)  # same GPUs: new batch
         elif _workers_key(ws) != _workers_key(cur.workers):
             to_submit.add(name)
             to_cancel.append(cur)

@@ -139,3 +139,22 @@ def test_write_request_is_atomic_and_numbered(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         write_request(p, [0, 4])
     assert np.array_equal(sorted(x.name for x in tmp_path.iterdir()), ["r.json"])
+
+
+def test_replan_writes_a_rescale_request_when_gpus_stay(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hetsched.app.replan import _rescale_in_place
+    from hetsched.runtime.job import default_checkpoint
+
+    monkeypatch.setenv("HETSCHED_CHECKPOINT_DIR", str(tmp_path))
+    old = [{"node": "n0", "gpu_type": "v100", "gpu": 0, "local_batch": 64},
+           {"node": "n0", "gpu_type": "v100", "gpu": 1, "local_batch": 64}]
+    new = [dict(w, local_batch=b) for w, b in zip(old, (96, 160), strict=True)]
+    logs: list[str] = []
+    _rescale_in_place("r18", old, old, logs.append)  # nothing changed: no request
+    req = Path(str(default_checkpoint("r18")) + ".rescale.json")
+    assert not req.exists() and not logs
+    _rescale_in_place("r18", new, old, logs.append)
+    r = read_request(req)
+    assert r is not None and r.local_batches == [96, 160] and r.seq == 1
+    assert "rescale in place" in logs[0]
