@@ -74,13 +74,31 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
             "test only: emulated per-sample cost in seconds"),
+    # how jobs are submitted (docs/slurm.md, "Sbatch options"): the site's defaults,
+    # below a job's own `slurm:` keys, the jobs file's and `hetsched submit`'s options
+    Setting("sbatch_time", "HETSCHED_SBATCH_TIME", "",
+            "time limit for every job (default: from its predicted duration)"),
+    Setting("sbatch_account", "HETSCHED_SBATCH_ACCOUNT", "", "Slurm account (--account)"),
+    Setting("sbatch_qos", "HETSCHED_SBATCH_QOS", "", "Slurm QoS (--qos)"),
+    Setting("sbatch_mem", "HETSCHED_SBATCH_MEM", "", "memory per node (--mem), e.g. 64G"),
+    Setting("sbatch_constraint", "HETSCHED_SBATCH_CONSTRAINT", "",
+            "node features (--constraint)"),
+    Setting("sbatch_extra", "HETSCHED_SBATCH_EXTRA", "",
+            "extra sbatch options, space-separated, e.g. '--exclusive --mail-type=END'"),
+    Setting("time_margin", "HETSCHED_TIME_MARGIN", 1.5,
+            "time limit = predicted duration x this + time_pad_s", float),
+    Setting("time_pad_s", "HETSCHED_TIME_PAD", 600.0,
+            "seconds added to a job's predicted duration for its time limit", float),
+    Setting("signal_s", "HETSCHED_SIGNAL_S", 300.0,
+            "SIGUSR1 this many seconds before the time limit: checkpoint and requeue "
+            "(0: off)", float),
 )}
 
 #: variables an sbatch script exports for ``hetsched run`` (set by templates, read by runtime)
 JOB_ENV = ("HETSCHED_PLAN_ID", "HETSCHED_JOB", "HETSCHED_SEGMENT", "HETSCHED_WORKLOAD",
            "HETSCHED_GLOBAL_BATCH", "HETSCHED_LOCAL_BATCHES", "HETSCHED_LOCAL_BATCH",
            "HETSCHED_GPU_TYPES", "HETSCHED_RANK_NODES", "HETSCHED_RANK", "HETSCHED_COMMAND",
-           "HETSCHED_ENTRYPOINT")
+           "HETSCHED_ENTRYPOINT", "HETSCHED_POOL_GPUS")
 
 
 def site_config_path() -> Path:
@@ -159,6 +177,16 @@ def state_path() -> Path:
         return Path(v).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "hetsched" / "state.db"
+
+
+def sbatch_defaults() -> dict[str, Any]:
+    """The config's sbatch options as a ``slurm:`` mapping (unset ones left out)."""
+    out: dict[str, Any] = {}
+    for key in ("time", "account", "qos", "mem", "constraint", "extra"):
+        v = get(f"sbatch_{key}")
+        if v:
+            out[key] = v.split() if key == "extra" else v
+    return out
 
 
 def state_files_dir() -> Path:

@@ -7,11 +7,45 @@ with code 2; nothing below the CLI prints or exits.
 
 from __future__ import annotations
 
+# Exit codes, the one table (docs/reliability.md lists them for users). Errors
+# set ``exit_code`` from here; the CLI exits with it.
+EXIT_OK = 0
+EXIT_FAILURE = 1  #: a run failed (a rank died, a command found nothing to do when asked to)
+EXIT_INPUT = 2  #: bad input: a file, a field, a flag (InputError, PlanningError)
+EXIT_COMMAND = 3  #: an external command (sbatch, scancel) failed; a submit was rolled back
+EXIT_SLURM_DOWN = 4  #: Slurm kept failing transiently after every retry
+EXIT_TESTBED = 5  #: the local test cluster could not be started or used
+EXIT_STATE_CORRUPT = 6  #: the state file is corrupted, foreign, or from a newer hetsched
+EXIT_STATE_READONLY = 7  #: the state file is read-only (not corrupted)
+EXIT_STATE_PERMISSION = 8  #: the state file or its directory cannot be read or written
+EXIT_STATE_EMPTY = 9  #: the state file is empty (0 bytes: truncated)
+EXIT_STATE_INCOMPLETE = 10  #: the state file lacks tables (damaged by hand)
+EXIT_LOCKED = 75  #: another replan holds the lock (EX_TEMPFAIL: try again later)
+EXIT_INTERRUPTED = 130  #: SIGINT (128 + 2)
+EXIT_TERMINATED = 143  #: SIGTERM (128 + 15)
+
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILURE: "failure (a run or a rank failed)",
+    EXIT_INPUT: "bad input (file, field or flag); the message names it",
+    EXIT_COMMAND: "an external command failed (sbatch, scancel, ...); a submit was rolled back",
+    EXIT_SLURM_DOWN: "Slurm unavailable after retries",
+    EXIT_TESTBED: "the testbed could not be started or used",
+    EXIT_STATE_CORRUPT: "state file corrupted, foreign, or written by a newer hetsched",
+    EXIT_STATE_READONLY: "state file read-only (not corrupted)",
+    EXIT_STATE_PERMISSION: "state file or its directory not readable/writable",
+    EXIT_STATE_EMPTY: "state file empty (0 bytes, truncated)",
+    EXIT_STATE_INCOMPLETE: "state file lacks tables (damaged by hand)",
+    EXIT_LOCKED: "another replan holds the lock; try again later",
+    EXIT_INTERRUPTED: "interrupted (SIGINT)",
+    EXIT_TERMINATED: "terminated (SIGTERM)",
+}
+
 
 class HetschedError(Exception):
     """Base class for errors shown to the user without a traceback."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILURE
 
 
 class InputError(HetschedError):
@@ -22,7 +56,7 @@ class InputError(HetschedError):
     would be valid.
     """
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
     def __init__(self, source: str, message: str, where: str | None = None) -> None:
         self.source = str(source)
@@ -38,5 +72,5 @@ class InputError(HetschedError):
 class PlanningError(HetschedError):
     """The inputs are valid but no plan can be made (e.g. a size limit)."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 

@@ -162,13 +162,18 @@ def test_convert_gavel_throughputs(runner, gavel_data, tmp_path, examples) -> No
     assert {r["workload"] for r in rows} >= {"resnet-18", "resnet-50", "transformer", "lm",
                                              "recommendation"}
     raw = json.loads((gavel_data / "simulation_throughputs.json").read_text())
-    its = raw["v100"]["('ResNet-18 (batch size 64)', 1)"]["null"]
-    (row,) = [r for r in rows if (r["workload"], r["gpu_type"], r["local_batch"])
-              == ("resnet-18", "v100", "64")]
-    assert float(row["step_time_s"]) == pytest.approx(1 / its, rel=1e-5)
+    for scale in (1, 2, 4, 8):  # every measured scale is kept (issue 11.7)
+        its = raw["v100"][f"('ResNet-18 (batch size 64)', {scale})"]["null"]
+        (row,) = [r for r in rows if (r["workload"], r["gpu_type"], r["local_batch"], r["gpus"])
+                  == ("resnet-18", "v100", "64", str(scale))]
+        # Gavel's rate at scale s sums the s workers' steps: one iteration takes s / rate
+        assert float(row["step_time_s"]) == pytest.approx(scale / its, rel=1e-5)
     table = load_throughputs(out)
     fit = table.get("resnet-50", "v100")
     assert fit is not None and fit.a >= 0 and fit.c > 0
+    # communication calibrated from the multi-GPU measurements, growing with the scale
+    assert [k for k, _ in fit.sync_curve] == [2, 4, 8]
+    assert fit.sync_at(2) <= fit.sync_at(4) <= fit.sync_at(8) and fit.sync_at(8) > 0
     # the bundled example CSV is this conversion
     assert out.read_text() == examples["throughputs"].read_text()
     # to stdout as well
@@ -189,13 +194,16 @@ def test_convert_gavel_trace_and_plan_it(runner, gavel_data, tmp_path, examples)
     with_batch = [f for f in lines if "(batch size" in f[0]]
     assert len(jobs) == len(with_batch)
     assert f"skipped {len(lines) - len(with_batch)} job(s)" in res.stderr
-    first = with_batch[0]
-    bs = int(first[0].split("batch size ")[1].rstrip(")"))
-    j = jobs[0]
-    assert j.global_batch == bs * int(first[6])  # batch x scale factor
-    assert j.iterations == int(first[5])  # the trace's total steps, one epoch
-    assert j.requested_gpus == int(first[6])
-    assert j.arrival_s == float(first[9])
+    assert any(int(f[6]) > 1 for f in with_batch)  # the trace has multi-GPU jobs
+    for f, j in zip(with_batch, jobs, strict=True):
+        bs, scale = int(f[0].split("batch size ")[1].rstrip(")")), int(f[6])
+        assert j.global_batch == bs * scale  # batch x scale factor
+        # the trace's steps are summed over the s workers: steps / s synchronous iterations
+        # (Gavel's generate_job: num_steps = duration x aggregate throughput at scale s)
+        assert j.dataset_size == int(f[5]) * bs
+        assert j.iterations == math.ceil(int(f[5]) / scale)
+        assert j.requested_gpus == scale
+        assert j.arrival_s == float(f[9])
     # the converted jobs plan on the example cluster with the Gavel profiles
     short = tmp_path / "few.yaml"
     res = runner.invoke(main, ["convert", "gavel-trace", str(trace), "--limit", "4",

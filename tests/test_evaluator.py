@@ -176,9 +176,12 @@ def test_keep_versus_fresh_moves_a_job_when_it_pays() -> None:
         check_plan(p, moved, restart_cost_s=60.0)
         short, long_ = moved.jobs
         assert short.end_s == pytest.approx(64.0)
+        if getattr(REGISTRY[name], "decides_batch", False):
+            continue  # ones: its own selection and epoch update rule (docs/elastic.md)
         if not REGISTRY[name].preemptive:
             assert len(long_.segments) == 1
-            assert long_.end_s == pytest.approx(4097.0)
+            if name != "opd":  # opd waits for its frame (the paper's A_online): tests/test_online.py
+                assert long_.end_s == pytest.approx(4097.0)
             continue
         assert [s.workers[0].gpu_type for s in long_.segments] == ["slow", "fast"], name
         assert long_.segments[0].iterations == pytest.approx(98.4375)

@@ -73,7 +73,7 @@ def test_old_pool_names_work_with_a_deprecation_note(examples) -> None:
 def test_best_of_skips_failures_and_over_budget_candidates() -> None:
     calls: list[str] = []
 
-    def run(name: str) -> float:
+    def run(name: str, deadline: float | None) -> float:
         calls.append(name)
         if name == "boom":
             raise OverflowError("Python int too large to convert to C long")
@@ -96,8 +96,8 @@ def test_best_of_in_processes_matches_one_process() -> None:
     reg = registry.policies("space")
     from hetsched.planning.space.evaluator import simulate
 
-    def run(n: str):  # type: ignore[no-untyped-def]
-        return simulate(p, reg[n]())
+    def run(n: str, deadline: float | None):  # type: ignore[no-untyped-def]
+        return simulate(p, reg[n](), deadline=deadline)
 
     one = best_of(names, run, lambda x: x.weighted_jct_s)
     two = best_of(names, run, lambda x: x.weighted_jct_s, workers=2)
@@ -148,3 +148,84 @@ def test_lp_solver_prints_nothing_on_stdout() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert res.stdout == "" and res.stderr.strip() == "2.0"
+
+
+def four_type_instance(seed: int = 2) -> PlanningProblem:
+    """4 jobs on 12 GPUs of 4 types where the greedy and category policies all miss the
+    exact static optimum (found by a search over seeds; the gap is about 10%)."""
+    rng = np.random.default_rng(seed)
+    types = ["a100", "v100", "p100", "k80"]
+    prof = {}
+    for w in "wxyz":
+        base = rng.uniform(0.005, 0.05)
+        for k, g in enumerate(types):
+            prof[(w, g)] = (base * rng.uniform(0.5, 1.5), 0.0005 * (1 + k) * rng.uniform(0.5, 2),
+                            64)
+    cluster = make_cluster([(f"{g}-0", g, 3) for g in types])
+    jobs = [make_job(f"j{k}", "wxyz"[k], dataset_size=int(rng.integers(2, 40)) * 1000,
+                     global_batch=int(rng.choice([32, 64, 128])),
+                     model_size_mb=float(rng.choice([0, 50, 200])),
+                     weight=float(rng.choice([1, 2]))) for k in range(4)]
+    return PlanningProblem(jobs, cluster, make_table(prof))
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_auto_never_loses_to_exhaustive_when_it_can_afford_it(static: bool) -> None:
+    from hetsched.planning.space.evaluator import simulate
+
+    p = four_type_instance()
+    reg = registry.policies("space")
+    names = registry.auto_candidates("space")  # every policy not marked auto = False
+    assert "exhaustive" in names
+    every = {n: simulate(p, reg[n](), static=static).weighted_jct_s for n in names}
+    auto = plan_problem(p, "auto", static=static, workers=1)
+    assert auto.weighted_jct_s <= min(every.values()) * (1 + 1e-12)
+    assert set(auto.candidates) == set(every)
+    if static:
+        # what auto ran before (every policy but exhaustive) is >= 5% worse here
+        old = min(v for n, v in every.items() if n != "exhaustive")
+        assert old > every["exhaustive"] * 1.05
+        assert auto.policy == "auto:exhaustive"
+
+
+def test_auto_says_what_it_skipped_for_the_budget() -> None:
+    p = four_type_instance()
+    rep = RecordingReporter()
+    plan = plan_problem(p, "auto", reporter=rep, budget_s=0.0, workers=1)
+    skipped = plan.to_dict()["skipped"]
+    assert "exhaustive" in skipped and "budget" in skipped["exhaustive"]
+    assert "exhaustive" not in plan.candidates
+    assert ("exhaustive", skipped["exhaustive"]) in rep.hooks("candidate_skipped")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_segments_carry_their_restart_time_and_iterations(seed: int, tmp_path) -> None:
+    """end - start = restart_s + iterations x iteration_s, in the plan JSON (issue 11.8)."""
+    from hetsched.io.plan_json import load_plan
+
+    rng = np.random.default_rng(seed)
+    table = make_table({(w, g): (a, c, 64) for w, a in (("x", 0.01), ("y", 0.04))
+                        for g, c in (("v100", 0.001), ("k80", 0.004))})
+    cluster = make_cluster([("v-0", "v100", 2), ("v-1", "v100", 2), ("k-0", "k80", 4)])
+    jobs = [make_job(f"j{k}", "xy"[k % 2], dataset_size=int(rng.integers(1, 30)) * 20000,
+                     global_batch=32, arrival_s=float(rng.integers(0, 2000)),
+                     weight=float(rng.choice([1, 4]))) for k in range(6)]
+    p = PlanningProblem(jobs, cluster, table)
+    plan = plan_problem(p, "auto", restart_cost_s=float(rng.choice([5.0, 20.0])), workers=1)
+    d = json.loads(plan.to_json())
+    moved = 0
+    for j, jd in zip(plan.jobs, d["jobs"], strict=True):
+        done = 0.0
+        for s, sd in zip(j.segments, jd["segments"], strict=True):
+            assert sd["restart_s"] == s.restart_s and sd["iterations"] == s.iterations
+            assert s.end_s - s.start_s == pytest.approx(
+                s.restart_s + s.iterations * s.iteration_s, rel=1e-9, abs=1e-6)
+            moved += s.restart_s > 0
+            done += s.iterations
+        assert done == pytest.approx(float(j.spec.iterations), rel=1e-9)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    back = load_plan(path)
+    assert [s.restart_s for j in back.jobs for s in j.segments] == [
+        s.restart_s for j in plan.jobs for s in j.segments]
+    assert moved  # these instances move running jobs: restarts are really exercised

@@ -355,7 +355,7 @@ def test_non_preemptive_policies_never_move_a_running_job(inst) -> None:
             continue
         plan = simulate(p, make_policy(name))
         assert all(len(jp.segments) == 1 for jp in plan.jobs), name
-    assert {n for n in POLICIES if not REGISTRY[n].preemptive} == {"fifo", "allox", "homo"}
+    assert {n for n in POLICIES if not REGISTRY[n].preemptive} == {"fifo", "allox", "homo", "opd"}
 
 
 @given(instances(max_jobs=4, max_gpus=8), st.booleans())

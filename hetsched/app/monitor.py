@@ -11,7 +11,8 @@ Cost of one poll cycle (what bench/bench_slurm.py measures):
   hetsched saw it finish (rare: it needs MinJobAge to pass between polls).
 
 Reset events (they make ``hetsched replan`` act): ``job-completed``,
-``job-failed``, ``job-requeued``, ``node-down``, ``node-drained``,
+``job-failed``, ``job-requeued``, ``job-cancelled`` (a user's ``scancel`` or
+``hetsched cancel``: final, the job is never resubmitted), ``node-down``, ``node-drained``,
 ``node-back`` (a GPU node usable again), ``spool-new`` (a new jobs file in
 the spool directory). ``job-started`` is recorded for the record only.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +31,8 @@ from hetsched.slurm.inventory import from_nodes
 from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.store import GONE, SUBMITTING, SUPERSEDED, Store, Submission
 
-RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "node-down",
-                         "node-drained", "node-back", "spool-new"})
+RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "job-cancelled",
+                         "node-down", "node-drained", "node-back", "spool-new"})
 #: pending reasons that mean "a node this job needs is not available"
 NODE_REASONS = ("ReqNodeNotAvail", "NodeDown", "UnavailableNodes")
 #: hetsched's rows that are still worth asking Slurm about
@@ -79,6 +80,23 @@ def combined_state(components: list[JobInfo]) -> str:
     return (lead or components)[0].state if components else "UNKNOWN"
 
 
+def state_counts(states: Iterable[str]) -> dict[str, int]:
+    """running / pending / done / failed / cancelled among job states (``watch``)."""
+    out = {"running": 0, "pending": 0, "done": 0, "failed": 0, "cancelled": 0}
+    for state in states:
+        if state in ("RUNNING", "COMPLETING", "CONFIGURING"):
+            out["running"] += 1
+        elif state == "COMPLETED":
+            out["done"] += 1
+        elif state == "CANCELLED":
+            out["cancelled"] += 1
+        elif state in FINISHED_STATES or state in (GONE, "GAVE_UP"):
+            out["failed"] += 1
+        else:
+            out["pending"] += 1
+    return out
+
+
 class Monitor:
     """Polls Slurm for the store's live submissions and records reset events."""
 
@@ -107,6 +125,9 @@ class Monitor:
         reports = sorted((files_dir(self.store) / "reports").glob("*.jsonl"))
         if reports:
             ingest_reports(self.store, reports)
+        from hetsched.app.pool_status import ingest_pool_reports
+
+        ingest_pool_reports(self.store)  # pool executors' task records (app/pool_status.py)
 
     def live(self) -> list[Submission]:
         return [s for s in self.store.submissions() if s.slurm_id and s.state in WATCHED]
@@ -157,6 +178,10 @@ class Monitor:
         sid = sub.slurm_id
         if new == "COMPLETED":
             return Event("job-completed", sub.job, slurm_id=sid)
+        if new == "CANCELLED":
+            # hetsched marks its own cancels before scancel: this one is a user's
+            return Event("job-cancelled", sub.job, slurm_id=sid,
+                         detail="cancelled outside hetsched (scancel); final")
         if new in FINISHED_STATES or new == GONE:
             reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                        and c.reason != "None"}))

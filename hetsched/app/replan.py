@@ -16,7 +16,8 @@ Made for cron (``* * * * * hetsched replan -t profiles.csv``):
   running job is left alone unless the new plan resizes it (a different GPU
   count), in which case it is resubmitted in its new shape and resumes from
   its checkpoint. A job that failed is resubmitted, at most ``max_failures``
-  times. Completed jobs are done.
+  times. Completed jobs are done; a job the user cancelled (``scancel`` or
+  ``hetsched cancel``) is final.
 
 Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
 error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.replan_changes import Change, decide, update_dependencies
+from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.spec import Job
@@ -46,13 +49,22 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.store import GONE, SUBMIT_FAILED, SUPERSEDED, Store, Submission
+from hetsched.state.store import (
+    CANCELLED,
+    GAVE_UP,
+    GONE,
+    SUBMIT_FAILED,
+    SUPERSEDED,
+    Store,
+    Submission,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
 EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
-FAILED_STATES = (FINISHED_STATES - {"COMPLETED"}) | {GONE}
+#: states replan resubmits (up to max_failures); a user's CANCELLED is final, never here
+FAILED_STATES = (FINISHED_STATES - {"COMPLETED", CANCELLED}) | {GONE}
 
 
 class ReplanLocked(HetschedError):
@@ -98,15 +110,30 @@ class ReplanResult:
     kept: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
+    user_cancelled: list[str] = field(default_factory=list)
+    waiting: list[tuple[str, str]] = field(default_factory=list)  # (job, why it waits)
+    changes: list[Change] = field(default_factory=list)  # job, was, now, why
+    gave_up_now: list[str] = field(default_factory=list)  # given up in this pass
     plan: dict[str, Any] | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled)
+        return bool(self.submitted or self.cancelled or self.changes)
+
+    def notes(self) -> list[str]:
+        """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
+        out = []
+        if self.given_up:
+            out.append("gave up on " + ", ".join(self.given_up) + " (retries exhausted)")
+        if self.waiting:
+            out.append("waiting: " + "; ".join(f"{j} ({w})" for j, w in self.waiting))
+        if self.user_cancelled:
+            out.append("cancelled by the user (final): " + ", ".join(self.user_cancelled))
+        return out
 
     def summary(self) -> str:
         if self.status == "unchanged":
-            return f"replan: nothing to do ({self.reason})"
+            return "; ".join([f"replan: nothing to do ({self.reason})", *self.notes()])
         parts = [f"replan ({self.reason}) -> plan {self.new_plan_id}"]
         if self.submitted:
             parts.append("submitted " + ", ".join(f"{j}={i}" for j, i in self.submitted))
@@ -114,26 +141,28 @@ class ReplanResult:
             parts.append("cancelled " + ", ".join(f"{j}={i}" for j, i in self.cancelled))
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
-        if self.given_up:
-            parts.append("gave up on " + ", ".join(self.given_up))
-        return "; ".join(parts)
+        return "; ".join(parts + self.notes())
 
 
 def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
-                      log: Callable[[str], None]) -> None:
-    """An elastic job keeps its GPUs: its ranks switch shares at a step (runtime/elastic.py)."""
+                      log: Callable[[str], None], dry_run: bool) -> bool:
+    """An elastic running job on the same GPUs switches shares at a step (runtime/elastic.py).
+
+    True when its GPUs stay (it is then kept, not restarted); the rescale
+    request is written when its batches differ.
+    """
     from hetsched.core.plan import worker_groups
     from hetsched.runtime.elastic import request_path, write_request
     from hetsched.runtime.job import default_checkpoint
 
+    if sorted((w["node"], w["gpu_type"]) for w in new) != \
+            sorted((w["node"], w["gpu_type"]) for w in old):
+        return False
     batches = [b for _, _, bs in worker_groups(new) for b in bs]
-    if batches != [b for _, _, bs in worker_groups(old) for b in bs]:
+    if batches != [b for _, _, bs in worker_groups(old) for b in bs] and not dry_run:
         seq = write_request(request_path(default_checkpoint(name)), batches)
         log(f"job {name}: rescale in place to {batches} (request {seq})")
-
-
-def _workers_key(workers: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
-    return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
+    return True
 
 
 def latest_rows(store: Store) -> dict[str, Submission]:
@@ -163,6 +192,13 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     """One replan pass (see module doc). The caller holds the lock."""
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    active = store.active_plan()
+    if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
+        from hetsched.app.pool_replan import pool_replan
+
+        return pool_replan(store, client, table, policy=policy, partition=partition,
+                           spool=spool, force=force, dry_run=dry_run,
+                           max_failures=max_failures, log=log)
     monitor = Monitor(store, client, partition=partition, spool=spool)
     cycle = monitor.poll()
     for ev in cycle.events:
@@ -175,20 +211,36 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     now = time.time()
 
     jobs: list[Job] = []
+    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     result = ReplanResult("replanned", reason)
     for name, row in rows.items():
         if row.state == "COMPLETED":
             result.done.append(name)
             continue
+        if row.state == CANCELLED:  # the user's cancel is final
+            result.user_cancelled.append(name)
+            continue
+        if row.state == GAVE_UP:
+            result.given_up.append(name)
+            continue
         if row.state in FAILED_STATES:
             fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
             if fails > max_failures:
                 result.given_up.append(name)
+                why = (f"failed {fails} times ({row.state}), more than --max-failures "
+                       f"{max_failures}; not resubmitted")
+                log(f"job {name}: gave up: {why}")
+                result.gave_up_now.append(name)
+                if not dry_run:
+                    store.set_state(row.id, GAVE_UP)
+                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
+                                    detail=why, handled=True)
                 continue
         plan = _stored_plan(store, row.plan_id)
         jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
-        if jp is None or jp.spec is None:
-            log(f"job {name}: no usable spec in plan {row.plan_id}; left as is")
+        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
+            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
+                "replanned with its pool plan); left as is")
             continue
         job = jp.spec
         frac = 1.0
@@ -197,6 +249,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            keep_end_s[name] = frac * planned  # where it runs now
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     known = {j.name for j in jobs} | set(rows)
     spool_files: list[Path] = []
@@ -216,12 +269,26 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
         return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
-                            given_up=result.given_up)
+                            given_up=result.given_up, user_cancelled=result.user_cancelled,
+                            gave_up_now=result.gave_up_now)
 
     old_raw = store.active_plan()
     old_id = (old_raw or {}).get("plan_id")
     settings = how_planned(_stored_plan(store, old_id), policy)
     cluster = load_inventory(client, partition).cluster
+    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
+    # the rest is replanned: one such job must never wedge replanning
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
+        return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
                          **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
@@ -231,29 +298,20 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
-    to_submit: set[str] = set()
-    to_cancel: list[Submission] = []
-    for jp in new_plan.jobs:
-        name = jp.name
-        if not jp.segments:
-            continue
-        ws = [w.to_dict() for w in jp.segments[0].workers]
-        cur = rows.get(name)
-        if cur is None or cur.state in FAILED_STATES:
-            to_submit.add(name)
-        elif cur.state in RUNNING_STATES:
-            if len(ws) != len(cur.workers):  # resized: restart from its checkpoint
-                to_submit.add(name)
-                to_cancel.append(cur)
-            else:
-                result.kept.append(name)
-                if jp.spec is not None and jp.spec.elastic is not None and not dry_run:
-                    _rescale_in_place(name, ws, cur.workers, log)  # same GPUs: new batch
-        elif _workers_key(ws) != _workers_key(cur.workers):
-            to_submit.add(name)
-            to_cancel.append(cur)
-        else:
-            result.kept.append(name)
+    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    result.kept = dec.kept
+    result.changes = dec.changes
+    for jp in new_plan.jobs:  # elastic jobs keeping their GPUs: rescale in place
+        cur = rows.get(jp.name)
+        if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
+                and jp.spec.elastic and _rescale_in_place(
+                    jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
+                    dry_run):
+            to_submit.discard(jp.name)
+            to_cancel = [c for c in to_cancel if c.job != jp.name]
+            result.kept += [] if jp.name in result.kept else [jp.name]
     if dry_run:
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
@@ -265,16 +323,18 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         if to_submit:
             # new hetjobs first: if this fails, the old ones are still queued
             res = submit(new_plan, store, client, only=to_submit, partition=partition,
-                         source="replan", allow_active_elsewhere=True)
+                         source="replan", allow_active_elsewhere=True, check_runnable=False)
             result.submitted = res.submitted + res.skipped
         else:
             store.add_plan(new, source="replan")
-        ids = [r.slurm_id for r in to_cancel if r.slurm_id]
-        client.cancel(ids)
+        # marked before scancel, so no monitor reads hetsched's cancel as a user's
         with store.tx():
             for r in to_cancel:
                 store.set_state(r.id, SUPERSEDED)
+        client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
         result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
+        ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
+        result.changes += update_dependencies(new_plan, result.kept, ids, client)
     except BaseException as e:
         store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
         raise

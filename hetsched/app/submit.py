@@ -11,6 +11,20 @@ Guarantees (see docs/slurm.md):
   a re-run skips what has an id and, for an intent without one (a crash
   between the two writes), first looks for the job in Slurm by its
   ``--comment`` tag instead of submitting twice.
+* **In the plan's order.** Jobs are submitted by the start of their first
+  segment; a job that takes GPUs another job frees gets
+  ``--dependency=afterany:<that job>`` (app/order.py), so Slurm starts what
+  the plan starts, when the plan starts it.
+* **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
+  the sbatch in flight is recorded; then the jobs this call submitted are
+  cancelled and their records removed (exit 130): all or nothing.
+* **Runnable.** A job with no command, no entrypoint and no built-in
+  workload (or a built-in with an absurd dataset) is refused before anything
+  is sent, naming each such job and why (``--skip-unplaceable``: the rest).
+* **Options.** Each job gets a time limit from its predicted duration (or
+  its ``slurm: time``), SIGUSR1 before it (``--signal``; the script
+  has the step checkpoint, then requeues), and the account/QoS/memory/constraint/extra
+  options of its spec, the jobs file, ``hetsched submit`` and the config.
 * Later segments are not submitted here: ``hetsched replan`` submits the next
   segment when the current one ends, so Slurm always runs what the latest plan
   says.
@@ -18,12 +32,20 @@ Guarantees (see docs/slurm.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+import math
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetsched import config
+from hetsched.app.order import dependency_expr, plan_order, predecessors
+from hetsched.app.runnable import UnrunnableError, listing, unrunnable
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
@@ -43,6 +65,12 @@ class SubmitError(HetschedError):
     exit_code = 3
 
 
+class SubmitInterrupted(HetschedError):
+    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled."""
+
+    exit_code = 130
+
+
 @dataclass
 class SubmitResult:
     plan_id: str
@@ -50,6 +78,9 @@ class SubmitResult:
     submitted: list[tuple[str, str]] = field(default_factory=list)  # (job, slurm id)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # already submitted
     scripts: dict[str, Script] = field(default_factory=dict)  # job -> script
+    order: list[str] = field(default_factory=list)  # submit order (the plan's start order)
+    after: dict[str, list[str]] = field(default_factory=dict)  # job -> afterany jobs
+    unrunnable: list[tuple[str, str]] = field(default_factory=list)  # (job, why): not sent
 
 
 def files_dir(store: Store) -> Path:
@@ -69,20 +100,57 @@ def check_plan(plan: Plan, source: str = "plan") -> str:
     return pid
 
 
+def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
+    """The options every job starts from: ``hetsched submit``'s over the config's."""
+    try:
+        site = SbatchOptions.parse(config.sbatch_defaults())
+    except SbatchOptionError as e:
+        raise InputError("config", str(e), f"sbatch_{e.key}") from None
+    return (cli or SbatchOptions()).over(site)
+
+
+def time_limit(duration_s: float) -> tuple[int, int]:
+    """(time limit in minutes, seconds of warning before it) for a predicted duration.
+
+    limit = duration x ``time_margin`` + ``time_pad_s`` (defaults 1.5 and 600 s),
+    rounded up to whole minutes; the warning (``signal_s``, default 300 s) is at
+    most half the limit so a short job is not signalled at its start.
+    """
+    limit_min = max(1, math.ceil((max(0.0, duration_s) * float(config.get("time_margin"))
+                                  + float(config.get("time_pad_s"))) / 60))
+    warn = int(min(float(config.get("signal_s")), limit_min * 30))
+    return limit_min, warn
+
+
 def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
-                only: set[str] | None = None, segment_of: Mapping[str, int] | None = None
-                ) -> dict[str, tuple[int, Script]]:
-    """Render every job's script (segment 0 unless ``segment_of`` says otherwise)."""
+                only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
+                sbatch: SbatchOptions | None = None) -> dict[str, tuple[int, Script]]:
+    """Render every job's script (segment 0 unless ``segment_of`` says otherwise).
+
+    Each job's sbatch options are its spec's ``slurm:`` over ``sbatch`` (see
+    :func:`base_sbatch`); without a ``time`` the limit comes from the
+    segment's predicted duration (:func:`time_limit`).
+    """
     out: dict[str, tuple[int, Script]] = {}
+    base = sbatch if sbatch is not None else base_sbatch()
     for j in plan.jobs:
         if only is not None and j.name not in only:
             continue
         seg = (segment_of or {}).get(j.name, 0)
         if seg >= len(j.segments) or not j.segments[seg].workers:
             continue  # nothing (left) to run for this job
-        out[j.name] = (seg, render_hetjob(pid, j, seg, plan_path=plan_path, log_dir=log_dir,
-                                          partition=partition, pin_nodes=pin_nodes))
+        own = j.spec.slurm if j.spec is not None and j.spec.slurm else SbatchOptions()
+        opts = own.over(base)
+        s = j.segments[seg]
+        limit, warn = time_limit(s.end_s - s.start_s)
+        if opts.time:
+            limit = time_minutes(opts.time)
+            warn = int(min(float(config.get("signal_s")), limit * 30))
+        out[j.name] = (seg, render_hetjob(
+            pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
+            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
+))
     return out
 
 
@@ -90,24 +158,41 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
            only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
            source: str = "plan", allow_active_elsewhere: bool = False,
-           progress: Callable[[str], None] | None = None) -> SubmitResult:
+           progress: Callable[[str], None] | None = None,
+           sbatch: SbatchOptions | None = None, check_runnable: bool = True,
+           skip_unrunnable: bool = False) -> SubmitResult:
     """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
 
     ``only`` restricts to some jobs (replan), ``segment_of`` picks another
     segment per job. With ``dry_run`` nothing is written and Slurm is not
-    touched: the result carries the scripts.
+    touched: the result carries the scripts (and the jobs that would fail).
+    Jobs that would fail where they run (app/runnable.py) are refused, or
+    left out with ``skip_unrunnable``.
     """
-    if plan.mode == "pool":
-        raise PoolPlanError(source, "this is a pool-mode plan (Hare's task-level sharing); "
-                            "it runs under the fast-switch executor, not as space-mode "
-                            "hetjobs", "mode")
+    if plan.mode == "pool":  # one hetjob for the whole pool: app/pool_submit.py
+        from hetsched.app.pool_submit import submit_pool
+
+        return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
+                           pin_nodes=pin_nodes, source=source,
+                           allow_active_elsewhere=allow_active_elsewhere, progress=progress)
     pid = check_plan(plan, source)
+    preds = predecessors(plan)
+    bad = unrunnable(plan, only) if check_runnable else []
+    if bad and not dry_run and not skip_unrunnable:
+        raise UnrunnableError(source, f"{len(bad)} of {len(only or plan.jobs)} jobs would fail "
+                              f"where they run: {listing(bad)}; fix them, or pass "
+                              "--skip-unplaceable to submit the rest", "jobs")
+    if bad and not dry_run:
+        only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
         scripts = render_plan(plan, pid, plan_path=base / "plans" / f"{pid}.json",
                               log_dir=base / "logs", partition=partition, pin_nodes=pin_nodes,
-                              only=only, segment_of=segment_of)
-        return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()})
+                              only=only, segment_of=segment_of, sbatch=sbatch)
+        return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()},
+                            order=plan_order(plan, set(scripts)),
+                            after={k: v for k, v in preds.items() if k in scripts},
+                            unrunnable=bad)
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
@@ -115,14 +200,17 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     log_dir = base / "logs"
     # render everything first: a bad value fails before anything reaches Slurm
     scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
-                          pin_nodes=pin_nodes, only=only, segment_of=segment_of)
+                          pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(scripts))
     log_dir.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)
-    result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()})
+    order = plan_order(plan, set(scripts))
+    result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()},
+                          order=order, after={k: v for k, v in preds.items() if k in scripts},
+                          unrunnable=bad)
 
     # crash recovery: intents without an id may have reached Slurm
     pending_intents = {name: store.submission(pid, name, seg) for name, (seg, _) in
@@ -130,43 +218,81 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     orphans = {n: s for n, s in pending_intents.items()
                if s is not None and s.slurm_id is None and s.state == SUBMITTING}
     found = _find_tagged(client, pid) if orphans else {}
+    # the ids the plan's order refers to: queued jobs of any plan, then this call's
+    ids = {s.job: s.slurm_id for s in store.submissions()
+           if s.slurm_id and s.state in LIVE_STATES}
 
     mine: list[tuple[int, str, str]] = []  # (submission row, job, slurm id) of this call
-    order = list(scripts)
-    for i, name in enumerate(order):
-        seg, script = scripts[name]
-        prev = pending_intents[name]
-        if prev is not None and prev.slurm_id and prev.state != SUPERSEDED:
-            result.skipped.append((name, prev.slurm_id))
-            continue
-        tag = submission_comment(pid, name, seg)
-        if name in orphans and tag in found:
-            assert prev is not None
-            store.set_submitted(prev.id, found[tag])
-            result.skipped.append((name, found[tag]))
-            continue
-        path = base / "scripts" / pid / f"{name}-{seg}.sh"
-        atomic_write(path, script.text)
-        workers = [w.to_dict() for w in plan.job(name).segments[seg].workers]
-        sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
-        try:
-            jid = client.submit(path)
-        except CommandError as e:
-            _rollback(store, client, pid, mine, sub.id, name)
-            done = ", ".join(j for _, j, _ in mine)
-            raise SubmitError(
-                f"sbatch failed for job {name!r} ({i + 1} of {len(order)}): {e}; "
-                + (f"cancelled what this run had submitted ({done}); " if mine else "")
-                + "nothing from this run remains queued") from None
-        store.set_submitted(sub.id, jid)
-        mine.append((sub.id, name, jid))
-        result.submitted.append((name, jid))
-        if progress:
-            progress(f"submitted {name} as Slurm job {jid}")
+    with deferred_signals() as caught:
+        for i, name in enumerate(order):
+            seg, script = scripts[name]
+            prev = pending_intents[name]
+            if prev is not None and prev.slurm_id and prev.state != SUPERSEDED:
+                result.skipped.append((name, prev.slurm_id))
+                ids[name] = prev.slurm_id
+                continue
+            tag = submission_comment(pid, name, seg)
+            if name in orphans and tag in found:
+                assert prev is not None
+                store.set_submitted(prev.id, found[tag])
+                result.skipped.append((name, found[tag]))
+                ids[name] = found[tag]
+                continue
+            path = base / "scripts" / pid / f"{name}-{seg}.sh"
+            atomic_write(path, script.text)
+            workers = [w.to_dict() for w in plan.job(name).segments[seg].workers]
+            sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
+            dep = dependency_expr(preds.get(name, []), ids)
+            try:
+                jid = client.submit(path, extra_args=[f"--dependency={dep}"] if dep else ())
+            except CommandError as e:
+                _rollback(store, client, pid, mine, sub.id, name)
+                done = ", ".join(j for _, j, _ in mine)
+                raise SubmitError(
+                    f"sbatch failed for job {name!r} ({i + 1} of {len(order)}): {e}; "
+                    + (f"cancelled what this run had submitted ({done}); " if mine else "")
+                    + "nothing from this run remains queued") from None
+            store.set_submitted(sub.id, jid)
+            ids[name] = jid
+            mine.append((sub.id, name, jid))
+            result.submitted.append((name, jid))
+            if progress:
+                progress(f"submitted {name} as Slurm job {jid}"
+                         + (f" ({dep})" if dep else ""))
+            if caught:
+                _rollback(store, client, pid, mine, None, None)
+                raise SubmitInterrupted(
+                    f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
+                    f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
+                    "nothing from this run remains queued")
     if result.submitted:
         store.add_event("submitted", detail=json.dumps(
             {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
     return result
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """Hold SIGINT/SIGTERM until the sbatch in flight is recorded (main thread only).
+
+    The yielded list receives the signals caught; the submit loop checks it
+    after each job and rolls the batch back, so an interrupt never leaves a
+    partial batch. Outside the main thread (where Python cannot install
+    handlers) signals are left alone.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda num, _frame: caught.append(num))
+    try:
+        yield caught
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _refuse_active_elsewhere(store: Store, client: SlurmClient, pid: str,
@@ -199,10 +325,11 @@ def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:
 
 
 def _rollback(store: Store, client: SlurmClient, pid: str,
-              mine: list[tuple[int, str, str]], failed_row: int, failed_job: str) -> None:
+              mine: list[tuple[int, str, str]], failed_row: int | None,
+              failed_job: str | None) -> None:
     """Cancel this call's jobs (and any tagged job a lost reply left), drop their rows."""
     ids = {jid for _, _, jid in mine}
-    jobs = {n for _, n, _ in mine} | {failed_job}
+    jobs = {n for _, n, _ in mine} | ({failed_job} if failed_job else set())
     try:
         tagged = _find_tagged(client, pid)
     except CommandError:
@@ -216,7 +343,8 @@ def _rollback(store: Store, client: SlurmClient, pid: str,
     with store.tx():
         for row, _, _ in mine:
             store.delete_submission(row)
-        store.delete_submission(failed_row)
+        if failed_row is not None:
+            store.delete_submission(failed_row)
     store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid,
                                                           "cancelled": sorted(ids)}),
                     handled=True)

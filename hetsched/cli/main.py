@@ -67,7 +67,10 @@ def main() -> None:
     hetsched status | watch             what Slurm runs for hetsched now
     hetsched testbed up --dir DIR       a local Slurm test cluster to try it all
     hetsched policies                   list placement policies and their parameters
+    hetsched simulate trace.yaml ...    replay arrivals online, compare with the offline plan
     hetsched run --plan P --job J       inside a Slurm step: train with uneven shares
+    hetsched exec --plan P              inside a pool job's step: run this GPU's tasks
+    hetsched state check|backup|restore the state file: check, back up, restore
 
     Errors in the input print one line naming the file and field; exit code 2.
     """
@@ -107,17 +110,22 @@ def _write(path: str, text: str) -> None:
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,
               help="Accepted for symmetry: planning never touches Slurm.")
-@click.option("--mode", type=click.Choice(["space", "pool"]), default="space", show_default=True,
+@click.option("--mode", type=click.Choice(["space", "pool", "auto"]), default="space",
+              show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
                    "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
-                   "auto).")
+                   "auto); auto: plan both, keep the lower predicted weighted JCT.")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")
+@click.option("--skip-unplaceable", is_flag=True,
+              help="Plan the jobs that fit this cluster; list the others (stderr and the "
+                   "plan JSON's skipped_unplaceable) instead of refusing the batch.")
 def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_file: str | None,
          policy: str, params: tuple[str, ...], static: bool, restart_cost: float, fmt: str,
          out: str | None, gantt_png: str | None, no_gantt: bool, dry_run: bool,
-         mode: str = "space", task_iterations: int | None = None) -> None:
+         mode: str = "space", task_iterations: int | None = None,
+         skip_unplaceable: bool = False) -> None:
     """Compute which GPUs each job gets, when, and each worker's local batch.
 
     Prints per job its GPUs by node, the local batch of each worker, predicted
@@ -125,10 +133,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     Jain fairness and a lower bound with the gap to it; and a text Gantt
     chart. Exit code 2 on bad input.
     """
+    from hetsched.app.runnable import plan_placeable
     from hetsched.cli.progress import RichReporter
     from hetsched.cli.render import plan_yaml, png_gantt, render_plan
     from hetsched.io.specs import load_jobs
-    from hetsched.planning.planner import make_plan
     from hetsched.planning.space.policies.base import parse_param
 
     jobs = load_jobs(jobs_file)
@@ -136,9 +144,15 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
     with RichReporter(err_console) as reporter:
-        result = make_plan(jobs, cluster, table, policy, kv, static=static,
-                           restart_cost_s=restart_cost, jobs_source=jobs_file,
-                           reporter=reporter, mode=mode, task_iterations=task_iterations)
+        result = plan_placeable(jobs, cluster, table, skip_unplaceable=skip_unplaceable,
+                                policy=policy, params=kv, static=static,
+                                restart_cost_s=restart_cost, jobs_source=jobs_file,
+                                reporter=reporter, mode=mode, task_iterations=task_iterations,
+                                warn=lambda m: click.echo(m, err=True))
+    from hetsched.io.profiles import coverage_warnings
+
+    for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
+        click.echo(f"hetsched: warning: {warning}", err=True)
     if out:
         _write(out, result.to_json() + "\n")
     if gantt_png:
@@ -257,7 +271,7 @@ def convert_gavel(src: str, out: str | None) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N jobs.")
 def convert_trace(src: str, out: str | None, limit: int | None) -> None:
-    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x global batch)."""
+    """A Gavel job trace -> jobs YAML (epochs=1, dataset = steps x per-worker batch)."""
     import yaml
 
     from hetsched.io.traces import parse_trace
@@ -277,7 +291,8 @@ def _register_commands() -> None:
     from hetsched.cli import slurm as cli_slurm
 
     for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd):
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd,
+                cli_slurm.cancel_cmd):
         main.add_command(cmd)
     from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
 
@@ -286,6 +301,12 @@ def _register_commands() -> None:
     from hetsched.cli.config import config_cmd
 
     main.add_command(config_cmd)
+    from hetsched.cli.state import state_cmd  # check, backup, restore
+
+    main.add_command(state_cmd)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+
+    main.add_command(simulate_cmd)
 
 
 _register_commands()

@@ -68,6 +68,58 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
 
 
 # ---------------------------------------------------------------------------
+# exec
+
+
+@click.command("exec")
+@click.option("--plan", "plan_path", required=True, help="Pool plan JSON (the pool job passes it).")
+@click.option("--gpu", "gpu", default=None,
+              help="This executor's plan GPU id NODE-gINDEX (default: $HETSCHED_POOL_GPUS"
+              "[rank], else the plan's GPU order).")
+@click.option("--local", is_flag=True,
+              help="Run every GPU's executor as a local process on this machine (tests, demos).")
+@click.option("--report-dir", default=None, help="Reports go to DIR/PLAN_ID/gpu-GPU.jsonl "
+              "[default: $HETSCHED_REPORT_DIR, else STATE.files/reports].")
+@click.option("--checkpoint-dir", default=None, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
+              "job at round boundaries; existing ones are resumed [default: "
+              "$HETSCHED_CHECKPOINT_DIR, else STATE.files/checkpoints].")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Force the device (default: CUDA when torch sees a GPU).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-residency", is_flag=True,
+              help="Ignore the plan's speculative memory plan: evict every model after its "
+              "task (for comparison).")
+def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | None,
+             checkpoint_dir: str | None, device: str | None, seed: int,
+             no_residency: bool) -> None:
+    """Run a pool plan's task sequences: this GPU's executor inside a Slurm step.
+
+    `srun` starts one executor per pool GPU; rank 0 also runs the coordinator
+    (one parameter server per job: a round's tasks, wherever they ran, make one
+    optimizer step weighted by slice size). Models switch fast: kept in pinned
+    host memory, loaded layer by layer while the forward pass runs, kept on
+    the GPU when the plan says they come back, zeroed before another job runs.
+    If an executor dies, every executor exits with status 3 and one line.
+    """
+    from hetsched.runtime.executor.entry import default_dirs, run_local, run_rank
+
+    opts = default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
+                         "device": device, "seed": seed, "residency": not no_residency,
+                         "local": local})
+    if local:
+        codes = run_local(plan_path, opts)
+        if any(codes):
+            from hetsched.runtime.executor.entry import FAILED_EXIT
+
+            click.echo(f"hetsched: error: exec --local: executors exited with {codes}", err=True)
+            raise SystemExit(FAILED_EXIT)
+        click.echo(json.dumps({"executors": len(codes), "exit_codes": codes}), err=True)
+        return
+    res = run_rank(plan_path, opts)
+    click.echo(json.dumps(res), err=True)
+
+
+# ---------------------------------------------------------------------------
 # probe
 
 
@@ -322,4 +374,4 @@ def profiles_refine(reports: tuple[str, ...], state_path: str | None, alpha: flo
     click.echo(f"{len(changes)} measurements from {len(paths)} reports", err=True)
 
 
-COMMANDS = (run_cmd, probe_cmd, profile_cmd, profiles)
+COMMANDS = (run_cmd, exec_cmd, probe_cmd, profile_cmd, profiles)

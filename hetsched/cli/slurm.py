@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from hetsched import config
-from hetsched.app.monitor import Cycle, Monitor, watch
+from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
 from hetsched.app.replan import (
     ReplanLocked,
     default_lock,
@@ -28,15 +28,18 @@ from hetsched.app.replan import (
     replan_lock,
     result_json,
 )
-from hetsched.app.submit import submit
+from hetsched.app.replan_changes import changes_table
+from hetsched.app.status import JobStatus, when
+from hetsched.app.submit import base_sbatch, submit
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.slurm.client import CliSlurmClient, make_client
 from hetsched.slurm.inventory import load_cluster_from_slurm, load_inventory
 from hetsched.slurm.runner import Runner
 from hetsched.slurm.testbed import DEFAULT_NODES, open_testbed
-from hetsched.state.store import Store, open_store
+from hetsched.state.store import Store, open_store, open_store_readonly
 
 DIR_HELP = "Testbed directory (configs, logs, state). Default: $HETSCHED_TESTBED or ./.testbed"
 
@@ -198,13 +201,14 @@ STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state
 
 
 def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
-                    partition: str | None, backend: str = "cli") -> Plan:
+                    partition: str | None, backend: str = "cli",
+                    skip_unplaceable: bool = False) -> Plan:
     """A typed plan from plan.json, or from jobs.yaml by planning first."""
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
+        from hetsched.app.runnable import plan_placeable
         from hetsched.io.profiles import load_throughputs
         from hetsched.io.specs import load_cluster, load_jobs
-        from hetsched.planning.planner import make_plan
 
         if not throughputs:
             raise InputError("--throughputs", f"{path} is a jobs file: planning it needs "
@@ -213,8 +217,18 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
         table = load_throughputs(throughputs)
         cl = load_cluster(cluster_file) if cluster_file else load_cluster_from_slurm(
             _client(backend), _partition(partition))
-        return make_plan(jobs, cl, table, policy=policy, jobs_source=str(p))
+        return plan_placeable(jobs, cl, table, skip_unplaceable=skip_unplaceable,
+                              policy=policy, jobs_source=str(p),
+                              warn=lambda m: click.echo(m, err=True))
     return load_plan(p)
+
+
+def _cli_sbatch(**opts: object) -> SbatchOptions:
+    """``hetsched submit``'s sbatch options, validated (the error names the option)."""
+    try:
+        return SbatchOptions.parse({k: v for k, v in opts.items() if v is not None})
+    except SbatchOptionError as e:
+        raise InputError(f"--{'sbatch-option' if e.key == 'extra' else e.key}", str(e)) from None
 
 
 @click.command("submit")
@@ -233,34 +247,71 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
               help="Policy for planning a jobs.yaml.")
 @click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
               help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
+@click.option("--time", "time_", default=None, help="Time limit for every job (Slurm format); "
+              "default: predicted duration x time_margin + time_pad_s.")
+@click.option("--account", default=None, help="Slurm account (--account).")
+@click.option("--qos", default=None, help="Slurm QoS (--qos).")
+@click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
+@click.option("--constraint", default=None, help="Node features (--constraint).")
+@click.option("--skip-unplaceable", is_flag=True,
+              help="Leave out the jobs that cannot be placed (planning a jobs.yaml) or would "
+              "fail where they run (no command/entrypoint/built-in); list them on stderr.")
+@click.option("--sbatch-option", "extra", multiple=True,
+              help="Extra sbatch option for every job, e.g. --sbatch-option=--exclusive "
+              "(repeatable).")
 def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition: str | None,
                pin_nodes: bool, throughputs: str | None, policy: str,
-               cluster_file: str | None) -> None:
+               cluster_file: str | None, time_: str | None, account: str | None,
+               qos: str | None, mem: str | None, constraint: str | None,
+               skip_unplaceable: bool, extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
 
     Each job's first segment becomes one heterogeneous job: one component per
     (GPU type, node) group with --gres=gpu:TYPE:N and one srun step across
     them. All or nothing: if an sbatch fails, what this run submitted is
     cancelled. Re-running after a crash does not submit twice. Later segments
-    are submitted by `hetsched replan`.
+    are submitted by `hetsched replan`. A pool-mode plan becomes ONE hetjob
+    holding the pool's GPUs, one `hetsched exec` per GPU (--dry-run also
+    prints each GPU's task sequence).
+
+    Jobs go in the plan's order: one that takes GPUs another frees waits for
+    it (--dependency=afterany). Each job gets a time limit and SIGUSR1 before
+    it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
+    then the jobs file's `slurm:`, then these options, then the config
+    (`hetsched config show`); Slurm's SBATCH_* variables override them all.
+    SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
-    queued), 4 Slurm unreachable, 6 state file unusable.
+    queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
+    130 interrupted (nothing left queued).
     """
-    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition)
+    sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
+                                     constraint=constraint, extra=list(extra) or None))
+    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition,
+                           skip_unplaceable=skip_unplaceable)
     part = _partition(partition)
     if dry_run:
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
-                     source=plan_file)
-        for name, script in res.scripts.items():
-            click.echo(f"# ---- {name} ({len(script.components)} components) ----")
+                     source=plan_file, sbatch=sbatch)
+        for name in getattr(res, "order", None) or list(res.scripts):
+            script = res.scripts[name]
+            after = getattr(res, "after", {}).get(name)
+            click.echo(f"# ---- {name} ({len(script.components)} components"
+                       + (f"; after {', '.join(after)}" if after else "") + ") ----")
             click.echo(script.text, nl=False)
+        for line in getattr(res, "sequences", []):  # a pool plan: each GPU's tasks
+            click.echo(f"# {line}")
+        for name, why in getattr(res, "unrunnable", []):
+            click.echo(f"warning: {name} would fail where it runs: {why}", err=True)
         click.echo(f"# dry run: {len(res.scripts)} hetjobs for plan {res.plan_id}; "
                    "nothing submitted", err=True)
         return
     with _store(state_path) as st:
         res = submit(plan, st, _client(), partition=part, pin_nodes=pin_nodes,
-                     source=plan_file, progress=lambda m: click.echo(m, err=True))
+                     source=plan_file, progress=lambda m: click.echo(m, err=True),
+                     sbatch=sbatch, skip_unrunnable=skip_unplaceable)
+    for name, why in res.unrunnable:
+        click.echo(f"skipped {name}: would fail where it runs: {why}", err=True)
     for name, jid in res.skipped:
         click.echo(f"{name}: already submitted as Slurm job {jid}", err=True)
     click.echo(f"plan {res.plan_id}: {len(res.submitted)} submitted, {len(res.skipped)} "
@@ -275,42 +326,64 @@ def _spool(spool: str | None) -> str | None:
     return spool or config.get("spool") or None
 
 
-def _print_cycle_table(st: Store, cycle: Cycle) -> None:
+def _print_status_table(jobs: list[JobStatus]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    now = time.time()
     t = Table(title="hetsched jobs")
-    for col in ("job", "plan", "Slurm id", "state", "GPUs"):
-        t.add_column(col)
-    for name, row in sorted(latest_rows(st).items()):
-        types: dict[str, int] = {}
-        for w in row.workers:
-            types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
-        t.add_row(name, row.plan_id, row.slurm_id or "-", cycle.jobs.get(name, row.state),
-                  " ".join(f"{k}x{v}" for k, v in sorted(types.items())))
-    Console().print(t)
+    width = max((len(j.job) for j in jobs), default=3)
+    t.add_column("job", no_wrap=True, min_width=width)  # full names, never cut
+    for col in ("Slurm id", "state", "reason", "elapsed", "pred. start", "pred. end",
+                "iter s (meas/pred)", "GPUs"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        it = (f"{j.measured_iter_s:.3g}" if j.measured_iter_s is not None else "-") + " / " \
+            + (f"{j.predicted_iter_s:.3g}" if j.predicted_iter_s is not None else "-")
+        el = f"{j.elapsed_s:.0f}s" if j.elapsed_s is not None else "-"
+        t.add_row(j.job, j.slurm_id, j.state, j.reason or "-", el,
+                  when(j.predicted_start, now), when(j.predicted_end, now), it, j.gpus or "-")
+    Console(width=max(120, width + 110)).print(t)
 
 
 @click.command("status")
 @click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--partition", "-p", default=None, help="Partition to watch for node events.")
-@click.option("--spool", default=None, help="Spool directory for new jobs files "
-              "(default: $HETSCHED_SPOOL).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
-               as_json: bool) -> None:
-    """Show hetsched's jobs as Slurm sees them now (one squeue call) and new events."""
-    with _store(state_path) as st:
-        mon = Monitor(st, _client(), partition=_partition(partition), spool=_spool(spool))
-        cycle = mon.poll()
-        if as_json:
-            click.echo(json.dumps({"jobs": cycle.jobs, "commands": cycle.commands,
-                                   "events": [vars(e) for e in cycle.events]}, indent=2))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="json carries every field of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def status_cmd(state_path: str | None, fmt: str, as_json: bool) -> None:
+    """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
+
+    Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
+    job waits, was given up or cancelled), elapsed time, the plan's predicted
+    start and end, and the measured vs predicted iteration time from the job
+    reports. Records nothing and creates no file (`watch` and `replan` do).
+    """
+    from hetsched.app.status import batch_status, state_path_missing, status_json
+
+    path = Path(state_path) if state_path else config.state_path()
+    st = open_store_readonly(path)
+    if st is None:
+        if as_json or fmt == "json":
+            click.echo(status_json([], 0))
+        else:
+            click.echo(state_path_missing(path))
+        return
+    with st:
+        client = _client()
+        c0 = client.runner.total()
+        jobs = batch_status(st, client)
+        from hetsched.app.pool_status import active_pool_progress
+
+        pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
+        if as_json or fmt == "json":
+            click.echo(status_json(jobs, client.runner.total() - c0,
+                                   pool.to_dict() if pool else None))
             return
-        _print_cycle_table(st, cycle)
-        for ev in cycle.events:
-            click.echo(f"event {ev}")
-        pending = [e for e in st.events(unhandled_only=True)]
+        _print_status_table(jobs)
+        for line in pool.lines() if pool else []:
+            click.echo(line)
+        pending = st.events(unhandled_only=True)
         if pending:
             click.echo(f"{len(pending)} reset events wait for `hetsched replan`")
 
@@ -329,7 +402,7 @@ def status_cmd(state_path: str | None, partition: str | None, spool: str | None,
 def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
               interval: float, max_interval: float, cycles: int | None,
               until_done: bool) -> None:
-    """Poll Slurm (one squeue per cycle, with backoff) and print reset events.
+    """Poll Slurm (one squeue per cycle, with backoff); print events and job counts.
 
     When slurmctld stops answering (restart, outage), watch waits with
     exponential backoff and resumes; it does not exit. Events are recorded for
@@ -340,15 +413,55 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
         client = CliSlurmClient(Runner(retries=0, timeout_s=30))
         mon = Monitor(st, client, partition=_partition(partition), spool=_spool(spool))
 
+        last: list[str] = []
+
         def show(cycle: Cycle) -> None:
             for ev in cycle.events:
                 click.echo(f"{time.strftime('%H:%M:%S')} {ev}")
+            c = state_counts(r.state for r in latest_rows(st).values())
+            line = ", ".join(f"{k} {v}" for k, v in c.items() if v or k != "cancelled")
+            if [line] != last:  # print the counts when they change
+                click.echo(f"{time.strftime('%H:%M:%S')} {line}")
+                last[:] = [line]
 
         def done(cycle: Cycle) -> bool:
             return until_done and not mon.live()
 
         watch(mon, interval_s=interval, max_interval_s=max_interval, cycles=cycles,
               until=done, on_cycle=show, on_wait=lambda m: click.echo(m, err=True))
+
+
+# ---------------------------------------------------------------------------
+# cancel
+
+
+@click.command("cancel")
+@click.argument("jobs", nargs=-1)
+@click.option("--all", "all_jobs", is_flag=True, help="Cancel every queued or running job "
+              "of the batch.")
+@click.option("--reason", default="", help="Why (recorded in the state file's events).")
+@click.option("--state", "state_path", default=None, help=STATE_HELP)
+def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
+               state_path: str | None) -> None:
+    """Cancel JOBs (hetsched job names) or --all, for good, and record why.
+
+    A cancelled job is never resubmitted by `hetsched replan`; neither is one
+    cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
+    The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
+    input (unknown job), 3 scancel failed, 6-10 state file unusable (docs/reliability.md).
+    """
+    from hetsched.app.cancel import cancel_jobs
+
+    if bool(jobs) == all_jobs:
+        raise InputError("hetsched cancel", "give job names or --all (not both)", "JOB")
+    with _store(state_path) as st:
+        res = cancel_jobs(st, _client(), None if all_jobs else list(jobs), reason=reason)
+    for name, state in res.not_active:
+        click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
+    for name, jid in res.cancelled:
+        click.echo(f"cancelled {name} (Slurm job {jid})")
+    if not res.cancelled:
+        click.echo("nothing to cancel")
 
 
 # ---------------------------------------------------------------------------
@@ -391,7 +504,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     """Replan after reset events and bring Slurm in line (cron-safe).
 
     Quiet unless something changed. Exit codes: 0 ok, 1 unexpected error,
-    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state file
+    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
     unusable, 75 another replan holds the lock (skipped). Example crontab:
 
     \b
@@ -414,7 +527,12 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
             log(f"error (exit {e.exit_code}): {e}")
             raise
         log(res.summary())
+        table = changes_table(res.changes)
+        if table:
+            log("changes:\n" + table)
     if as_json:
         click.echo(result_json(res))
-    elif res.changed or res.status == "dry-run" or verbose:
+    elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now:
         click.echo(res.summary())
+        if table:
+            click.echo(table)

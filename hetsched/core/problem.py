@@ -8,6 +8,7 @@ evaluator handle.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from hetsched.core.estimates import Estimates
 from hetsched.core.model import allreduce_time, continuous_time_counts, ring_allreduce_s
 from hetsched.core.spec import Cluster, Job
-from hetsched.core.throughput import ThroughputTable
+from hetsched.core.throughput import StepFit, ThroughputTable
 from hetsched.errors import InputError
 
 INF = float("inf")
@@ -57,6 +58,8 @@ class PlanningProblem:
         self.c = np.ones((S, T))
         self.cap = np.ones((S, T), dtype=int)
         self.sync = np.zeros((S, T))
+        #: per job: GPU type -> fit whose sync was calibrated at several scales (issue 11.7)
+        self.calibrated: list[dict[int, StepFit]] = [{} for _ in range(S)]
         self.allowed = np.zeros((S, T), dtype=bool)
         node_max = {t: 0 for t in self.types}
         for n in cluster.nodes:
@@ -84,6 +87,8 @@ class PlanningProblem:
                 self.a[i, t], self.c[i, t] = fit.a, fit.c
                 self.cap[i, t] = fit.max_batch
                 self.sync[i, t] = fit.sync_s
+                if fit.sync_curve:
+                    self.calibrated[i][t] = fit
             if not self.allowed[i].any():
                 raise InputError(src, f"fits no GPU: workload {job.workload!r} is profiled on "
                                  f"{', '.join(profiled)}, the partition has "
@@ -165,7 +170,21 @@ class PlanningProblem:
                 t = ring_allreduce_s(K, self.model_mb[i], bw)
         else:
             t = np.where(N > 0, self.sync[i][None, :], 0.0).max(axis=1)
+        if self.calibrated[i]:  # measured at several scales: the measurement wins
+            cal = np.full(len(K), -np.inf)
+            for ty, fit in self.calibrated[i].items():
+                cal = np.where(N[:, ty] > 0, np.maximum(cal, fit.sync_at_many(K)), cal)
+            t = np.where(np.isfinite(cal), cal, t)
         return np.where(K > 1, t, 0.0)
+
+    def calibrated_comm(self, i: int, types: Iterable[int], workers: int) -> float | None:
+        """Sync time of job i on ``workers`` GPUs of ``types`` from multi-scale measurements.
+
+        The largest calibrated value among the types used; None when none of
+        them was measured at several scales (the model then estimates it).
+        """
+        vals = [fit.sync_at(workers) for ty, fit in self.calibrated[i].items() if ty in types]
+        return max((v for v in vals if v is not None), default=None)
 
     def iter_time(self, i: int, N: np.ndarray) -> np.ndarray:
         """Policy-side iteration time (compute + communication) for count rows N."""
@@ -217,7 +236,10 @@ class PlanningProblem:
                     comp = prev + (B - gprev) * (bp - prev) / (gb - gprev)
                     break
                 prev, gprev = bp, gb
-        if K > 1:
+        cal = self.calibrated_comm(i, used, K) if K > 1 and self.calibrated[i] else None
+        if cal is not None:
+            comp += cal
+        elif K > 1:
             if est.model_mb[i] > 0:
                 single = len(used) == 1 and n[used[0]] <= est.node_max[used[0]]
                 comp += allreduce_time(K, est.model_mb[i], self.bandwidth(single))

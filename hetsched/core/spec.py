@@ -10,6 +10,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetsched.core import limits
+from hetsched.core.sbatch import SbatchOptions
+from hetsched.errors import InputError
+
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -52,6 +56,12 @@ class Elastic:
         if self.noise_scale is not None:
             d["noise_scale"] = self.noise_scale
         return d
+#: states a node may be given in a cluster file: the usable ones and Slurm's others
+NODE_STATES = USABLE_STATES | frozenset({
+    "down", "drain", "drained", "draining", "fail", "failing", "maint", "reserved",
+    "future", "unknown", "power_down", "powered_down", "powering_down", "powering_up",
+    "inval", "not_responding", "reboot_requested", "blocked",
+})
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,11 @@ class Job:
     target_loss: float | None = None
     #: ``epochs`` is a prediction (target_loss jobs), not the user's number
     epochs_predicted: bool = False
+    #: how the job is submitted (time limit, account, ...); None = the defaults
+    slurm: SbatchOptions | None = None
+
+    def __post_init__(self) -> None:
+        check_job(self, "Job")
 
     @property
     def steps_per_epoch(self) -> int:
@@ -133,7 +148,43 @@ class Job:
             d["target_loss"] = self.target_loss
         if self.epochs_predicted:
             d["epochs_predicted"] = True
+        if self.slurm:
+            d["slurm"] = self.slurm.to_dict()
         return d
+
+
+def check_job(job: Job, source: str) -> None:
+    """Validate a job built in code as a jobs file would be (one-line InputError)."""
+    name = job.name
+    where = f"job {name!r}" if isinstance(name, str) else "job"
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 256:
+        raise InputError(source, f"{str(name)[:60]!r} is not valid; expected 1-256 letters, "
+                         "digits, '.', '_' or '-'", "name")
+    if not isinstance(job.workload, str) or not WORKLOAD_RE.match(job.workload):
+        raise InputError(source, f"{job.workload!r} is not valid; expected {WORKLOAD_VALID}",
+                         f"{where}: workload")
+    for key, bound in limits.JOB.items():
+        value = getattr(job, key)
+        if value is None and key in ("max_gpus", "requested_gpus", "memory_gb"):
+            continue
+        msg = limits.check_number(value, bound)
+        if msg:
+            raise InputError(source, msg, f"{where}: {key}")
+    if job.max_gpus is not None and job.max_gpus < job.min_gpus:
+        raise InputError(source, f"must be >= min_gpus ({job.min_gpus}), got {job.max_gpus}",
+                         f"{where}: max_gpus")
+    if job.gpu_types is not None and (
+            not isinstance(job.gpu_types, (tuple, list)) or not job.gpu_types
+            or not all(isinstance(t, str) and GPU_TYPE_RE.match(t) for t in job.gpu_types)):
+        raise InputError(source, "expected a non-empty tuple of GPU type names",
+                         f"{where}: gpu_types")
+    if job.command is not None and job.entrypoint is not None:
+        raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    el = job.elastic
+    if el is not None and not (isinstance(el, Elastic) and el.lr_scaling in LR_SCALINGS
+                               and 1 <= el.min_batch <= job.global_batch <= el.max_batch):
+        raise InputError(source, "expected Elastic(min_batch <= global_batch <= max_batch, "
+                         f"lr_scaling in {', '.join(LR_SCALINGS)})", f"{where}: elastic")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,16 @@ least squares (the papers' Fig. 2 shows step time is affine in the batch).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import nnls
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
-OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch")
+OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus")
+#: an affine fit missing a measured point by more than this (relative) is "poor":
+#: the step time then follows a monotone piecewise-linear curve through the points
+POOR_FIT = 0.20
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class ProfileRow:
     step_time_s: float
     sync_time_s: float | None = None
     max_local_batch: int | None = None
+    #: data-parallel workers of the measurement; above 1, step_time_s is the whole
+    #: synchronous iteration (compute + synchronisation) at this per-worker batch
+    gpus: int = 1
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,13 @@ class StepFit:
 
     ``max_batch`` is the memory cap: the largest profiled local batch unless a
     ``max_local_batch`` column gave one. ``sync_s`` is the mean measured
-    synchronisation time (0 when none was profiled).
+    synchronisation time (0 when none was profiled). ``knots`` (batch, step
+    time) replace the line in :meth:`step_time` when the affine fit is poor
+    (``POOR_FIT``): a non-decreasing piecewise-linear curve through the
+    measured points (isotonic where the measurements themselves dip).
+    ``sync_curve`` ((workers, seconds), ...) is the synchronisation time
+    calibrated from measurements at several scales (``gpus`` > 1); see
+    :meth:`sync_at`.
     """
 
     a: float
@@ -44,18 +56,92 @@ class StepFit:
     sync_s: float = 0.0
     points: int = 1
     rel_rmse: float = 0.0
+    knots: tuple[tuple[float, float], ...] = ()
+    sync_curve: tuple[tuple[int, float], ...] = ()
+    max_rel_err: float = 0.0
 
     def step_time(self, b: float) -> float:
+        if self.knots:
+            return piecewise_step_time(self.knots, self.c, b)
         return self.a + self.c * b
 
     def throughput(self, b: float) -> float:
         """Samples per second at local batch b."""
-        return b / (self.a + self.c * b)
+        return b / self.step_time(b)
 
     @property
     def peak_throughput(self) -> float:
-        """Best samples/s on one GPU: at the largest batch, since b/(a+cb) grows with b."""
+        """Best samples/s on one GPU: the most over the profiled batches up to the cap."""
+        if self.knots:
+            return max(b / t for b, t in self.knots if b <= self.max_batch) if any(
+                b <= self.max_batch for b, _ in self.knots) else self.throughput(self.max_batch)
         return self.throughput(self.max_batch)
+
+    def sync_at(self, workers: int) -> float | None:
+        """Calibrated synchronisation time at ``workers`` GPUs; None when never measured.
+
+        Linear between measured scales (and from 0 at one GPU); beyond the
+        largest measured scale it grows like the ring all-reduce's
+        ``2(K-1)/K``. It follows the measurements, which need not grow with the
+        scale (Gavel's LM on V100 synchronises faster on 8 GPUs than on 4).
+        """
+        if not self.sync_curve:
+            return None
+        if workers <= 1:
+            return 0.0
+        ks = [1.0] + [float(k) for k, _ in self.sync_curve]
+        vs = [0.0] + [v for _, v in self.sync_curve]
+        if workers <= ks[-1]:
+            return float(np.interp(workers, ks, vs))
+        kmax = ks[-1]
+        return vs[-1] * (2 * (workers - 1) / workers) / (2 * (kmax - 1) / kmax)
+
+    def sync_at_many(self, workers: np.ndarray) -> np.ndarray:
+        """:meth:`sync_at` for an array of worker counts (requires a ``sync_curve``)."""
+        K = np.asarray(workers, dtype=float)
+        ks = np.array([1.0] + [float(k) for k, _ in self.sync_curve])
+        vs = np.array([0.0] + [v for _, v in self.sync_curve])
+        kmax = ks[-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ring = vs[-1] * ((K - 1) / K) / ((kmax - 1) / kmax)
+        out = np.where(K <= kmax, np.interp(K, ks, vs), ring)
+        return np.where(K <= 1, 0.0, out)
+
+
+def piecewise_step_time(knots: tuple[tuple[float, float], ...], slope: float, b: float) -> float:
+    """Step time on a piecewise-linear curve through ``knots``, extended with ``slope`` outside."""
+    bs = [k[0] for k in knots]
+    ts = [k[1] for k in knots]
+    if b < bs[0]:
+        return max(ts[0] - slope * (bs[0] - b), ts[0] * b / bs[0], 1e-12)
+    if b > bs[-1]:
+        return ts[-1] + slope * (b - bs[-1])
+    return float(np.interp(b, bs, ts))
+
+
+def isotonic(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight]
+    for v in y:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2 = blocks.pop()
+            m1, w1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    return np.concatenate([np.full(int(w), m) for m, w in blocks])
+
+
+def calibrate_sync(single: StepFit, multi: list[ProfileRow]) -> tuple[tuple[int, float], ...]:
+    """Synchronisation time per scale from whole-iteration measurements at several GPUs.
+
+    At each scale K, the median over batches of (measured iteration time -
+    the one-GPU model's step time at that per-worker batch), at least 0. Not
+    forced to grow with K: that fits Gavel's table worse (docs/model.md).
+    """
+    by_k: dict[int, list[float]] = {}
+    for r in multi:
+        by_k.setdefault(r.gpus, []).append(max(0.0, r.step_time_s - single.step_time(r.local_batch)))
+    return tuple((k, float(np.median(by_k[k]))) for k in sorted(by_k))
 
 
 def fit_affine(batches: np.ndarray, times: np.ndarray) -> tuple[float, float, float]:
@@ -81,6 +167,30 @@ def fit_affine(batches: np.ndarray, times: np.ndarray) -> tuple[float, float, fl
     return a, c, rel
 
 
+def fit_rows(rs: list[ProfileRow], multi: list[ProfileRow] | None = None,
+             piecewise: bool = True) -> StepFit:
+    """Fit one (workload, GPU type): affine, piecewise when poor, sync calibrated from ``multi``."""
+    b = np.array([r.local_batch for r in rs], dtype=float)
+    t = np.array([r.step_time_s for r in rs], dtype=float)
+    a, c, rel = fit_affine(b, t)
+    max_err = float(np.max(np.abs((a + c * b - t) / t)))
+    knots: tuple[tuple[float, float], ...] = ()
+    ub = np.unique(b)
+    if piecewise and max_err > POOR_FIT and len(ub) >= 3:
+        mean_t = np.array([float(np.mean(t[b == v])) for v in ub])
+        knots = tuple((float(x), float(y)) for x, y in zip(ub, isotonic(mean_t), strict=True))
+    syncs = [r.sync_time_s for r in rs if r.sync_time_s is not None]
+    caps = [r.max_local_batch for r in rs if r.max_local_batch is not None]
+    cap = min(caps) if caps else int(b.max())
+    fit = StepFit(a=a, c=c, max_batch=cap, sync_s=float(np.mean(syncs)) if syncs else 0.0,
+                  points=len(rs), rel_rmse=rel, knots=knots, max_rel_err=max_err)
+    if multi:
+        curve = calibrate_sync(fit, multi)
+        # the scalar measured sync the model falls back on: the two-GPU value
+        fit = replace(fit, sync_curve=curve, sync_s=fit.sync_s or curve[0][1])
+    return fit
+
+
 class ThroughputTable:
     """Fitted step-time models keyed by (workload, gpu_type)."""
 
@@ -91,16 +201,11 @@ class ThroughputTable:
             groups.setdefault((r.workload, r.gpu_type), []).append(r)
         self.rows = groups
         self.fits: dict[tuple[str, str], StepFit] = {}
-        for key, rs in groups.items():
-            b = np.array([r.local_batch for r in rs], dtype=float)
-            t = np.array([r.step_time_s for r in rs], dtype=float)
-            a, c, rel = fit_affine(b, t)
-            syncs = [r.sync_time_s for r in rs if r.sync_time_s is not None]
-            caps = [r.max_local_batch for r in rs if r.max_local_batch is not None]
-            cap = min(caps) if caps else int(b.max())
-            self.fits[key] = StepFit(a=a, c=c, max_batch=cap,
-                                     sync_s=float(np.mean(syncs)) if syncs else 0.0,
-                                     points=len(rs), rel_rmse=rel)
+        for key, all_rs in groups.items():
+            rs = [r for r in all_rs if r.gpus == 1]
+            if not rs:  # multi-GPU measurements alone: nothing to fit compute on
+                continue
+            self.fits[key] = fit_rows(rs, [r for r in all_rs if r.gpus > 1])
 
     @property
     def workloads(self) -> list[str]:

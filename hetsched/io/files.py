@@ -9,10 +9,23 @@ from pathlib import Path
 from hetsched.errors import InputError
 
 
-def read_text(path: str | Path, expected: str = "a text file") -> str:
-    """Read a user's input file; every failure becomes one InputError line naming it."""
+def read_text(path: str | Path, expected: str = "a text file",
+              max_bytes: int | None = None) -> str:
+    """Read a user's input file; every failure becomes one InputError line naming it.
+
+    With ``max_bytes`` a larger file is refused before it is read (and a pipe or
+    device is read no further than the limit).
+    """
     p = Path(path)
     try:
+        if max_bytes is not None:
+            with p.open("rb") as f:
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                size = max(p.stat().st_size, len(data))
+                raise InputError(str(p), f"file is {size / 2**20:.1f} MiB; the limit for "
+                                 f"{expected} is {max_bytes / 2**20:g} MiB")
+            return data.decode("utf-8")
         return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(str(p), "file not found") from None

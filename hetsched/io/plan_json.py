@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hetsched.core import limits
 from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segment, Worker
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
 from hetsched.errors import InputError
@@ -28,7 +29,7 @@ from hetsched.io.files import atomic_write, read_text
 from hetsched.io.specs import parse_job
 
 #: plan files larger than this are refused before parsing (a 10,000-job plan is ~20 MB)
-MAX_PLAN_BYTES = 256 * 1024 * 1024
+MAX_PLAN_BYTES = limits.MAX_PLAN_BYTES
 
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, max_length=256)]
 GpuType = Annotated[str, Field(pattern=GPU_TYPE_RE.pattern, max_length=64)]
@@ -48,8 +49,8 @@ class _Open(BaseModel):
 class WorkerModel(_Strict):
     node: Name
     gpu_type: GpuType
-    gpu: Annotated[int, Field(ge=0)]
-    local_batch: Annotated[int, Field(ge=0)]
+    gpu: Annotated[int, Field(ge=0, lt=int(limits.CLUSTER["gpus"].maximum))]
+    local_batch: Annotated[int, Field(ge=0, le=int(limits.JOB["global_batch"].maximum))]
 
 
 class SegmentModel(_Strict):
@@ -59,14 +60,20 @@ class SegmentModel(_Strict):
     iteration_s: Seconds = 0.0
     compute_s: Seconds = 0.0
     comm_s: Seconds = 0.0
-    iterations: Seconds = 0.0
-    restart_s: Seconds = 0.0
-    global_batch: Annotated[int, Field(ge=1)] | None = None
+    iterations: Annotated[Seconds, Field(description=(
+        "iterations run in this segment, after its restart: end_s - start_s = "
+        "restart_s + iterations * iteration_s"))] = 0.0
+    restart_s: Annotated[Seconds, Field(description=(
+        "seconds of the segment spent restarting (checkpoint, requeue, reload) before "
+        "its first iteration; 0 for a job's first segment"))] = 0.0
+    global_batch: Annotated[int, Field(ge=1, description=(
+        "the segment's global batch, chosen by the planner for an elastic job (ONES); "
+        "absent: the spec's global_batch"))] | None = None
 
 
 class JobModel(_Strict):
     name: Name
-    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    weight: Annotated[float, Field(gt=0, le=limits.JOB["weight"].maximum, allow_inf_nan=False)]
     arrival_s: Seconds
     start_s: float | None = None  # derived from the segments; informative
     end_s: float | None = None
@@ -84,7 +91,7 @@ class LowerBoundModel(_Open):
 class SettingsModel(_Strict):
     """How the plan was asked for; ``replan`` makes the next plan the same way."""
 
-    mode: Literal["space", "pool"] = "space"
+    mode: Literal["space", "pool", "auto"] = "space"
     policy: Annotated[str, Field(min_length=1, max_length=64)] = "auto"
     params: dict[str, Any] = Field(default_factory=dict)
     static: bool = False

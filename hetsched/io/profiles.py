@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from hetsched.core import limits
 from hetsched.core.spec import WORKLOAD_RE, WORKLOAD_VALID
 from hetsched.core.throughput import (
     CSV_COLUMNS,
@@ -27,8 +28,21 @@ from hetsched.io.files import read_text
 
 
 def parse_csv(text: str, source: str) -> list[ProfileRow]:
-    """Parse the throughput CSV (see docs/formats.md) with line-precise errors."""
-    reader = csv.DictReader(io.StringIO(text))
+    """Parse the throughput CSV (see docs/formats.md) with line-precise errors.
+
+    A UTF-8 byte-order mark (spreadsheets write one) is skipped; a field over
+    :data:`~hetsched.core.limits.MAX_CSV_FIELD` characters is refused by line.
+    """
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))
+    try:
+        return _parse_rows(reader, source)
+    except csv.Error as e:
+        raise InputError(source, f"not a readable CSV: {e} (the limit for one field is "
+                         f"{limits.MAX_CSV_FIELD // 1024} KiB)", f"line {reader.line_num}"
+                         ) from None
+
+
+def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
     if reader.fieldnames is None:
         raise InputError(source, "empty file; expected a header line "
                          f"'{','.join(CSV_COLUMNS)}[,sync_time_s][,max_local_batch]'")
@@ -44,6 +58,9 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
                          f"{', '.join(CSV_COLUMNS + OPTIONAL_COLUMNS)}", "line 1")
     rows: list[ProfileRow] = []
     for raw in reader:
+        if len(rows) >= limits.MAX_PROFILE_ROWS:
+            raise InputError(source, f"more than {limits.MAX_PROFILE_ROWS} profile rows; "
+                             "that is hetsched's limit", f"line {reader.line_num}")
         # the reader's own line count: DictReader skips blank lines, so counting rows
         # would name the wrong line after one
         where = f"line {reader.line_num}"
@@ -61,16 +78,16 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
                     return None
                 raise InputError(source, f"column {col!r} is empty", _where)
             try:
-                x = float(v)
+                x = float(v) if len(v) <= 64 else math.nan
             except ValueError:
-                raise InputError(source, f"column {col!r}: {v!r} is not a number",
+                raise InputError(source, f"column {col!r}: {v[:60]!r} is not a number",
                                  _where) from None
             if not math.isfinite(x) or x <= 0:
-                raise InputError(source, f"column {col!r}: must be a positive number, got {v!r}",
-                                 _where)
-            if integer and x != int(x):
-                raise InputError(source, f"column {col!r}: must be a whole number, got {v!r}",
-                                 _where)
+                raise InputError(source, f"column {col!r}: must be a positive number, got "
+                                 f"{v[:60]!r}", _where)
+            msg = limits.check_number(x, limits.PROFILE[col])
+            if msg:
+                raise InputError(source, f"column {col!r}: {msg}", _where)
             return x
 
         workload = rec.get("workload") or ""
@@ -78,18 +95,20 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
         if not workload:
             raise InputError(source, "column 'workload' is empty", where)
         if not WORKLOAD_RE.match(workload):
-            raise InputError(source, f"column 'workload': {workload!r} is not valid; expected "
+            raise InputError(source, f"column 'workload': {workload[:60]!r} is not valid; expected "
                              f"{WORKLOAD_VALID}", where)
         if not re.match(r"^[A-Za-z0-9_-]+$", gpu_type):
-            raise InputError(source, f"column 'gpu_type': {gpu_type!r} is not a GPU type name",
+            raise InputError(source, f"column 'gpu_type': {gpu_type[:60]!r} is not a GPU type name",
                              where)
         lb = num("local_batch", integer=True)
         st = num("step_time_s")
         assert lb is not None and st is not None
         sync = num("sync_time_s", optional=True)
         cap = num("max_local_batch", integer=True, optional=True)
+        k = num("gpus", integer=True, optional=True)
         rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
-                               int(cap) if cap is not None else None))
+                               int(cap) if cap is not None else None,
+                               int(k) if k is not None else 1))
     if not rows:
         raise InputError(source, "no profile rows after the header")
     return rows
@@ -98,7 +117,8 @@ def parse_csv(text: str, source: str) -> list[ProfileRow]:
 def load_throughputs(path: str | Path) -> ThroughputTable:
     """Load a throughput CSV file into a fitted table."""
     p = Path(path)
-    return ThroughputTable(parse_csv(read_text(p, "a CSV file"), str(p)), str(p))
+    text = read_text(p, "a CSV file", max_bytes=limits.MAX_CSV_BYTES)
+    return ThroughputTable(parse_csv(text, str(p)), str(p))
 
 
 def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> None:
@@ -106,8 +126,9 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
     rows = list(rows)
     has_sync = any(r.sync_time_s is not None for r in rows)
     has_cap = any(r.max_local_batch is not None for r in rows)
+    has_gpus = any(r.gpus != 1 for r in rows)
     cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
-        ["max_local_batch"] if has_cap else [])
+        ["max_local_batch"] if has_cap else []) + (["gpus"] if has_gpus else [])
     w = csv.writer(out, lineterminator="\n")
     w.writerow(cols)
     for r in rows:
@@ -116,6 +137,8 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
             line.append("" if r.sync_time_s is None else f"{r.sync_time_s:.6g}")
         if has_cap:
             line.append("" if r.max_local_batch is None else r.max_local_batch)
+        if has_gpus:
+            line.append(r.gpus)
         w.writerow(line)
 
 
@@ -131,12 +154,17 @@ def workload_key(model: str) -> str:
 
 
 def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
-    """Convert Gavel's throughput JSON (iterations/s per job type and GPU) to profile rows.
+    """Convert Gavel's throughput JSON (steps/s per job type and GPU) to profile rows.
 
-    Only isolated single-GPU measurements are used: the ``null`` entry (no
-    co-located job) at scale factor 1 of the consolidated GPU types. Job types
-    without a ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model
-    and are skipped.
+    Isolated measurements are used: the ``null`` entry (no co-located job) of
+    the consolidated GPU types, at every scale factor ``s`` (1, 2, 4, 8).
+    Gavel's throughput at scale ``s`` is the aggregate over the ``s`` workers
+    (per-worker steps per second summed; its trace generator multiplies it by
+    the duration to get a trace's steps), so one synchronous iteration takes
+    ``s / throughput`` seconds; that is the row's ``step_time_s`` with
+    ``gpus = s`` and the per-worker ``local_batch``. Job types without a
+    ``(batch size N)`` suffix (A3C, CycleGAN) have no batch to model and are
+    skipped.
     """
     rows: list[ProfileRow] = []
     for gpu_type, jobs in sorted(data.items()):
@@ -148,8 +176,6 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
             except (ValueError, SyntaxError):
                 raise InputError(source, f"unexpected job key {key!r}; expected "
                                  "\"('Model (batch size N)', scale)\"", gpu_type) from None
-            if scale != 1:
-                continue
             m = _GAVEL_NAME.match(name)
             if not m or not isinstance(entry, dict) or entry.get("null") is None:
                 continue
@@ -157,10 +183,12 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
             if its_per_s <= 0:
                 continue
             rows.append(ProfileRow(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
-                                   1.0 / its_per_s))
+                                   float(scale) / its_per_s, gpus=int(scale)))
     if not rows:
         raise InputError(source, "no usable single-GPU measurements found")
-    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.local_batch))
+    if not any(r.gpus == 1 for r in rows):
+        raise InputError(source, "no usable single-GPU measurements found")
+    rows.sort(key=lambda r: (r.workload, r.gpu_type, r.gpus, r.local_batch))
     return rows
 
 
@@ -174,3 +202,17 @@ def load_gavel(path: str | Path) -> list[ProfileRow]:
     if not isinstance(data, dict):
         raise InputError(str(p), "expected a JSON object keyed by GPU type")
     return gavel_to_rows(data, str(p))
+
+
+def coverage_warnings(cluster_types: dict[str, int], table: ThroughputTable,
+                      cluster_source: str = "cluster") -> list[str]:
+    """One line per GPU type of the cluster that no profile row covers.
+
+    The planner cannot estimate a step time there, so those GPUs stay idle; the
+    user should know instead of wondering why (``hetsched plan`` prints these on
+    stderr).
+    """
+    known = set(table.gpu_types)
+    return [f"{cluster_source}: GPU type {t!r} ({n} GPUs) has no profiles in {table.source}; "
+            f"its GPUs are left idle (profile it with `hetsched profile`, or add rows for it)"
+            for t, n in sorted(cluster_types.items()) if t not in known]

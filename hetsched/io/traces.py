@@ -28,6 +28,13 @@ def parse_trace(path: str | Path, limit: int | None = None) -> tuple[list[dict[s
     factor, priority weight, SLO, arrival) and the 7-field MSR-derived one
     (type, command, steps arg, needs data, total steps, arrival, scale factor).
     Job types without a batch size (A3C, CycleGAN) are skipped.
+
+    A trace's total steps count per-worker steps summed over the job's ``s``
+    workers: Gavel's generator (``scheduler/utils.py`` ``generate_job``) sets
+    ``num_steps = duration * throughputs[v100][(job_type, s)]['null']``, the
+    aggregate rate at scale factor ``s``. So a job runs ``steps / s``
+    synchronous iterations of ``batch * s`` samples: ``dataset_size = steps *
+    batch`` (one epoch), ``global_batch = batch * s``.
     """
     p = Path(path)
     lines = read_text(p, "a Gavel trace").splitlines()
@@ -56,7 +63,7 @@ def parse_trace(path: str | Path, limit: int | None = None) -> tuple[list[dict[s
         jobs.append({
             "name": f"{wl}-{len(jobs):04d}",
             "workload": wl,
-            "dataset_size": steps * gb,
+            "dataset_size": steps * bs,
             "epochs": 1,
             "global_batch": gb,
             "weight": weight,

@@ -50,7 +50,11 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hetsched.errors import InputError
+from hetsched.errors import InputError, PlanningError
+
+
+class OverBudget(PlanningError):
+    """A candidate ran past ``auto``'s time budget; auto skips it and says so."""
 
 
 @dataclass(frozen=True)
@@ -133,4 +137,4 @@ class BasePolicy:
             raise InputError(source, f"policy {cls.name!r}: {e}") from None
 
 
-__all__ = ["BasePolicy", "Param"]
+__all__ = ["BasePolicy", "Param", "OverBudget"]

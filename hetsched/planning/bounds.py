@@ -21,6 +21,14 @@ could fit in one node.
    ``sum w_i a_i`` bounds the weighted JCT. Every price vector gives a valid
    bound; we take the best of a few (one per GPU, and each type's speed).
 
+3. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
+   configurations that sees jobs competing for the same GPU types; solved
+   while it is small, and usually by far the tightest.
+
+The reported bound is the largest valid one; ``lower_bound_info`` says which
+(``alone``, ``fluid`` or ``lp``), and the plan carries it as
+``lower_bound.kind``.
+
 The minima over ``x`` are taken over the lattice of count vectors when it is
 small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation
 (no communication, no one-sample minimum, peak per-GPU rates) replaces them.
@@ -28,13 +36,17 @@ small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from hetsched.core.estimates import Bound
 from hetsched.core.problem import PlanningProblem
+from hetsched.planning.lp_bound import lp_lower_bound
 
 LATTICE_MAX = 60_000  # count vectors per job for the exact minima
 TOTAL_LATTICE_MAX = 600_000  # and over all distinct (workload, batch) pairs
+LP_MAX_JOBS = 16  # the joint LP bound is tried up to this many jobs (it costs up to seconds)
 
 
 def _lattice(p: PlanningProblem, i: int) -> np.ndarray | None:
@@ -80,6 +92,35 @@ def _wspt(w: np.ndarray, ptime: np.ndarray) -> float:
 
 
 def lower_bound(p: PlanningProblem) -> float:
+    """The best valid lower bound on total weighted JCT (see the module docstring).
+
+    Computes every bound afresh; the values per kind are left in
+    ``p.estimates.extra["lower_bounds"]``. :func:`lower_bound_info` memoises.
+    """
+    lb_alone, lb_fluid, lattices = _simple_bounds(p)
+    vals = {"alone": lb_alone, "fluid": lb_fluid}
+    if p.S <= LP_MAX_JOBS:
+        lp = lp_lower_bound(p, lattices)
+        if lp is not None:
+            vals["lp"] = float(lp["weighted_jct_s"])
+    p.estimates.extra["lower_bounds"] = vals
+    return max(vals.values())
+
+
+def lower_bound_info(p: PlanningProblem) -> dict[str, Any]:
+    """``{"weighted_jct_s", "kind", "bounds": {kind: value}}``, computed once per problem."""
+    if p.estimates.bound is None:
+        value = lower_bound(p)
+        vals = p.estimates.extra.get("lower_bounds") or {}
+        kind = max(vals, key=lambda k: vals[k]) if vals else "unknown"
+        p.estimates.bound = Bound(value, kind)
+    b = p.estimates.bound
+    return {"weighted_jct_s": b.value, "kind": b.method,
+            "bounds": dict(p.estimates.extra.get("lower_bounds") or {})}
+
+
+def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | None]]:
+    """The alone and priced-capacity bounds, and each job's lattice (None where too large)."""
     S = p.S
     w = p.weight
     prices = [np.ones(p.T)]
@@ -92,12 +133,15 @@ def lower_bound(p: PlanningProblem) -> float:
     E = np.empty((len(prices), S))
     # Jobs of one workload and batch share the minima (per iteration): compute once.
     memo: dict[tuple, tuple[float, list[float]]] = {}
+    lat_memo: dict[tuple, np.ndarray | None] = {}
+    lattices: list[np.ndarray | None] = []
     budget = TOTAL_LATTICE_MAX
     for i in range(S):
         key = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(), p.allowed[i].tobytes(),
                int(p.B[i]), float(p.model_mb[i]), p.sync[i].tobytes(), int(p.lo[i]), int(p.hi[i]))
         if key not in memo:
             X = _lattice(p, i) if budget > 0 else None
+            lat_memo[key] = X
             if X is not None and len(X):
                 budget -= len(X)
                 it = p.iter_time(i, X)
@@ -112,6 +156,7 @@ def lower_bound(p: PlanningProblem) -> float:
                     per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
                     per_it.append(float(p.B[i] / per_price.max()))
                 memo[key] = (best_iteration_time(p, i), per_it)
+        lattices.append(lat_memo[key])
         best, per_it = memo[key]
         best_iter[i] = best
         E[:, i] = p.iters[i] * np.array(per_it)
@@ -121,7 +166,7 @@ def lower_bound(p: PlanningProblem) -> float:
         cap = float(pi @ p.n_type)
         if cap > 0:
             lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
-    return max(lb_alone, lb_fluid)
+    return lb_alone, lb_fluid, lattices
 
 
 def problem_bound(p: PlanningProblem) -> float:
@@ -130,6 +175,4 @@ def problem_bound(p: PlanningProblem) -> float:
     ``auto`` evaluates many candidates on one problem; each plan reports the
     same bound, so it is computed by the first and read by the others.
     """
-    if p.estimates.bound is None:
-        p.estimates.bound = Bound(lower_bound(p), "max(alone, priced capacity)")
-    return p.estimates.bound.value
+    return float(lower_bound_info(p)["weighted_jct_s"])

@@ -76,11 +76,52 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep)
+    elif mode == "auto":  # issue 11.4: space or pool, whichever predicts less weighted JCT
+        plan = _plan_either(problem, policy, params, static=static,
+                            restart_cost_s=restart_cost_s, task_iterations=task_iterations,
+                            reporter=rep)
     else:
-        raise PlanningError(f"unknown mode {mode!r}; expected space or pool")
+        raise PlanningError(f"unknown mode {mode!r}; expected space, pool or auto")
     plan.settings = settings
     rep.planning_done(plan.policy, plan.weighted_jct_s, plan.planning_time_s)
     return plan
+
+
+def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] | None, *,
+                 static: bool, restart_cost_s: float, task_iterations: int | None,
+                 reporter: BaseReporter) -> Plan:
+    """``--mode auto``: plan both modes (``policy`` where it exists, else auto) and keep the better.
+
+    The plan says what each mode predicted (``mode_candidates``) and why a mode
+    could not plan (``mode_skipped``).
+    """
+    from hetsched.planning import registry
+    from hetsched.planning.pool import plan_pool
+
+    plans: dict[str, Plan] = {}
+    skipped: dict[str, str] = {}
+    for m in ("space", "pool"):
+        pol = policy if policy == "auto" or policy in registry.policies(m) else "auto"
+        try:
+            if m == "space":
+                plans[m] = plan_problem(problem, pol, params if pol == policy else None,
+                                        static=static, restart_cost_s=restart_cost_s,
+                                        reporter=reporter)
+            elif static:
+                skipped[m] = "--static applies to space mode"
+            else:
+                plans[m] = plan_pool(problem, pol, params if pol == policy else None,
+                                     task_iterations=task_iterations, reporter=reporter)
+        except PlanningError as e:
+            skipped[m] = str(e)
+    if not plans:
+        raise PlanningError("--mode auto: neither mode produced a plan: "
+                            + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    best = min(plans.values(), key=lambda pl: pl.weighted_jct_s)
+    best.extra["mode_candidates"] = {m: round(pl.weighted_jct_s, 6) for m, pl in plans.items()}
+    if skipped:
+        best.extra["mode_skipped"] = skipped
+    return best
 
 
 def plan_problem(problem: PlanningProblem, policy: str = "auto",
@@ -113,9 +154,9 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if workers is None:
         workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
 
-    def run(name: str) -> Plan:
+    def run(name: str, deadline: float | None) -> Plan:
         return simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
-                        reporter=rep if workers == 1 else None)
+                        reporter=rep if workers == 1 else None, deadline=deadline)
 
     sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
                   cost=lambda n: reg[n].cost(problem), workers=workers)

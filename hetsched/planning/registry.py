@@ -20,10 +20,11 @@ MODES = ("space", "pool")
 _NAMES: dict[str, str] = {}
 #: (mode, former name) -> canonical name; an alias is only valid in its mode
 _ALIASES: dict[tuple[str, str], str] = {}
-#: the order auto tries its candidates in (cheap and strong first); unlisted
+#: the order auto tries its candidates in (cheap first, so that the costly ones
+#: spend what is left of the time budget and never crowd out the cheap ones); unlisted
 #: registered policies follow in name order
 AUTO_ORDER = {
-    "space": ("has", "jps", "optimus-lb", "optimus", "srtf", "fifo", "allox", "homo",
+    "space": ("optimus-lb", "optimus", "srtf", "fifo", "allox", "homo", "has", "jps",
               "exhaustive"),
     "pool": ("hare", "pool-allox", "pool-srtf", "pool-homo", "pool-fifo"),
 }
@@ -79,9 +80,8 @@ def resolve(name: str, mode: str, reporter: BaseReporter = NULL_REPORTER) -> Any
     valid = ", ".join([*sorted(reg), "auto"])
     other = _NAMES.get(name)
     hint = f" ({name!r} is a {other}-mode policy: add --mode {other})" if other else ""
-    if not hint and mode != "space":
-        hint = f" (in {mode} mode)"
-    raise InputError("--policy", f"unknown policy {name!r}; valid: {valid}{hint}")
+    kind = "policy" if mode == "space" else f"{mode}-mode policy"
+    raise InputError("--policy", f"unknown {kind} {name!r}; valid: {valid}{hint}")
 
 
 def auto_candidates(mode: str) -> tuple[str, ...]:

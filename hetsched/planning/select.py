@@ -3,7 +3,8 @@
 Each candidate is computed once. A candidate that raises is reported
 (``candidate_failed``) and skipped; it never takes ``auto`` down. A candidate
 whose predicted planning time exceeds what is left of the time budget is
-skipped with the reason (``candidate_skipped``), so ``auto`` never loses to a
+skipped with the reason (``candidate_skipped``), and so is one that raises
+:class:`~hetsched.planning.base.OverBudget` (it ran past the budget), so ``auto`` never loses to a
 policy it could afford and says which ones it did not run. With
 ``workers > 1`` the candidates run in forked worker processes (on Linux),
 each returning its plan; the results are the same as in one process.
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from hetsched.core.report import NULL_REPORTER, BaseReporter
+from hetsched.planning.base import OverBudget
 
 T = TypeVar("T")
 
@@ -45,13 +47,16 @@ class Selection(Generic[T]):
         return {**self.skipped, **{k: f"failed: {v}" for k, v in self.failed.items()}}
 
 
-_WORK: list[Callable[[str], Any]] = []
+_WORK: list[Any] = []
+OVER = "over budget: "
 
 
-def _in_worker(name: str) -> tuple[str, Any, str | None, float]:
+def _in_worker(name: str, deadline: float | None) -> tuple[str, Any, str | None, float]:
     t0 = time.perf_counter()
     try:
-        return name, _WORK[0](name), None, time.perf_counter() - t0
+        return name, _WORK[0](name, deadline), None, time.perf_counter() - t0
+    except OverBudget as e:
+        return name, None, f"{OVER}{e}", time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - reported by the parent, never fatal
         return name, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
 
@@ -61,18 +66,25 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
 
 
-def best_of(names: Sequence[str], run: Callable[[str], T], objective: Callable[[T], float], *,
+Run = Callable[[str, "float | None"], T]
+
+
+def best_of(names: Sequence[str], run: Run[T], objective: Callable[[T], float], *,
             reporter: BaseReporter = NULL_REPORTER, budget_s: float | None = None,
             cost: Callable[[str], float | None] | None = None,
             workers: int = 1) -> Selection[T]:
-    """Run each candidate ``run(name)`` once and keep the lowest ``objective``.
+    """Run each candidate ``run(name, deadline)`` once and keep the lowest ``objective``.
 
     ``cost(name)`` predicts a candidate's planning seconds (None: cheap, always
     run); a candidate predicted to need more than what is left of ``budget_s``
-    is skipped. ``workers > 1`` runs candidates in parallel processes.
+    is skipped. ``deadline`` is when the budget ends (a ``time.perf_counter()``
+    value; None for the first candidate, so that there is always a plan): a
+    candidate past it raises OverBudget and is skipped. ``workers > 1`` runs
+    candidates in parallel processes.
     """
     sel: Selection[T] = Selection()
     t0 = time.perf_counter()
+    end = None if budget_s is None else t0 + budget_s
     todo: list[str] = []
     for name in names:
         pred = cost(name) if cost else None
@@ -86,18 +98,20 @@ def best_of(names: Sequence[str], run: Callable[[str], T], objective: Callable[[
         if workers > 1:
             todo.append(name)
             continue
-        _one(name, run, objective, sel, reporter)
+        # no deadline until some candidate has produced a plan: auto always has one
+        _one(name, run, end if sel.scores else None, objective, sel, reporter)
     if todo:
-        _parallel(todo, run, objective, sel, reporter, workers)
+        _parallel(todo, run, end, objective, sel, reporter, workers)
     return sel
 
 
-def _parallel(names: list[str], run: Callable[[str], T], objective: Callable[[T], float],
-              sel: Selection[T], reporter: BaseReporter, workers: int) -> None:
+def _parallel(names: list[str], run: Run[T], end: float | None,
+              objective: Callable[[T], float], sel: Selection[T], reporter: BaseReporter,
+              workers: int) -> None:
     """Run ``names`` in forked processes; results are offered in the candidates' order."""
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not Linux
         for name in names:
-            _one(name, run, objective, sel, reporter)
+            _one(name, run, end if sel.scores else None, objective, sel, reporter)
         return
     _WORK[:] = [run]
     ctx = multiprocessing.get_context("fork")
@@ -105,9 +119,9 @@ def _parallel(names: list[str], run: Callable[[str], T], objective: Callable[[T]
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(names)), mp_context=ctx) as ex:
             futs: list[Future[tuple[str, Any, str | None, float]]] = []
-            for name in names:
+            for k, name in enumerate(names):
                 reporter.candidate_started(name)
-                futs.append(ex.submit(_in_worker, name))
+                futs.append(ex.submit(_in_worker, name, end if k else None))
             for f in futs:
                 try:
                     name, res, err, secs = f.result()
@@ -118,6 +132,10 @@ def _parallel(names: list[str], run: Callable[[str], T], objective: Callable[[T]
         _WORK.clear()
     for name in names:
         res, err, secs = done[name]
+        if err is not None and err.startswith(OVER):
+            sel.skipped[name] = err[len(OVER):]
+            reporter.candidate_skipped(name, sel.skipped[name])
+            continue
         if err is not None:
             sel.failed[name] = err
             reporter.candidate_failed(name, err)
@@ -128,13 +146,17 @@ def _parallel(names: list[str], run: Callable[[str], T], objective: Callable[[T]
         reporter.candidate_done(name, score, secs)
 
 
-def _one(name: str, run: Callable[[str], T], objective: Callable[[T], float],
+def _one(name: str, run: Run[T], deadline: float | None, objective: Callable[[T], float],
          sel: Selection[T], reporter: BaseReporter) -> None:
     reporter.candidate_started(name)
     c0 = time.perf_counter()
     try:
-        res = run(name)
+        res = run(name, deadline)
         score = float(objective(res))
+    except OverBudget as e:
+        sel.skipped[name] = str(e)
+        reporter.candidate_skipped(name, str(e))
+        return
     except Exception as e:  # noqa: BLE001 - one candidate never takes auto down
         sel.failed[name] = _describe(e)
         reporter.candidate_failed(name, sel.failed[name])

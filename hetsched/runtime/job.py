@@ -122,6 +122,9 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
     if local:
         local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
         cfg = build_config(spec, workers, len(workers), job, local_env, overrides)
+        from hetsched.runtime.checkpoint import load_checkpoint
+
+        load_checkpoint(cfg.checkpoint)  # a bad one: one line here, not one per rank
         codes = spawn_local(len(workers), _local_rank_main, (cfg,))
         if any(codes):
             raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")

@@ -21,9 +21,13 @@ Parsing is torch-free; :func:`init_distributed` imports torch when called.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
 import socket
+import sys
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ from typing import Any
 import hostlist
 
 from hetsched import config
-from hetsched.errors import InputError
+from hetsched.errors import HetschedError, InputError
 
 #: rendezvous ports: below Linux's ephemeral range (32768+) and above the
 #: testbed's Slurm port blocks (10000-29999)
@@ -216,13 +220,47 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
+class Stopped(HetschedError):
+    """``run --local`` got SIGTERM or SIGINT; its ranks were told and have exited."""
+
+    def __init__(self, signum: int, codes: list[int]) -> None:
+        self.exit_code = 128 + signum
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name}: forwarded to {len(codes)} local ranks, which "
+                         f"exited with {codes} (a checkpoint was written if one was configured)")
+
+
+#: seconds the ranks get to finish a step and checkpoint after a forwarded signal
+STOP_GRACE_S = 60.0
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGTERM this rank when the launcher dies, even by SIGKILL (no orphans)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(128 + signal.SIGTERM)
+
+
 def _child(rank: int, world: int, port: int, extra_env: Mapping[str, str],
-           target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+           target: Callable[..., Any], args: tuple[Any, ...], parent: int = 0) -> None:
+    if parent:
+        _die_with_parent(parent)
+        # Ctrl-C reaches the whole process group; the launcher turns it into SIGTERM
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra_env})
     for k in [k for k in os.environ if k.startswith("SLURM_")]:
         del os.environ[k]  # a local launch inside a Slurm job must not read Slurm's layout
-    target(*args)
+    try:
+        target(*args)
+    except HetschedError as e:  # one line per failed rank, not a traceback
+        print(f"hetsched: error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
 
 
 def spawn_local(world_size: int, target: Callable[..., Any], args: tuple[Any, ...] = (),
@@ -234,18 +272,66 @@ def spawn_local(world_size: int, target: Callable[..., Any], args: tuple[Any, ..
     a test never hangs on a collective that will not complete."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = []
-    for r in range(world_size):
-        env = dict(extra_env or {})
-        if per_rank_env:
-            env.update(per_rank_env[r])
-        p = ctx.Process(target=_child, args=(r, world_size, port, env, target, args))
-        p.start()
-        procs.append(p)
-    import time
+    procs: list[Any] = []
+    received: list[int] = []
+    told: set[int] = set()
 
+    def forward(signum: int, _frame: object) -> None:
+        # the ranks stop gracefully on SIGTERM (finish the step, checkpoint, exit)
+        received.append(signum)
+        _tell(procs, told)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, forward)
+        except ValueError:  # not the main thread: the caller handles signals
+            pass
+    try:
+        for r in range(world_size):
+            env = dict(extra_env or {})
+            if per_rank_env:
+                env.update(per_rank_env[r])
+            p = ctx.Process(target=_child, args=(r, world_size, port, env, target, args,
+                                                 os.getpid()))
+            p.start()
+            procs.append(p)
+        _wait(procs, received, told, timeout_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    codes = [p.exitcode if p.exitcode is not None else -9 for p in procs]
+    if received:
+        raise Stopped(received[0], codes)
+    return codes
+
+
+def _tell(procs: list[Any], told: set[int]) -> None:
+    """SIGTERM each rank once: a second one would kill a rank that already stopped
+    gracefully and restored the default handler, in the middle of its peers' barrier."""
+    for p in procs:
+        if p.pid and p.pid not in told and p.is_alive():
+            told.add(p.pid)
+            os.kill(p.pid, signal.SIGTERM)
+
+
+def _wait(procs: list[Any], received: list[int], told: set[int], timeout_s: float) -> None:
+    """Until every rank exits; a failed rank, the timeout or a signal's grace stops the rest."""
     deadline = time.monotonic() + timeout_s
     while any(p.is_alive() for p in procs):
+        if received:
+            _tell(procs, told)  # a rank started while the signal arrived has not seen it
+            deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
+            received_at = len(received)
+            while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+                for p in procs:
+                    p.join(0.05)
+                if len(received) > received_at:  # asked again: do not wait any longer
+                    break
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            break
         if time.monotonic() > deadline or any(p.exitcode not in (None, 0) for p in procs):
             for p in procs:
                 if p.is_alive():
@@ -255,4 +341,3 @@ def spawn_local(world_size: int, target: Callable[..., Any], args: tuple[Any, ..
             p.join(0.05)
     for p in procs:
         p.join(5)
-    return [p.exitcode if p.exitcode is not None else -9 for p in procs]

@@ -7,9 +7,11 @@ is found by catching CUDA's out-of-memory error: the sweep stops at the first
 OOM, or, when every batch fits, keeps doubling and then bisects up to
 ``max_batch``. On CPU the sweep is capped at its largest batch (host memory is
 not the constraint the planner models). The sync time is a gloo all-reduce of
-a gradient-sized buffer between two in-process ranks, i.e. the intra-node
-exchange cost of this model; the planner's ring model covers the network when
-the job gives ``model_size_mb``.
+a gradient-sized buffer between in-process ranks, i.e. the intra-node
+exchange cost of this model, measured at 2 and 4 ranks (``sync_gpus``): the
+one-GPU rows carry the 2-rank time in ``sync_time_s``, and one row per scale K
+(``gpus`` = K, the largest batch's step time plus the K-rank sync) lets the
+planner calibrate its communication model at several scales (issue 11.7).
 
 A time limit stops the sweep early with the rows measured so far (a probe that
 measured nothing fails, and the profiler marks the pair unusable).
@@ -73,19 +75,19 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
     return statistics.median(times)
 
 
-def measure_sync(numel: int, repeats: int = 5) -> float | None:
-    """Median seconds of a gloo all-reduce of ``numel`` floats between two in-process ranks."""
+def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
+    """Median seconds of a gloo all-reduce of ``numel`` floats between ``ranks`` in-process ranks."""
     import torch.distributed as dist
 
     try:
         store = dist.HashStore()
-        pgs: list[object] = [None, None]
-        bufs = [torch.ones(numel), torch.ones(numel)]
+        pgs: list[object] = [None] * ranks
+        bufs = [torch.ones(numel) for _ in range(ranks)]
         times: list[float] = []
-        barrier = threading.Barrier(2)
+        barrier = threading.Barrier(ranks)
 
         def mk(r: int) -> None:
-            pgs[r] = dist.ProcessGroupGloo(dist.PrefixStore("probe", store), r, 2,
+            pgs[r] = dist.ProcessGroupGloo(dist.PrefixStore(f"probe{ranks}", store), r, ranks,
                                            datetime.timedelta(seconds=30))
 
         def run(r: int) -> None:
@@ -97,7 +99,7 @@ def measure_sync(numel: int, repeats: int = 5) -> float | None:
                     times.append(time.perf_counter() - t0)
 
         for fn in (mk, run):
-            ts = [threading.Thread(target=fn, args=(r,)) for r in range(2)]
+            ts = [threading.Thread(target=fn, args=(r,)) for r in range(ranks)]
             for t in ts:
                 t.start()
             for t in ts:
@@ -111,7 +113,7 @@ def measure_sync(numel: int, repeats: int = 5) -> float | None:
 def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: str | None = None,
           warmup: int = 2, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
-          seed: int = 0) -> ProbeResult:
+          seed: int = 0, sync_gpus: Sequence[int] = (2, 4)) -> ProbeResult:
     """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format."""
     t_start = time.perf_counter()
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
@@ -165,9 +167,18 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
                 hi = mid
     cap = max(measured) if measured else 0
     sync_s = None
+    by_scale: dict[int, float] = {}
     if sync and measured:
         numel = sum(p.numel() for p in wl.model.parameters())
-        sync_s = measure_sync(numel)
+        for k in sorted({int(k) for k in sync_gpus if int(k) >= 2}):
+            v = measure_sync(numel, ranks=k)
+            if v is not None:
+                by_scale[k] = v
+        sync_s = by_scale.get(2)
     rows = [ProfileRow(workload, gpu_type.lower(), b, t, sync_s, cap)
             for b, t in sorted(measured.items()) if math.isfinite(t)]
+    if rows:  # one whole-iteration row per measured scale, at the largest batch
+        top = rows[-1]
+        rows += [ProfileRow(workload, gpu_type.lower(), top.local_batch, top.step_time_s + v, v,
+                            cap, gpus=k) for k, v in sorted(by_scale.items())]
     return ProbeResult(rows, cap, oom_at, time.perf_counter() - t_start, str(dev))

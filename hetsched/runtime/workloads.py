@@ -18,7 +18,10 @@ parameters are broadcast anyway.
 Built-ins, on synthetic data each generates from its seed (labels come from a
 fixed random "teacher", so the loss really falls): ``mlp``, ``cnn`` (small
 conv net on 3x16x16 images) and ``transformer`` (one encoder layer on token
-sequences). None uses dropout or batch norm, whose per-rank randomness or
+sequences), and two of realistic size for switching measurements: ``resnet50``
+(ResNet-50's bottleneck layout, GroupNorm, 25.6 M parameters, 64x64 images) and
+``bert-base`` (BERT-base's 12x768 ``nn.TransformerEncoder``, 110 M parameters).
+None uses dropout or batch norm, whose per-rank randomness or
 batch statistics would make heterogeneous steps differ from one large step.
 """
 
@@ -101,8 +104,81 @@ def transformer(dataset_size: int = 2048, seed: int = 0) -> Workload:
                     lambda params: torch.optim.Adam(params, lr=3e-3))
 
 
+class Bottleneck(nn.Module):
+    """ResNet's 1x1-3x3-1x1 bottleneck with GroupNorm (no batch statistics, no buffers)."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * 4
+
+        def gn(c: int) -> nn.GroupNorm:
+            return nn.GroupNorm(32, c)
+
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), gn(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False), gn(width),
+            nn.ReLU(), nn.Conv2d(width, cout, 1, bias=False), gn(cout))
+        self.skip = nn.Sequential() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride=stride, bias=False), gn(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet50_model(classes: int = 1000) -> nn.Module:
+    """ResNet-50's layout (3, 4, 6, 3 bottlenecks; 25.6 M parameters), GroupNorm for BN."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+                               nn.GroupNorm(32, 64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for k in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if k == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def resnet50(dataset_size: int = 256, seed: int = 0, image: int = 64) -> Workload:
+    """A ResNet-50-sized CNN on synthetic ``image``x``image`` images (random labels: it
+    measures switching and step times at a realistic model size, not accuracy)."""
+    g = torch.Generator().manual_seed(seed + 4)
+    x = torch.randn(dataset_size, 3, image, image, generator=g)
+    y = torch.randint(0, 1000, (dataset_size,), generator=g)
+    return Workload(resnet50_model(), TensorDataset(x, y), nn.functional.cross_entropy,
+                    _sgd(0.01))
+
+
+class BertBase(nn.Module):
+    """BERT-base's size: 30522-token embeddings, 12 encoder layers of width 768 (110 M
+    parameters), a mean-pooled classifier; plain ``nn.TransformerEncoder``, no dropout."""
+
+    def __init__(self, vocab: int = 30522, d: int = 768, layers: int = 12, seq: int = 128,
+                 classes: int = 2) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, nhead=12, dim_feedforward=4 * d, dropout=0.0,
+                                           batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.enc(self.emb(tokens) + self.pos[: tokens.shape[1]])
+        return self.head(h.mean(dim=1))
+
+
+def bert_base(dataset_size: int = 256, seed: int = 0, seq: int = 128) -> Workload:
+    """A BERT-base-sized encoder classifying synthetic token sequences of length ``seq``."""
+    g = torch.Generator().manual_seed(seed + 5)
+    tokens = torch.randint(0, 30522, (dataset_size, seq), generator=g)
+    y = tokens[:, 0] % 2
+    return Workload(BertBase(seq=max(seq, 128)), TensorDataset(tokens, y),
+                    nn.functional.cross_entropy, lambda params: torch.optim.Adam(params, lr=1e-4))
+
+
 BUILTINS: dict[str, Callable[..., Workload]] = {
     "mlp": mlp, "cnn": cnn, "transformer": transformer, "tiny-transformer": transformer,
+    "resnet50": resnet50, "bert-base": bert_base,
 }
 
 

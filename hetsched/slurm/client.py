@@ -57,6 +57,9 @@ class JobInfo:
     gres: str = ""
     restarts: int = 0
     start_time: int = 0  # epoch seconds; 0 when not started
+    end_time: int = 0  # epoch seconds: the end, or the expected end (time limit)
+    dependency: str = ""  # e.g. "afterany:12(unfulfilled)"; "" when none is left
+    time_limit_min: int | None = None
 
     @property
     def leader(self) -> str:
@@ -114,6 +117,10 @@ class SlurmClient(Protocol):
 
     def job_detail(self, job_id: str) -> list[JobInfo]:
         """Components of one job, also after it ended ([] when Slurm forgot it)."""
+        ...
+
+    def update_dependency(self, job_id: str, dependency: str) -> None:
+        """Change a pending job's ``--dependency`` in place ('' clears it)."""
         ...
 
     def version(self) -> str:
@@ -201,6 +208,9 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         gres=gres,
         restarts=_num(j.get("restart_cnt")) or 0,
         start_time=_num(j.get("start_time")) or 0,
+        end_time=_num(j.get("end_time")) or 0,
+        dependency=_str(j.get("dependency")) if _str(j.get("dependency")) != "(null)" else "",
+        time_limit_min=_num(j.get("time_limit")),
     )
 
 
@@ -325,6 +335,11 @@ class CliSlurmClient:
         ids = [str(i) for i in job_ids]
         if ids:
             self.runner.run(["scontrol", "requeue", ",".join(ids)])
+
+    def update_dependency(self, job_id: str, dependency: str) -> None:
+        # a pending job keeps its id and queue age; '' clears the dependency
+        self.runner.run(["scontrol", "update", f"jobid={job_id}",
+                         f"dependency={dependency}"])
 
     def accounting_enabled(self) -> bool:
         """Whether sacct can answer (AccountingStorageType is not ``none``)."""

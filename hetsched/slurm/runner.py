@@ -2,7 +2,7 @@
 
 Every command is an argument list (never a shell string), runs with a
 timeout, and is retried a bounded number of times with exponential backoff
-when Slurm reports a *transient* failure (the controller is restarting, a
+(tenacity) when Slurm reports a *transient* failure (the controller is restarting, a
 socket timed out). Errors quote the command's own stderr so the user sees
 Slurm's message, not ours.
 
@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tenacity
 
 from hetsched.errors import HetschedError
 
@@ -70,6 +72,23 @@ class CommandError(HetschedError):
     @property
     def transient(self) -> bool:
         return self.returncode is None or bool(TRANSIENT.search(self.stderr))
+
+
+class _Transient(Exception):
+    """Internal: an attempt failed in a way ``retry_on`` may retry."""
+
+    def __init__(self, error: CommandError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _retryable(error: CommandError, retry_on: re.Pattern[str] | None) -> bool:
+    """Whether ``error`` may be retried under ``retry_on`` (timeouts: only idempotent ones)."""
+    if retry_on is None:
+        return False
+    if error.returncode is None:
+        return retry_on.pattern == TRANSIENT.pattern
+    return bool(retry_on.search(error.stderr))
 
 
 class SlurmUnavailable(CommandError):
@@ -130,48 +149,66 @@ class Runner:
             raise CommandError(argv, -1, "", "empty command or NUL byte in an argument")
         tries = 1 + max(0, self.retries if retries is None else retries)
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        delay = self.backoff_s
         t0 = time.monotonic()
-        last: CommandError | None = None
-        for attempt in range(1, tries + 1):
-            self.counts[Path(argv[0]).name] += 1
-            proc: subprocess.CompletedProcess[Any]
-            stdout: str
-            stderr: str
-            try:
-                if output_path is not None:
-                    with open(output_path, "ab") as out:
-                        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                              stderr=subprocess.STDOUT, timeout=timeout,
-                                              env=self._env(), check=False)
-                    stdout = stderr = ""
-                else:
-                    proc = subprocess.run(argv, input=input, capture_output=True, text=True,
-                                          timeout=timeout, env=self._env(), check=False,
-                                          stdin=None if input is not None else subprocess.DEVNULL)
-                    stdout, stderr = proc.stdout, proc.stderr
-            except FileNotFoundError:
-                raise CommandError(argv, -1, "", f"{argv[0]!r} is not installed or not on PATH"
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(tries),
+            wait=tenacity.wait_exponential(multiplier=self.backoff_s, exp_base=2,
+                                           max=self.max_backoff_s),
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, _Transient) and _retryable(e.error, retry_on)),
+            sleep=self.sleep, reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    n = attempt.retry_state.attempt_number
+                    result = self._once(argv, check=check, timeout=timeout, input=input,
+                                        output_path=output_path, retry_on=retry_on)
+                    return Result(argv, result[0], result[1], result[2],
+                                  time.monotonic() - t0, n)
+        except _Transient as t:
+            if not _retryable(t.error, retry_on):
+                raise t.error from None
+            raise SlurmUnavailable(t.error.argv, t.error.returncode, t.error.stderr,
+                                   f"still failing after {tries} attempts; is slurmctld up?"
                                    ) from None
-            except subprocess.TimeoutExpired as e:
-                err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else ""
-                last = CommandError(argv, None, err, f"no answer within {timeout:g} s")
-                if retry_on is None or retry_on.pattern != TRANSIENT.pattern:
-                    # a timed-out non-idempotent command may have taken effect
-                    raise last from None
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    def _once(self, argv: list[str], *, check: bool, timeout: float, input: str | None,
+              output_path: str | Path | None,
+              retry_on: re.Pattern[str] | None) -> tuple[int, str, str]:
+        """One attempt: (returncode, stdout, stderr), or _Transient / CommandError."""
+        self.counts[Path(argv[0]).name] += 1
+        proc: subprocess.CompletedProcess[Any]
+        stdout: str
+        stderr: str
+        try:
+            if output_path is not None:
+                with open(output_path, "ab") as out:
+                    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=subprocess.STDOUT, timeout=timeout,
+                                          env=self._env(), check=False)
+                stdout = stderr = ""
             else:
-                if proc.returncode == 0 or not check:
-                    return Result(argv, proc.returncode, stdout, stderr,
-                                  time.monotonic() - t0, attempt)
-                last = CommandError(argv, proc.returncode, stderr or stdout)
-                if retry_on is None or not retry_on.search(stderr or stdout):
-                    raise last
-            if attempt < tries:
-                self.sleep(delay)
-                delay = min(delay * 2, self.max_backoff_s)
-        assert last is not None
-        raise SlurmUnavailable(last.argv, last.returncode, last.stderr,
-                               f"still failing after {tries} attempts; is slurmctld up?")
+                proc = subprocess.run(argv, input=input, capture_output=True, text=True,
+                                      timeout=timeout, env=self._env(), check=False,
+                                      stdin=None if input is not None else subprocess.DEVNULL)
+                stdout, stderr = proc.stdout, proc.stderr
+        except FileNotFoundError:
+            raise CommandError(argv, -1, "", f"{argv[0]!r} is not installed or not on PATH"
+                               ) from None
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+            last = CommandError(argv, None, err, f"no answer within {timeout:g} s")
+            if retry_on is None or retry_on.pattern != TRANSIENT.pattern:
+                # a timed-out non-idempotent command may have taken effect
+                raise last from None
+            raise _Transient(last) from None
+        if proc.returncode == 0 or not check:
+            return proc.returncode, stdout, stderr
+        failed = CommandError(argv, proc.returncode, stderr or stdout)
+        if not _retryable(failed, retry_on):
+            raise failed
+        raise _Transient(failed)
 
     def total(self) -> int:
         """Commands run so far (each retry counts)."""

@@ -6,6 +6,9 @@ filters, and it is *enforced*: every ``{{ value }}`` must pass through one of
 * ``name``  – validated against ``[A-Za-z0-9._-]+`` (job, node, GPU type, ...);
 * ``word``  – validated, no whitespace, quotes or shell metacharacters (values
   composed from names, used in ``#SBATCH`` lines, which sbatch parses itself);
+* ``opt``   – an sbatch option value or ``--option[=value]``: like ``word`` but
+  also ``&|[]*()!`` (constraint expressions), never whitespace, quotes, ``$``,
+  backticks, ``;`` or ``#``;
 * ``int``   – a validated non-negative integer;
 * ``q``     – ``shlex.quote`` of a string without control characters
   (commands, paths, workload names).
@@ -35,10 +38,12 @@ import jinja2
 
 from hetsched import config
 from hetsched.core.plan import JobPlan, worker_groups
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 WORD_RE = re.compile(r"^[A-Za-z0-9._:/=,%+@-]+$")
+OPT_RE = re.compile(r"^[A-Za-z0-9._:/=,%+@&|\[\]*()!-]+$")
 
 
 class TemplateValueError(InputError):
@@ -63,6 +68,14 @@ def _word(v: Any) -> _Safe:
         raise TemplateValueError("sbatch template", f"{s!r} contains spaces or shell "
                                  "characters; only letters, digits and ._:/=,%+@- are allowed "
                                  "here (paths for logs/state must not contain spaces)")
+    return _Safe(s)
+
+
+def _opt(v: Any) -> _Safe:
+    s = str(v)
+    if not OPT_RE.match(s):
+        raise TemplateValueError("sbatch template", f"{s[:60]!r} is not a valid sbatch option "
+                                 "value: no spaces, quotes or shell characters")
     return _Safe(s)
 
 
@@ -115,7 +128,7 @@ def environment(directory: Path | None = None) -> jinja2.Environment:
         autoescape=False,  # shell, not HTML: the filters do the quoting
         undefined=jinja2.StrictUndefined, finalize=_finalize, keep_trailing_newline=True,
     )
-    env.filters.update({"name": _name, "word": _word, "int": _int, "q": _q})
+    env.filters.update({"name": _name, "word": _word, "int": _int, "q": _q, "opt": _opt})
     return env
 
 
@@ -194,8 +207,17 @@ def submission_comment(plan_id: str, job: str, segment: int) -> str:
 def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                   plan_path: str | Path, log_dir: str | Path, partition: str | None = None,
                   pin_nodes: bool = True, hetsched: str | None = None,
-                  directory: Path | None = None) -> Script:
-    """The hetjob script for segment ``segment`` of one job of a plan."""
+                  directory: Path | None = None, sbatch: SbatchOptions | None = None,
+                  time_min: int = 0, signal_s: int = 0) -> Script:
+    """The hetjob script for segment ``segment`` of one job of a plan.
+
+    ``sbatch`` adds account/QoS/memory/constraint/extra options to every
+    component; ``time_min`` is the time limit (``sbatch.time`` wins);
+    ``signal_s`` > 0 asks Slurm for SIGUSR1 that many seconds before the limit,
+    which the script turns into checkpoint-and-requeue. The plan's order
+    (``--dependency``) is given on sbatch's command line (app/order.py): it
+    names Slurm ids that exist only once the earlier jobs are submitted.
+    """
     if segment >= len(job.segments):
         raise TemplateValueError("plan", f"job {job.name!r} has no segment {segment}")
     workers = [w.to_dict() for w in job.segments[segment].workers]
@@ -225,6 +247,13 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         "het_groups": ",".join(str(i) for i in range(len(comps))),
         "hetsched": hetsched or hetsched_executable(),
         "plan_path": str(plan_path),
+        "time": (sbatch.time if sbatch and sbatch.time else (time_min or "")),
+        "account": (sbatch.account if sbatch else None) or "",
+        "qos": (sbatch.qos if sbatch else None) or "",
+        "mem": (sbatch.mem if sbatch else None) or "",
+        "constraint": (sbatch.constraint if sbatch else None) or "",
+        "extra": list(sbatch.extra) if sbatch else [],
+        "signal_s": signal_s,
     }
     text = _render("hetjob.sbatch.j2", directory, ctx)
     return Script(text, comps)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,12 +166,33 @@ def listing(store: Store) -> list[dict[str, Any]]:
 # EWMA refinement from running jobs' reports
 
 
-def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEFAULT_ALPHA
+def task_as_steps(rec: dict[str, Any], workloads: Mapping[str, str]) -> dict[str, Any] | None:
+    """A pool executor's ``task`` record as a ``steps`` record (per-iteration means).
+
+    A task ran ``iterations`` iterations of ``samples / iterations`` samples in
+    ``compute_s``; the job's workload comes from its plan (``workloads``).
+    """
+    try:
+        its, samples, compute = int(rec["iterations"]), int(rec["samples"]), \
+            float(rec["compute_s"])
+        workload = workloads[str(rec["job"])]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if its < 1 or samples < its:
+        return None
+    return {"kind": "steps", "workload": workload, "gpu_type": rec.get("gpu_type"),
+            "local_batch": samples // its, "compute_s": compute / its, "world_size": 1}
+
+
+def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEFAULT_ALPHA,
+                   workloads: Mapping[str, str] | None = None
                    ) -> list[tuple[str, str, int, float | None, float]]:
     """Fold new ``steps`` records of job reports into the history; returns the changes.
 
     Each file is read from where the previous call stopped (``report_offsets``),
     so calling this from every monitor cycle counts each measurement once.
+    With ``workloads`` (job -> workload), pool executors' ``task`` records
+    count too (:func:`task_as_steps`).
     """
     from hetsched.io.reports import read_reports
 
@@ -191,6 +212,8 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                             (key_path,)).fetchone()
             recs, new_off = read_reports(path, int(row[0]) if row else 0)
             for rec in recs:
+                if rec.get("kind") == "task" and workloads is not None:
+                    rec = task_as_steps(rec, workloads) or {}
                 if rec.get("kind") != "steps":
                     continue
                 try:

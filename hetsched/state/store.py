@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -30,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsched import config
-from hetsched.errors import HetschedError
+from hetsched.errors import EXIT_STATE_CORRUPT, HetschedError
+from hetsched.state import guard
 
 SCHEMA_VERSION = 2
 APPLICATION = "hetsched"
@@ -138,12 +138,14 @@ SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
 SUBMIT_FAILED = "SUBMIT_FAILED"
 SUPERSEDED = "SUPERSEDED"  # cancelled by hetsched because a newer plan replaced it
 GONE = "GONE"  # Slurm forgot the job and hetsched never saw it finish
+CANCELLED = "CANCELLED"  # Slurm's word; for hetsched a user's cancel: final, never resubmitted
+GAVE_UP = "GAVE_UP"  # failed more than --max-failures times: replan stopped resubmitting it
 
 
 class StoreError(HetschedError):
     """The state file cannot be used; the message says why and what to do."""
 
-    exit_code = 6
+    exit_code = EXIT_STATE_CORRUPT
 
 
 def default_path() -> Path:
@@ -184,17 +186,9 @@ class Store:
     # -- opening and checks ------------------------------------------------
     def _open(self) -> sqlite3.Connection:
         p = self.path
-        created = False
         if not p.exists():
-            p.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                os.close(fd)
-                created = True
-            except FileExistsError:
-                pass  # another process created it first; check it like any file
-        elif p.is_dir():
-            raise StoreError(f"state file {p} is a directory")
+            self._create(p)  # filled first, then linked in place: never seen empty
+        guard.preflight(p)  # empty, read-only, unreadable: refused before SQLite writes
         try:
             conn = sqlite3.connect(str(p), timeout=30.0, isolation_level=None)
         except sqlite3.Error as e:
@@ -202,10 +196,7 @@ class Store:
         conn.row_factory = sqlite3.Row
         try:
             self._check(conn, p)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
+            self._configure(conn)
             self._init_schema(conn)
         except sqlite3.DatabaseError as e:
             conn.close()
@@ -215,9 +206,30 @@ class Store:
         except BaseException:
             conn.close()
             raise
-        if created:
-            os.chmod(p, 0o600)
+        self._changes_at_open = conn.total_changes
         return conn
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    @classmethod
+    def _create(cls, p: Path) -> None:
+        """A new state file with its schema, put in place atomically (0600)."""
+        tmp = guard.create_atomically(p)
+        try:
+            conn = sqlite3.connect(str(tmp), timeout=30.0, isolation_level=None)
+            try:
+                cls._configure(conn)
+                cls._init_schema(conn)
+            finally:
+                conn.close()
+            guard.publish(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @staticmethod
     def _check(conn: sqlite3.Connection, p: Path) -> None:
@@ -245,6 +257,8 @@ class Store:
         if version < 1:
             raise StoreError(f"state file {p} has an invalid schema version "
                              f"{meta.get('schema_version')!r}; it was left untouched")
+        guard.check_tables(p, tables, guard.expected_tables(SCHEMA, [
+            stmt for v in range(2, version + 1) for stmt in MIGRATIONS.get(v, ())]), version)
         bad = conn.execute("PRAGMA quick_check").fetchone()[0]
         if bad != "ok":
             raise StoreError(f"state file {p} failed SQLite's integrity check ({bad}); it "
@@ -277,7 +291,19 @@ class Store:
             raise
 
     def close(self) -> None:
-        self.conn.close()
+        """Close; when this connection changed the store, refresh its backup first."""
+        try:
+            if self.conn.total_changes > self._changes_at_open and not self.conn.in_transaction:
+                self.backup()
+        except (OSError, sqlite3.Error):
+            pass  # a failed backup never fails the command that did the work
+        finally:
+            self.conn.close()
+
+    def backup(self, dest: str | Path | None = None) -> Path:
+        """Copy the store with SQLite's backup API (default ``<state>.bak``)."""
+        return guard.write_backup(self.conn, Path(dest) if dest else guard.backup_path(
+            self.path))
 
     def __enter__(self) -> Store:
         return self
@@ -381,11 +407,6 @@ class Store:
             args.append(job)
         return [_submission(r) for r in self.conn.execute(q + " ORDER BY id", args)]
 
-    def by_slurm_id(self, slurm_id: str) -> Submission | None:
-        row = self.conn.execute("SELECT * FROM submissions WHERE slurm_id = ? "
-                                "ORDER BY id DESC LIMIT 1", (slurm_id,)).fetchone()
-        return _submission(row) if row else None
-
     # -- events --------------------------------------------------------------
     def add_event(self, kind: str, *, job: str | None = None, node: str | None = None,
                   slurm_id: str | None = None, detail: str = "", handled: bool = False) -> int:
@@ -462,6 +483,37 @@ class Store:
     def profiles(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
+
+
+def open_store_readonly(path: str | Path | None = None) -> Store | None:
+    """Open the state file for reading only (``status``); None when there is none.
+
+    Nothing is created or written: no file, no schema, no WAL switch. A file
+    hetsched cannot read is refused with the same checks as :class:`Store`.
+    """
+    p = Path(path if path is not None else default_path())
+    if not p.exists():
+        return None
+    try:
+        guard.preflight(p)  # empty, unreadable: the same clear refusals as for writers
+    except guard.StateReadOnly:
+        pass  # reading is all status needs
+    store = Store.__new__(Store)
+    store.path = p
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30.0,
+                               isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        Store._check(conn, p)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"state file {p} is corrupted or not a SQLite file ({e}); it was "
+                         "left untouched") from None
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        conn.close()
+        return None  # a database with no tables: nothing was ever recorded
+    store.conn = conn
+    store._changes_at_open = conn.total_changes  # never changes: close() backs up nothing
+    return store
 
 
 def open_store(path: str | Path | None = None) -> Store:

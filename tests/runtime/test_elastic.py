@@ -151,10 +151,12 @@ def test_replan_writes_a_rescale_request_when_gpus_stay(tmp_path: Path,
            {"node": "n0", "gpu_type": "v100", "gpu": 1, "local_batch": 64}]
     new = [dict(w, local_batch=b) for w, b in zip(old, (96, 160), strict=True)]
     logs: list[str] = []
-    _rescale_in_place("r18", old, old, logs.append)  # nothing changed: no request
+    assert _rescale_in_place("r18", old, old, logs.append, False)  # same: no request
     req = Path(str(default_checkpoint("r18")) + ".rescale.json")
     assert not req.exists() and not logs
-    _rescale_in_place("r18", new, old, logs.append)
+    assert _rescale_in_place("r18", new, old, logs.append, False)
+    moved = [dict(w, node="n1") for w in new]
+    assert not _rescale_in_place("r18", moved, old, logs.append, False)  # restart instead
     r = read_request(req)
     assert r is not None and r.local_batches == [96, 160] and r.seq == 1
     assert "rescale in place" in logs[0]

@@ -134,10 +134,16 @@ def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
     monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.01,0.002")
     res = {g: probe("mlp", g, [4, 16], warmup=1, steps=2, device="cpu") for g in ("fast", "slow")}
     for g, speed in (("fast", 2), ("slow", 1)):
-        rows = {r.local_batch: r for r in res[g].rows}
+        rows = {r.local_batch: r for r in res[g].rows if r.gpus == 1}
         assert set(rows) == {4, 16} and rows[4].max_local_batch == 16
         assert rows[16].step_time_s == pytest.approx((0.01 + 0.032) / speed, rel=0.5)
         assert rows[4].sync_time_s is not None and rows[4].sync_time_s > 0
+        # sync measured at 2 and 4 ranks: whole-iteration rows the model calibrates from
+        multi = {r.gpus: r for r in res[g].rows if r.gpus > 1}
+        assert set(multi) == {2, 4}
+        for r in multi.values():
+            assert r.local_batch == 16 and r.sync_time_s is not None and r.sync_time_s > 0
+            assert r.step_time_s == pytest.approx(rows[16].step_time_s + r.sync_time_s)
     assert res["slow"].rows[1].step_time_s > 1.5 * res["fast"].rows[1].step_time_s
 
 

@@ -57,10 +57,13 @@ def job_plan(d: dict) -> JobPlan:
     """A JobPlan built straight from a dict, bypassing validation (to test the templates'
     own defence against values that a validated plan could never carry)."""
     spec = d.get("spec") or {}
-    job = Job(name=d["name"], workload=spec.get("workload", "w"), dataset_size=1, epochs=1,
-              global_batch=spec.get("global_batch", 1),
-              command=tuple(spec["command"]) if spec.get("command") else None,
-              entrypoint=spec.get("entrypoint"))
+    job = Job(name="j", workload="w", dataset_size=1, epochs=1,
+              global_batch=spec.get("global_batch", 1))
+    # Job validates its fields itself now: set the raw values past it
+    for key, value in (("name", d["name"]), ("workload", spec.get("workload", "w")),
+                       ("command", tuple(spec["command"]) if spec.get("command") else None),
+                       ("entrypoint", spec.get("entrypoint"))):
+        object.__setattr__(job, key, value)
     segs = [Segment(s["start_s"], s["end_s"], [PlanWorker(w["node"], w["gpu_type"], w["gpu"],
                                                           w["local_batch"]) for w in s["workers"]])
             for s in d["segments"]]

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.slurm
 
 TWO_JOBS = """jobs:
   - {name: A, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
-     gpu_types: [v100], min_gpus: 2, max_gpus: 2}
+     gpu_types: [v100], min_gpus: 2, max_gpus: 2, command: [train]}
   - {name: B, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
-     gpu_types: [t4], min_gpus: 2, max_gpus: 2}
+     gpu_types: [t4], min_gpus: 2, max_gpus: 2, command: [train]}
 """
 
 

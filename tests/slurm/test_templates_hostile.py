@@ -26,10 +26,13 @@ from typing import Any
 import pytest
 from slurm_helpers import job_plan, wait_for
 
+from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptions
+from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.pool_script import render_pool
 from hetsched.slurm.templates import (
     Script,
-    TemplateValueError,
     render_hetjob,
     render_probe,
     templates_dir,
@@ -64,13 +67,22 @@ def _hetjob_job(**over: Any) -> dict[str, Any]:
             "segments": [{"start_s": 0, "end_s": 1, "workers": [w]}]}
 
 
+SBATCH_FIELDS = ("time", "account", "qos", "mem", "constraint", "extra")
+
+
 def _render_hetjob(tmp: Path, stub: str, **field: Any) -> Script:
     plan_id = field.pop("plan_id", "p1")
     kw = {k: field.pop(k) for k in ("plan_path", "log_dir", "partition") if k in field}
+    # sbatch options straight into the dataclass: the template's own filter must hold
+    opts = {k: field.pop(k) for k in SBATCH_FIELDS if k in field}
+    if "extra" in opts:
+        opts["extra"] = ("--exclusive", opts["extra"])
+    sbatch = SbatchOptions(**opts)
     job = _hetjob_job(**field)
     return render_hetjob(plan_id, job_plan(job), plan_path=kw.get("plan_path", tmp / "plan.json"),
                          log_dir=kw.get("log_dir", tmp), partition=kw.get("partition", "gpu"),
-                         hetsched=field.get("hetsched", stub))
+                         hetsched=field.get("hetsched", stub), sbatch=sbatch, time_min=5,
+                         signal_s=60)
 
 
 def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
@@ -81,14 +93,35 @@ def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
                         hetsched=field.get("hetsched", stub), time_min=2)
 
 
+def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
+    """A pool plan built straight from values (no validation: the template's own defence)."""
+    gpus = [{"node": field.get("node", "a100-1"), "gpu": 0,
+             "gpu_type": field.get("gpu_type", "a100"), "tasks": 2,
+             "runs": [{"repeat": 2, "round_step": 1, "period_s": 1.0,
+                       "tasks": [["pj", 0, 0, 0.0, 1.0, 1.0, "keep", []]]}]},
+            {"node": "t4-1", "gpu": 1, "gpu_type": "t4", "tasks": 1, "runs": []}]
+    plan = Plan("hare", [job_plan(_hetjob_job(name="pj"))], 1.0,
+                mode="pool", tasks={"gpus": gpus})
+    return render_pool(plan, field.get("plan_id", "p1"),
+                       plan_path=field.get("plan_path", tmp / "plan.json"),
+                       log_dir=field.get("log_dir", tmp),
+                       report_dir=field.get("report_dir", tmp / "reports"),
+                       checkpoint_dir=field.get("checkpoint_dir", tmp / "ckpt"),
+                       partition=field.get("partition", "gpu"),
+                       hetsched=field.get("hetsched", stub))
+
+
 # template -> (renderer, fields a user or a plan can set)
 TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "hetjob.sbatch.j2": (_render_hetjob, (
         "plan_id", "name", "workload", "command", "entrypoint", "node", "gpu_type",
-        "partition", "log_dir", "plan_path", "hetsched")),
+        "partition", "log_dir", "plan_path", "hetsched", *SBATCH_FIELDS)),
     "probe.sbatch.j2": (_render_probe, (
         "workload", "gpu_type", "node", "partition", "log_dir", "out", "extra_arg",
         "hetsched")),
+    "pool.sbatch.j2": (_render_pool, (
+        "plan_id", "node", "gpu_type", "partition", "log_dir", "plan_path",
+        "report_dir", "checkpoint_dir", "hetsched")),  # job names never reach this script
 }
 
 
@@ -126,7 +159,7 @@ def accepted_renders(tmp: Path, stub: str) -> list[tuple[str, str, str, Script]]
             for value in hostile(tmp / f"m-{name[:3]}-{field}-"):
                 try:
                     s = render(tmp, stub, **{field: value})
-                except TemplateValueError as e:
+                except InputError as e:  # TemplateValueError, or Job refusing a bad name
                     assert "\n" not in str(e)  # one line for the user
                     continue
                 assert _directives(s.text) == _directives(clean.text), (name, field, value)
@@ -141,6 +174,7 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
     fields = {(n, f) for n, f, _, _ in renders}
     assert ("hetjob.sbatch.j2", "command") in fields
     assert ("probe.sbatch.j2", "extra_arg") in fields
+    assert ("pool.sbatch.j2", "report_dir") in fields
     # ... nothing with a line break is ever accepted
     assert not any("\n" in v or "\r" in v for _, _, v, _ in renders)
     for name, field, value, s in renders:
@@ -149,7 +183,8 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
         assert run.returncode == 0, (name, field, value, run.stderr)
         args = (tmp_path / "bin" / "srun.args").read_text().splitlines()
         # the hostile value arrives as one intact argument (or inside the env), never split
-        if field in ("extra_arg", "hetsched", "plan_path", "out"):
+        if field in ("extra_arg", "hetsched", "plan_path", "out", "report_dir",
+                     "checkpoint_dir"):
             assert value in args, (name, field, value, args)
     assert not list(tmp_path.glob("m-*")), "a hostile value executed"
 

@@ -65,7 +65,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
 
-    def run(name: str) -> tuple[TaskSchedule, float]:
+    def run(name: str, deadline: float | None = None) -> tuple[TaskSchedule, float]:
         s = pols[name].schedule(pp, rel)
         return s, evaluate(pp, s).objective
 
@@ -86,6 +86,9 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
                              else int(task_iterations)}
     if policy == "auto":
         extra["chosen"] = chosen
+    if int(pp.P.sum()) < pp.K and pp.parallelism_notes:
+        # fewer task slots than GPUs: say why GPUs may idle while tasks wait (issue 11.4)
+        extra["idle_gpus_reason"] = pp.parallelism_notes
     plan = to_plan(pp, sched, ev, rel.value, params=extra)
     plan.policy = f"auto:{chosen}" if policy == "auto" else chosen
     if policy == "auto":

@@ -323,13 +323,6 @@ def relaxation(pp: PoolProblem, method: str = "auto") -> Relaxation:
 # Algorithm 1
 
 
-def list_schedule(pp: PoolProblem, x_hat: list[np.ndarray], pick: str = "finish",
-                  policy: str = "hare") -> TaskSchedule:
-    """Algorithm 1: tasks by non-decreasing H, each on the GPU chosen by ``pick``."""
-    J, Rr = relaxation_order(pp, x_hat)
-    return _run_rounds(pp, J, Rr, pick, policy)
-
-
 def relaxation_order(pp: PoolProblem, x_hat: list[np.ndarray]) -> tuple[list[int], list[int]]:
     """Rounds (job, round) by non-decreasing H = x_hat + max_m T^c / 2 (Algorithm 1, line 4)."""
     S = pp.S

@@ -2,7 +2,8 @@
 
 In pool mode the partition's GPUs are one shared pool. Job ``i`` is a chain of
 ``R_i`` training rounds; every round has ``P_i`` tasks (the job's parallelism:
-``requested_gpus``, else ``min_gpus``); a task trains the per-task slice
+``requested_gpus``, else chosen by :mod:`.parallelism`, at least ``min_gpus``);
+a task trains the per-task slice
 ``b_i = ceil(B_i / P_i)`` of the round's global batch. All tasks of round r
 (and their synchronisation) must end before any task of round r+1 starts
 (constraint 7); tasks are non-preemptive (8); nothing starts before the
@@ -12,9 +13,10 @@ Task granularity. Real jobs run 10^4-10^6 iterations, so a task stands for
 ``N_i`` iterations of its slice (``--task-iterations``): its compute time on
 GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model) and its
 synchronisation time ``N_i * s_it``, where ``s_it`` is the comm model's time
-per iteration for ``P_i`` workers (ring all-reduce of ``model_size_mb`` over
-the inter-node bandwidth, or the profiled sync time when no model size is
-given). The last round takes the remaining iterations. ``N_i = 1`` is exactly
+per iteration for ``P_i`` workers (the sync calibrated from multi-GPU
+measurements where the profile has them, else the ring all-reduce of
+``model_size_mb`` over the inter-node bandwidth, or the profiled sync time
+when no model size is given). The last round takes the remaining iterations. ``N_i = 1`` is exactly
 the paper's model. The default picks, per job, the smallest N for which a
 task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
 the job's fastest GPU type, raised if needed so that no job has more than
@@ -74,7 +76,11 @@ class PoolProblem:
     task_iterations: int | None = None
     max_rounds: int = DEFAULT_MAX_ROUNDS
     switch_s: float = DEFAULT_SWITCH_S
+    #: choose P for jobs without requested_gpus (issue 11.4); False: P = min_gpus (the old rule)
+    choose_parallelism: bool = True
     P: np.ndarray = field(init=False)  # (S,) tasks per round
+    #: job name -> why its P stayed below what the pool could give it
+    parallelism_notes: dict[str, str] = field(init=False)
     slice_b: np.ndarray = field(init=False)  # (S,) local batch of one task
     N: np.ndarray = field(init=False)  # (S,) iterations per (full) round
     R: np.ndarray = field(init=False)  # (S,) rounds
@@ -95,12 +101,21 @@ class PoolProblem:
         self.P = np.zeros(S, dtype=int)
         self.slice_b = np.zeros(S, dtype=int)
         self.ok = np.zeros((S, T), dtype=bool)
+        floor = np.zeros(S, dtype=int)
         for i, job in enumerate(p.jobs):
             P = max(int(job.requested), int(p.lo[i]))
             capmax = int(p.cap[i][p.allowed[i]].max())
             # more tasks when one slice would not fit in any allowed GPU's memory cap
             P = max(P, math.ceil(int(p.B[i]) / capmax))
-            P = min(P, int(p.B[i]))  # every task trains at least one sample
+            floor[i] = min(P, int(p.B[i]))  # every task trains at least one sample
+        self.parallelism_notes = {}
+        fixed = np.array([j.requested_gpus is not None for j in p.jobs], dtype=bool)
+        if self.choose_parallelism and not fixed.all():
+            from hetsched.planning.pool.parallelism import choose_parallelism
+
+            floor, self.parallelism_notes = choose_parallelism(p, floor, fixed)
+        for i, job in enumerate(p.jobs):
+            P = int(floor[i])
             b = math.ceil(int(p.B[i]) / P)
             self.P[i], self.slice_b[i] = P, b
             self.ok[i] = p.allowed[i] & (p.cap[i] >= b)
@@ -114,8 +129,13 @@ class PoolProblem:
         self.s_it = np.zeros((S, T))
         for i in range(S):
             for t in range(T):
-                self.s_it[i, t] = comm_time(int(self.P[i]), float(p.model_mb[i]), bw,
-                                            float(p.sync[i, t])) if self.ok[i, t] else np.inf
+                if not self.ok[i, t]:
+                    self.s_it[i, t] = np.inf
+                    continue
+                # measured at several scales (issue 11.7): the calibration wins
+                cal = p.calibrated_comm(i, [t], int(self.P[i])) if self.P[i] > 1 else None
+                self.s_it[i, t] = cal if cal is not None else comm_time(
+                    int(self.P[i]), float(p.model_mb[i]), bw, float(p.sync[i, t]))
         self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
         if self.task_iterations is not None:
             N = np.full(S, int(self.task_iterations), dtype=np.int64)

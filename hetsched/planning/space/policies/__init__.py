@@ -2,12 +2,15 @@
 
 from hetsched.planning.space.policies import (  # noqa: F401
     allox,
+    drf,
     exhaustive,
     fifo,
     has,
     homo,
     jps,
+    las,
     ones,
+    opd,
     optimus,
 )
 from hetsched.planning.space.policies.base import REGISTRY, Policy, Snapshot, make_policy

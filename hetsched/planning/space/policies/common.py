@@ -124,10 +124,12 @@ def match_counts(values: np.ndarray, sizes: np.ndarray, free: np.ndarray) -> np.
     the same optimum. Returns counts (J, T) or None if infeasible.
     """
     J, T = values.shape
+    if int(np.sum(sizes)) > int(np.sum(free)):
+        return None
+    if int(np.sum(sizes)) > TRANSPORT_MIN_SLOTS:
+        return transport_counts(values, sizes, free)
     slot_job = np.repeat(np.arange(J), sizes)
     col_type = np.repeat(np.arange(T), free)
-    if len(slot_job) > len(col_type):
-        return None
     w = values[slot_job][:, col_type]
     big = np.nanmax(np.abs(np.where(np.isfinite(w), w, 0.0))) * 10 + 1.0
     cost = np.where(np.isfinite(w), -w, big)
@@ -136,6 +138,42 @@ def match_counts(values: np.ndarray, sizes: np.ndarray, free: np.ndarray) -> np.
         return None
     out = np.zeros((J, T), dtype=int)
     np.add.at(out, (slot_job[r], col_type[c]), 1)
+    return out
+
+
+#: job slots above which P3 is solved as a transportation problem (jobs x GPU types)
+#: instead of an assignment problem (slots x GPUs): the same optimum, found by an LP
+#: of J*T variables rather than a Hungarian method on a matrix of K^2 entries
+TRANSPORT_MIN_SLOTS = 128
+
+
+def transport_counts(values: np.ndarray, sizes: np.ndarray, free: np.ndarray
+                     ) -> np.ndarray | None:
+    """P3 as a transportation LP: job j takes ``sizes[j]`` GPUs, type t gives ``free[t]``.
+
+    GPUs of one type are interchangeable, so the assignment problem of
+    :func:`match_counts` is this transportation problem; its constraint
+    matrix is totally unimodular, so HiGHS' simplex returns integral counts.
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    J, T = values.shape
+    jj, tt = np.nonzero(np.isfinite(values))
+    n = len(jj)
+    if n == 0:
+        return None
+    cols = np.arange(n)
+    a_eq = coo_matrix((np.ones(n), (jj, cols)), shape=(J, n))
+    a_ub = coo_matrix((np.ones(n), (tt, cols)), shape=(T, n))
+    res = linprog(-values[jj, tt], A_ub=a_ub, b_ub=np.asarray(free, dtype=float), A_eq=a_eq,
+                  b_eq=np.asarray(sizes, dtype=float), bounds=(0, None), method="highs-ds")
+    if res.status != 0:
+        return None
+    out = np.zeros((J, T), dtype=int)
+    out[jj, tt] = np.rint(res.x).astype(int)
+    if (out.sum(axis=1) != sizes).any() or (out.sum(axis=0) > free).any():
+        return None  # not integral (never for a vertex of this polytope)
     return out
 
 

@@ -20,54 +20,24 @@ Two refinements over the paper, both measured in docs/benchmarks.md:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from math import comb
-
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import PlanningError
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
 from hetsched.planning.space.policies.common import admit, match_counts, smith_priority
+from hetsched.planning.space.policies.sampling import (
+    bounded_compositions,
+    compositions,
+    count_bounded,
+    count_compositions,
+    latency_order,
+    sample_categories,
+    unrank_composition,
+)
 
 MATCHINGS = ("both", "raw", "normalized")
 TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
-
-
-def compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
-    """All compositions of ``total`` into ``parts`` positive parts, in Algorithm 1's order.
-
-    The order varies K_2 fastest, then K_3, ..., with K_1 taking the rest:
-    for K=5, S=3 it yields (3,1,1), (2,2,1), (1,3,1), (2,1,2), (1,2,2), (1,1,3).
-    """
-    if parts == 1:
-        yield (total,)
-        return
-    for last in range(1, total - parts + 2):
-        for head in compositions(total - last, parts - 1):
-            yield (*head, last)
-
-
-def count_compositions(total: int, parts: int) -> int:
-    return comb(total - 1, parts - 1) if total >= parts >= 1 else 0
-
-
-def unrank_composition(rank: int, total: int, parts: int) -> tuple[int, ...]:
-    """The composition at position ``rank`` of :func:`compositions` without enumerating."""
-    out = [0] * parts
-    n = total
-    for i in range(parts - 1, 0, -1):
-        v = 1
-        while True:
-            cnt = comb(n - v - 1, i - 1)
-            if rank < cnt:
-                break
-            rank -= cnt
-            v += 1
-        out[i] = v
-        n -= v
-    out[0] = n
-    return tuple(out)
 
 
 class CategorySolver:
@@ -254,18 +224,26 @@ class HAS(Policy):
     name = "has"
     paper = "Zhou et al., TPDS 2024 (HAS/JPS), Algorithms 1 and 2"
     summary = ("All feasible-solution categories, exact throughput-maximising matching per "
-               "category, best category by predicted weighted JCT")
+               "category, best category by predicted weighted JCT (sampled at events with "
+               "more than exact_max categories)")
     param_docs = {
         "matching": "P3 objective: 'raw' samples/s (paper), 'normalized' per job, or 'both'",
-        "max_categories": "refuse above this many categories (use jps)",
+        "exact_max": "enumerate every feasible category up to this many at an event; "
+                     "above, sample them as jps does",
+        "samples": "categories sampled at an event above exact_max",
+        "max_categories": "refuse above this many categories (0: never refuse, sample)",
         "trim": "drop workers that slow their job down (False: every GPU used, paper's (8c))",
     }
 
-    def __init__(self, *, matching: str = "both", max_categories: int = 20000,
-                 trim: bool = True) -> None:
+    def __init__(self, *, matching: str = "both", exact_max: int = 20000, samples: int = 64,
+                 max_categories: int = 0, trim: bool = True) -> None:
         if matching not in MATCHINGS:
             raise ValueError(f"matching must be one of {', '.join(MATCHINGS)}, got {matching!r}")
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
         self.matching = matching
+        self.exact_max = int(exact_max)
+        self.samples = int(samples)
         self.max_categories = int(max_categories)
         self.trim = bool(trim)
 
@@ -273,16 +251,33 @@ class HAS(Policy):
         rows, mins = admit(problem, snap, smith_priority(problem, snap))
         if not rows:
             return np.zeros((len(snap.jobs), problem.T), dtype=int)
+        admitted = list(rows)
         solver = CategorySolver(problem, snap, rows, self.matching, self.trim)
         n = count_compositions(solver.total, len(rows))
-        if n > self.max_categories:
+        if self.max_categories and n > self.max_categories:
             raise PlanningError(
                 f"has: {n:,} feasible-solution categories for {len(rows)} jobs on "
                 f"{solver.total} GPUs exceeds max_categories={self.max_categories:,}; "
                 "use --policy jps (sampling) or raise --param max_categories=N")
-        cats = [c for c in compositions(solver.total, len(rows)) if solver.feasible(c)]
+        lo, hi = solver.lo.tolist(), solver.hi.tolist()
+        if count_bounded(solver.total, lo, hi) <= self.exact_max:
+            cats = list(bounded_compositions(solver.total, lo, hi))
+        else:  # too many to enumerate at this event: sample as JPS does (issue 11.3)
+            rows = latency_order(problem, snap, rows)
+            solver = CategorySolver(problem, snap, rows, self.matching, self.trim)
+            cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
+                solver.total, len(rows), 0.0, self.samples, 0)))
         if not cats:
             cats = [solver.repair(tuple(int(v) for v in solver.lo))]
         A, obj = solver.solve(cats)
         best = int(np.argmin(obj))
-        return solver.expand(A[best] if np.isfinite(obj[best]) else mins)
+        if np.isfinite(obj[best]):
+            return solver.expand(A[best])
+        out = np.zeros((len(snap.jobs), problem.T), dtype=int)
+        out[admitted] = mins  # no category can hold the batches: minimal sets
+        return out
+
+
+#: Algorithm 1's enumeration and unranking live in .sampling; re-exported here
+__all__ = ["HAS", "CategorySolver", "MATCHINGS", "compositions", "count_compositions",
+           "unrank_composition"]

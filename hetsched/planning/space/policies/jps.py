@@ -18,12 +18,8 @@ from hetsched.core.plan import jain
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
 from hetsched.planning.space.policies.common import admit, smith_priority
-from hetsched.planning.space.policies.has import (
-    MATCHINGS,
-    CategorySolver,
-    count_compositions,
-    unrank_composition,
-)
+from hetsched.planning.space.policies.has import MATCHINGS, CategorySolver
+from hetsched.planning.space.policies.sampling import latency_order, sample_categories
 
 
 @register
@@ -61,25 +57,11 @@ class JPS(Policy):
         if not rows:
             return minimal
         minimal[rows] = mins  # the fallback: every admitted job on its minimal set
-        # job prioritising: ascending computation latency with all GPUs
-        lat = []
-        for r in rows:
-            i = int(snap.jobs[r])
-            allrate = float((p.per_gpu_rate(i) * snap.free).sum())
-            lat.append(snap.remaining[r] * p.B[i] / allrate if allrate > 0 else np.inf)
-        rows = [rows[k] for k in np.argsort(lat, kind="stable")]
+        rows = latency_order(p, snap, rows)  # job prioritising
         solver = CategorySolver(p, snap, rows, self.matching, self.trim)
         S = len(rows)
-        n = count_compositions(solver.total, S)
-        start = int(self.alpha * n)
-        span = n - start
-        rng = np.random.default_rng(self.seed)
-        if span <= self.samples:
-            ranks = list(range(start, n))
-        else:
-            ranks = sorted(int(start + x) for x in rng.choice(span, self.samples, replace=False))
-        cats = list(dict.fromkeys(solver.repair(unrank_composition(r, solver.total, S))
-                                  for r in ranks))
+        cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
+            solver.total, S, self.alpha, self.samples, self.seed)))
         A, obj = solver.solve(cats)
         ok = np.isfinite(obj)
         if not ok.any():  # no sampled category can hold the batches: minimal sets

@@ -88,6 +88,10 @@ class Ones(Policy):
     def batch_for(self, i: int) -> int:
         return self.batch[i]
 
+    def next_wakeup(self, t: float) -> float:
+        """Decide again ``tick_s`` later while jobs run (epochs end between arrivals)."""
+        return t + self.tick_s if getattr(self, "_placed", False) else float("inf")
+
     def _spe(self, i: int) -> float:
         return float(self._problem.jobs[i].steps_per_epoch) if self._problem else 1.0
 
@@ -175,8 +179,9 @@ class Ones(Policy):
                     for k in kids]
             pop = self._select(pop + kids, score)
         self.pop = pop
-        best = pop[0]
-        return self._emit(best, jobs, running, cur)
+        X = self._emit(pop[0], jobs, running, cur)
+        self._placed = bool(X.sum())
+        return X
 
     def _current(self, snap: Snapshot, jobs: np.ndarray) -> Cand:
         m = self.m

@@ -1,0 +1,142 @@
+"""Lower-bound benchmark (issue 11.2): gap of each bound to the best known plan.
+
+Run: python bench/bench_bounds.py [--n 40] [--seed 0] [--out docs/bench_bounds.json]
+
+Random small instances (2-6 jobs, 4-16 GPUs over 2-4 GPU types, Gavel's
+measured throughputs, arrivals, weights, model sizes). For each, the best
+known plan is the best of ``exhaustive`` (per-event exact), static
+``exhaustive`` (one exact placement per arrival) and ``auto``; the true optimum
+is at most that, so the gaps below are upper estimates of the true gaps. Then
+``gap = (best - bound) / best`` for the old bound (max of alone and priced
+capacity) and the new one (max with the joint LP), and the LP's solve time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hetsched.core.problem import PlanningProblem  # noqa: E402
+from hetsched.core.spec import Cluster, Job, Node  # noqa: E402
+from hetsched.core.throughput import ProfileRow, ThroughputTable  # noqa: E402
+from hetsched.io.profiles import load_throughputs  # noqa: E402
+from hetsched.planning.bounds import lower_bound_info  # noqa: E402
+from hetsched.planning.planner import plan_problem  # noqa: E402
+
+GAVEL = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
+MODEL_MB = {"resnet-18": 45.0, "resnet-50": 98.0, "transformer": 250.0, "lm": 120.0,
+            "recommendation": 160.0}
+#: a fourth type for 4-type instances: an A100-like GPU, 2.5x a V100 (same shape)
+EXTRA = "a100"
+
+
+def table_with_extra() -> ThroughputTable:
+    rows = list(GAVEL.all_rows())
+    rows += [ProfileRow(r.workload, EXTRA, r.local_batch, r.step_time_s / 2.5, gpus=r.gpus)
+             for r in GAVEL.all_rows() if r.gpu_type == "v100"]
+    return ThroughputTable(rows, "gavel+a100")
+
+
+TABLE = table_with_extra()
+
+
+def instance(rng: np.random.Generator, max_jobs: int = 6, max_gpus: int = 16,
+             arrivals: bool = True) -> PlanningProblem:
+    T = int(rng.integers(2, 5))
+    types = list(rng.choice(["v100", "p100", "k80", EXTRA], size=T, replace=False))
+    total = int(rng.integers(max(T, 4), max_gpus + 1))
+    counts = np.ones(T, dtype=int) + rng.multinomial(total - T, np.ones(T) / T)
+    nodes = []
+    for t, n in zip(types, counts, strict=True):
+        k = 0
+        while n > 0:
+            size = int(min(n, 4))
+            nodes.append(Node(f"{t}-{k}", str(t), size))
+            n -= size
+            k += 1
+    cluster = Cluster(nodes=tuple(nodes), intra_node_gbps=300.0, inter_node_gbps=10.0)
+    S = int(rng.integers(2, max_jobs + 1))
+    jobs = []
+    for s in range(S):
+        wl = str(rng.choice(GAVEL.workloads))
+        cap = min(GAVEL.get(wl, str(t)).max_batch for t in types
+                  if GAVEL.get(wl, str(t)) is not None)
+        gb = int(cap * int(rng.choice([1, 2, 4])))
+        iters = int(rng.integers(200, 5000))
+        jobs.append(Job(name=f"j{s}", workload=wl, dataset_size=gb * iters, epochs=1,
+                        global_batch=gb, weight=float(rng.choice([1.0, 1.0, 2.0, 0.5])),
+                        arrival_s=float(rng.choice([0.0, 0.0, 0.0, 60.0, 300.0, 1200.0]))
+                        if arrivals else 0.0,
+                        model_size_mb=MODEL_MB.get(wl, 0.0)))
+    return PlanningProblem(jobs, cluster, TABLE)
+
+
+def best_plan(p: PlanningProblem) -> tuple[float, str]:
+    best, who = float("inf"), ""
+    for label, pol, static in (("exhaustive", "exhaustive", False),
+                               ("exhaustive static", "exhaustive", True),
+                               ("auto", "auto", False)):
+        try:
+            v = plan_problem(p, pol, static=static, restart_cost_s=0.0).weighted_jct_s
+        except Exception:  # noqa: BLE001 - a policy refusing (size limit) just drops out
+            continue
+        if v < best:
+            best, who = v, label
+    return best, who
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=40, help="random instances")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", action="store_true", help="every job arrives at t = 0")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench_bounds.json"))
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for k in range(args.n):
+        p = instance(rng, arrivals=not args.batch)
+        t0 = time.perf_counter()
+        info = lower_bound_info(p)
+        t_lb = time.perf_counter() - t0
+        best, who = best_plan(p)
+        old = max(info["bounds"]["alone"], info["bounds"]["fluid"])
+        new = info["weighted_jct_s"]
+        rows.append({"jobs": p.S, "gpus": int(p.K), "types": p.T, "best": best, "best_by": who,
+                     "old_bound": old, "new_bound": new, "kind": info["kind"],
+                     "old_gap": (best - old) / best, "new_gap": (best - new) / best,
+                     "bound_time_s": t_lb})
+        r = rows[-1]
+        print(f"{k:3d} S={p.S} K={p.K} T={p.T} best={best:12.1f} ({who:17s}) "
+              f"old gap {r['old_gap']:6.1%} new gap {r['new_gap']:6.1%} [{r['kind']}] "
+              f"{t_lb:.2f} s", file=sys.stderr)
+    invalid = [r for r in rows if r["new_bound"] > r["best"] * (1 + 1e-9)]
+    summary = {
+        "instances": len(rows),
+        "median_old_gap": statistics.median(r["old_gap"] for r in rows),
+        "median_new_gap": statistics.median(r["new_gap"] for r in rows),
+        "p90_new_gap": float(np.quantile([r["new_gap"] for r in rows], 0.9)),
+        "max_new_gap": max(r["new_gap"] for r in rows),
+        "lp_active": sum(r["kind"] == "lp" for r in rows),
+        "median_bound_time_s": statistics.median(r["bound_time_s"] for r in rows),
+        "max_bound_time_s": max(r["bound_time_s"] for r in rows),
+        "bound_above_best_plan": len(invalid),
+    }
+    out = {"machine": platform.platform(), "python": platform.python_version(),
+           "seed": args.seed, "arrivals": not args.batch, "summary": summary, "rows": rows}
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

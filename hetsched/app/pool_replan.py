@@ -1,0 +1,223 @@
+"""``hetsched replan`` for a pool-mode plan: the rounds left, on the GPUs still up.
+
+``app.replan.replan`` hands over here when the active plan is a pool plan. A
+pool plan runs as one hetjob; when it fails (an executor died: the step ends
+every executor, the job ends FAILED; a node died: NODE_FAIL) or cannot start
+(it waits for a node that went down), this:
+
+1. reads each job's checkpointed rounds (``completed_rounds``: the sidecars
+   ``<checkpoint_dir>/<plan_id>/<job>.json`` the executors write at round
+   boundaries) -- the rounds since a job's last checkpoint are lost and run again;
+2. plans the remaining iterations of the unfinished jobs with the old plan's
+   own settings (``PlanSettings``: mode, policy, parameters, task size) on the
+   partition as Slurm reports it now (down and drained nodes left out);
+3. keeps each job's round numbering: the new plan's rounds of a job start at
+   its completed rounds (a round stands for the same global steps as before,
+   so the data order is unchanged), and the job's checkpoint is copied into the
+   new plan's checkpoint directory, where the executors resume from it;
+4. submits the new plan as one hetjob (``app.pool_submit``), cancelling the
+   old one if it was still queued.
+
+A job that failed more than ``max_failures`` times is given up. Keeping the
+numbering needs the new plan's task size (iterations per task) to equal the
+old one's: it is forced to the old size, which is one number for all jobs (a
+plan made with ``--task-iterations``, or jobs that all got the same automatic
+size); otherwise replan stops with one clear line.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
+from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned
+from hetsched.core.plan import Plan
+from hetsched.core.spec import Job
+from hetsched.errors import HetschedError
+from hetsched.io.plan_json import plan_from_dict
+from hetsched.io.pool_reports import completed_rounds, read_pool_reports
+from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.inventory import load_inventory
+from hetsched.state.store import SUPERSEDED, Store, Submission
+
+NODE_KINDS = frozenset({"node-down", "node-drained"})
+
+
+class PoolReplanError(HetschedError):
+    """The remaining rounds cannot be replanned as asked."""
+
+    exit_code = 2
+
+
+def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
+                partition: str | None = None, spool: str | Path | None = None,
+                force: bool = False, dry_run: bool = False, max_failures: int = 2,
+                log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
+    """One replan pass for the active pool plan (see module doc). The caller holds the lock."""
+    cycle = Monitor(store, client, partition=partition, spool=spool).poll()
+    for ev in cycle.events:
+        log(f"event {ev}")
+    events = [e for e in store.events(unhandled_only=True) if e["kind"] in RESET_KINDS]
+    if not events and not force:
+        return ReplanResult("unchanged", "no reset events")
+    reason = ", ".join(sorted({e["kind"] for e in events})) or "forced"
+    raw = store.active_plan()
+    assert raw is not None and raw.get("mode") == "pool"
+    old = plan_from_dict(raw, f"stored plan {raw.get('plan_id')}")
+    pid = str(raw["plan_id"])
+    rows = [s for s in store.submissions(pid) if s.state != SUPERSEDED]
+
+    def unchanged(why: str, **kw: Any) -> ReplanResult:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in events])
+        return ReplanResult("unchanged", f"{reason}; {why}", **kw)
+
+    why = _leave_alone(rows, pid, force, any(e["kind"] in NODE_KINDS for e in events))
+    if why:
+        return unchanged(why)
+    dirs = pool_dirs(store, pid)
+    result = ReplanResult("replanned", reason)
+    jobs, offsets = _jobs_left(store, old, dirs, max_failures, result, log)
+    if not jobs:
+        return unchanged("no work left", done=result.done, given_up=result.given_up)
+    new_plan = _new_plan(old, jobs, offsets, load_inventory(client, partition).cluster,
+                         table, policy)
+    new = new_plan.to_dict()
+    result.new_plan_id, result.plan = str(new["plan_id"]), new
+    cancel = [s for s in rows if s.slurm_id and s.state not in FAILED_STATES
+              and s.state != "COMPLETED"]
+    if dry_run:
+        result.status = "dry-run"
+        result.submitted = [(j.name, "(dry-run)") for j in jobs]
+        result.cancelled = [(s.job, s.slurm_id or "?") for s in cancel]
+        return result
+    rid = store.begin_replan(reason, pid)
+    try:
+        carry_checkpoints(dirs.checkpoint_dir, pid, result.new_plan_id,
+                          [n for n, k in offsets.items() if k > 0])
+        res = submit_pool(new_plan, store, client, partition=partition, source="replan",
+                          allow_active_elsewhere=True)
+        result.submitted = res.submitted + res.skipped
+        client.cancel(sorted({s.slurm_id for s in cancel if s.slurm_id}))
+        with store.tx():
+            for s in cancel:
+                store.set_state(s.id, SUPERSEDED)
+        result.cancelled = [(s.job, s.slurm_id or "") for s in cancel]
+    except BaseException as e:
+        store.finish_replan(rid, f"failed: {e}"[:500], result.new_plan_id)
+        raise
+    store.finish_replan(rid, "ok", result.new_plan_id, [i for _, i in result.cancelled],
+                        sorted({i for _, i in result.submitted}))
+    store.mark_handled([e["id"] for e in events])
+    log(f"pool replan {pid} -> {result.new_plan_id}: resume {json.dumps(offsets)}")
+    return result
+
+
+def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool
+                 ) -> str | None:
+    """Why the pool job needs no replan (None: replan it)."""
+    state = rows[0].state if rows else "NONE"
+    sid = rows[0].slurm_id if rows else "-"
+    if state == "COMPLETED":
+        return f"pool plan {pid} completed"
+    if force or state in FAILED_STATES or (state == "PENDING" and node_event):
+        return None
+    return f"pool job {sid} is {state}"
+
+
+def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
+               result: ReplanResult, log: Callable[[str], None]
+               ) -> tuple[list[Job], dict[str, int]]:
+    """The unfinished jobs with only their remaining iterations, and their completed rounds."""
+    meta = (old.tasks or {}).get("jobs", {})
+    done = completed_rounds(old, dirs.checkpoint_dir)
+    pid = old.plan_id or ""
+    finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
+    jobs: list[Job] = []
+    for jp in old.jobs:
+        m, k = meta.get(jp.name, {}), done.get(jp.name, 0)
+        if jp.name in finished or k >= int(m.get("rounds", 0)):
+            result.done.append(jp.name)
+        elif sum(1 for s in store.submissions(job=jp.name)
+                 if s.state in FAILED_STATES) > max_failures:
+            result.given_up.append(jp.name)
+        elif jp.spec is None:
+            log(f"job {jp.name}: no spec in plan {pid}; left out")
+        else:
+            jobs.append(_remaining(jp.spec, m, k))
+    return jobs, {j.name: done.get(j.name, 0) for j in jobs}
+
+
+def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any, table: Any,
+              policy: str | None) -> Plan:
+    """Plan the remaining work the old plan's way, its rounds numbered as before."""
+    from hetsched.planning.planner import make_plan  # heavy; imported when needed
+
+    meta = (old.tasks or {}).get("jobs", {})
+    sizes = {j.name: int(meta[j.name]["iterations_per_task"]) for j in jobs}
+    if len(set(sizes.values())) != 1:
+        raise PoolReplanError(
+            f"pool replan: the jobs left have different task sizes "
+            f"({sorted(set(sizes.values()))} iterations); replanning keeps each job's rounds, "
+            "which needs one size: plan with --task-iterations N")
+    settings = how_planned(old, policy)
+    forced = dataclasses.replace(settings, task_iterations=next(iter(sizes.values())))
+    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         **forced.make_plan_kwargs())
+    new_plan.settings = settings  # the request, as the old plan made it
+    renumber(new_plan, offsets, sizes)
+    new_plan.extra.update({"replan_of": old.plan_id, "replanned_at": round(time.time(), 3),
+                           "resume": {n: {"plan_id": old.plan_id, "rounds_done": k}
+                                      for n, k in offsets.items()}})
+    new_plan.plan_id = None
+    new_plan.plan_id = str(new_plan.to_dict()["plan_id"])
+    return new_plan
+
+
+def _remaining(spec: Job, meta: dict[str, Any], rounds_done: int) -> Job:
+    """The job with only the iterations after its first ``rounds_done`` rounds."""
+    n, rounds = int(meta["iterations_per_task"]), int(meta["rounds"])
+    total = (rounds - 1) * n + int(meta["last_round_iterations"])
+    left = total - rounds_done * n
+    return dataclasses.replace(spec, arrival_s=0.0, epochs=left / spec.steps_per_epoch)
+
+
+def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None:
+    """Shift each job's rounds in a pool plan by its completed rounds (in place).
+
+    Round ``r`` of the new plan becomes ``r + offset``; the job's round count
+    grows by the offset and its task size is the old one, so round ``r`` stands
+    for global steps ``r*N ...`` as in the old plan.
+    """
+    tasks = copy.deepcopy(plan.tasks or {})
+    for g in tasks.get("gpus", []):
+        for run in g.get("runs", []):
+            for row in run["tasks"]:
+                row[1] = int(row[1]) + offsets.get(str(row[0]), 0)
+    for name, m in tasks.get("jobs", {}).items():
+        k = offsets.get(name, 0)
+        m["rounds"] = int(m["rounds"]) + k
+        if name in sizes:
+            m["iterations_per_task"] = sizes[name]
+    plan.tasks = tasks
+
+
+def carry_checkpoints(checkpoint_dir: Path, old_id: str, new_id: str, jobs: list[str]) -> None:
+    """Copy the jobs' checkpoints (``.pt`` then the ``.json`` sidecar) to the new plan's dir."""
+    src, dst = Path(checkpoint_dir) / old_id, Path(checkpoint_dir) / new_id
+    dst.mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        for suffix in (".pt", ".json"):  # the sidecar last: it never claims more than the .pt
+            s = src / f"{job}{suffix}"
+            if s.exists():
+                tmp = dst / f".{job}{suffix}.tmp"
+                shutil.copyfile(s, tmp)
+                tmp.replace(dst / f"{job}{suffix}")

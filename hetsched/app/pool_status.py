@@ -1,0 +1,132 @@
+"""Progress of a pool-mode plan from its executors' reports (``status``, the monitor).
+
+Each executor appends JSON lines to ``<report_dir>/<plan_id>/gpu-<gpu_id>.jsonl``:
+``task`` records (job, round, task, gpu, gpu_type, iterations, samples,
+compute_s, switch_s, start, end; times in epoch seconds) and ``job_done``
+records (job, rounds, end). From them, per job: rounds done out of the plan's
+rounds, tasks done, and the measured JCT beside the plan's prediction.
+
+Measured times start at the pool's first task (the plan's time 0 is when the
+executors are ready: process start and rendezvous are not in its model). A
+replanned pool plan (``extra.resume``) adds the rounds its predecessors
+completed, so "round r of R" counts the job's whole life.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hetsched.app.pool_submit import pool_dirs
+from hetsched.app.submit import files_dir
+from hetsched.io.pool_reports import JobProgress as ReportedJob
+from hetsched.io.pool_reports import PoolProgress as ReportedPool
+from hetsched.io.pool_reports import read_pool_reports
+from hetsched.state.history import ingest_reports
+from hetsched.state.store import Store
+
+
+@dataclass
+class JobProgress:
+    job: str
+    rounds_done: int
+    rounds: int
+    tasks_done: int
+    tasks: int
+    done: bool
+    predicted_jct_s: float
+    measured_jct_s: float | None  # None until the job is done
+    elapsed_s: float | None  # since the pool's first task, while running
+    weight: float = 1.0
+
+    def line(self) -> str:
+        pred = f"predicted JCT {self.predicted_jct_s:,.1f} s"
+        if self.done and self.measured_jct_s is not None:
+            meas = f"measured {self.measured_jct_s:,.1f} s"
+        elif self.elapsed_s is not None:
+            meas = f"running for {self.elapsed_s:,.1f} s"
+        else:
+            meas = "not started"
+        if self.done:
+            state = f"done (round {self.rounds} of {self.rounds})"
+        else:
+            state = (f"round {min(self.rounds_done + 1, self.rounds)} of {self.rounds} "
+                     f"({self.rounds_done} done)")
+        return f"{self.job}: {state}, tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}"
+
+
+@dataclass
+class PoolProgress:
+    plan_id: str
+    slurm_id: str | None
+    jobs: list[JobProgress]
+    predicted_weighted_jct_s: float
+    measured_weighted_jct_s: float | None  # once every job is done
+
+    def lines(self) -> list[str]:
+        """What ``status`` prints for a pool plan."""
+        head = f"pool plan {self.plan_id} (Slurm job {self.slurm_id or '-'}): predicted " \
+            f"weighted JCT {self.predicted_weighted_jct_s:,.1f} s"
+        if self.measured_weighted_jct_s is not None:
+            head += f", measured {self.measured_weighted_jct_s:,.1f} s"
+        return [head] + ["  " + j.line() for j in self.jobs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan_id": self.plan_id, "slurm_id": self.slurm_id,
+                "predicted_weighted_jct_s": self.predicted_weighted_jct_s,
+                "measured_weighted_jct_s": self.measured_weighted_jct_s,
+                "jobs": [asdict(j) for j in self.jobs]}
+
+
+def progress(plan: dict[str, Any], reports: ReportedPool, slurm_id: str | None = None,
+             now: float | None = None) -> PoolProgress:
+    """Per-job progress of a pool plan (a plan dict) from its executors' reports."""
+    tasks = plan.get("tasks") or {}
+    resume = plan.get("resume") or {}
+    starts = [jp.first_start for jp in reports.jobs.values() if jp.first_start is not None]
+    t0 = min(starts) if starts else None
+    now = time.time() if now is None else now
+    jobs = []
+    for j in plan.get("jobs", []):
+        name = str(j["name"])
+        meta = tasks.get("jobs", {}).get(name, {})
+        rounds, per = int(meta.get("rounds", 0)), int(meta.get("tasks_per_round", 1))
+        before = int((resume.get(name) or {}).get("rounds_done", 0))  # renumbered rounds
+        jp = reports.jobs.get(name, ReportedJob(name))
+        full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per)
+        measured = (jp.end - t0 - float(j.get("arrival_s", 0.0))
+                    if jp.done and jp.end is not None and t0 is not None else None)
+        jobs.append(JobProgress(
+            name, rounds if jp.done else before + full, rounds, jp.tasks_done,
+            (rounds - before) * per, jp.done, float(j.get("jct_s", 0.0)), measured,
+            None if t0 is None or jp.done else now - t0, float(j.get("weight", 1.0))))
+    pred = float((plan.get("objective") or {}).get("weighted_jct_s", 0.0))
+    meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
+            if jobs and all(p.done and p.measured_jct_s is not None for p in jobs) else None)
+    return PoolProgress(str(plan.get("plan_id", "")), slurm_id, jobs, pred, meas)
+
+
+def active_pool_progress(store: Store) -> PoolProgress | None:
+    """Progress of the store's active plan when it is a pool plan, else None."""
+    plan = store.active_plan()
+    if not plan or plan.get("mode") != "pool":
+        return None
+    pid = str(plan["plan_id"])
+    dirs = pool_dirs(store, pid)
+    return progress(plan, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
+
+
+def ingest_pool_reports(store: Store) -> None:
+    """Fold new task records of every submitted pool plan into the profile history."""
+    for side in sorted((files_dir(store) / "pool").glob("*.json")):
+        pid = side.stem
+        plan = store.plan(pid)
+        if not plan:
+            continue
+        files = sorted((pool_dirs(store, pid).report_dir / pid).glob("gpu-*.jsonl"))
+        if not files:
+            continue
+        workloads = {str(j["name"]): str((j.get("spec") or {}).get("workload", ""))
+                     for j in plan.get("jobs", [])}
+        ingest_reports(store, files, workloads={k: v for k, v in workloads.items() if v})

@@ -1,0 +1,216 @@
+"""Submit a pool-mode plan: ONE heterogeneous Slurm job holding every GPU of the pool.
+
+``app.submit.submit`` hands pool plans here. The guarantees are space mode's
+(docs/slurm.md), for one ``sbatch``:
+
+* **All or nothing.** The script is rendered before anything is written; if
+  ``sbatch`` fails, any job carrying this plan's pool tag (a lost reply) is
+  cancelled, the records are removed and the error quotes Slurm.
+* **Idempotent.** One submission row per planned job (segment 0), all with
+  the pool job's id, so ``status``, ``replan`` and the monitor see each job.
+  The rows are written (state ``SUBMITTING``) *before* ``sbatch`` in one
+  transaction and get the id right after; a re-run skips a submitted plan
+  and, for rows without an id (a crash between the two), first looks for the
+  tagged job in Slurm instead of submitting twice.
+
+Where the executors write reports and checkpoints is fixed at submission
+(``--report-dir``/``--checkpoint-dir`` in the script) and recorded beside the
+plan copy (``STATE.files/pool/<plan_id>.json``) for ``status`` and ``replan``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsched import config
+from hetsched.app.submit import (
+    SubmitError,
+    SubmitResult,
+    _refuse_active_elsewhere,
+    check_plan,
+    files_dir,
+)
+from hetsched.core.plan import Plan
+from hetsched.errors import HetschedError
+from hetsched.io.files import atomic_write
+from hetsched.io.plan_json import dump_plan
+from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
+from hetsched.slurm.runner import CommandError
+from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
+
+#: the key of a pool plan's script in ``SubmitResult.scripts``
+POOL_KEY = "pool"
+
+
+@dataclass
+class PoolSubmitResult(SubmitResult):
+    """A submission result that also carries each GPU's task sequence (for --dry-run)."""
+
+    sequences: list[str] = field(default_factory=list)
+    slurm_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolDirs:
+    """Where a pool plan's executors write (fixed at submission)."""
+
+    report_dir: Path
+    checkpoint_dir: Path
+    slurm_id: str | None = None
+
+
+def _sidecar(store: Store, plan_id: str) -> Path:
+    return files_dir(store) / "pool" / f"{plan_id}.json"
+
+
+def default_dirs(store: Store | None) -> PoolDirs:
+    """``$HETSCHED_REPORT_DIR``/``$HETSCHED_CHECKPOINT_DIR``, else beside the state file."""
+    base = files_dir(store) if store is not None else Path("hetsched-files")
+    rep, ck = config.get("report_dir"), config.get("checkpoint_dir")
+    return PoolDirs(Path(rep) if rep else base / "reports",
+                    Path(ck) if ck else base / "checkpoints")
+
+
+def pool_dirs(store: Store, plan_id: str) -> PoolDirs:
+    """The directories recorded when ``plan_id`` was submitted (defaults if none)."""
+    try:
+        d = json.loads(_sidecar(store, plan_id).read_text())
+        return PoolDirs(Path(d["report_dir"]), Path(d["checkpoint_dir"]), d.get("slurm_id"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return default_dirs(store)
+
+
+def _write_sidecar(store: Store, plan_id: str, dirs: PoolDirs, slurm_id: str | None) -> None:
+    atomic_write(_sidecar(store, plan_id), json.dumps({
+        "plan_id": plan_id, "report_dir": str(dirs.report_dir),
+        "checkpoint_dir": str(dirs.checkpoint_dir), "slurm_id": slurm_id}) + "\n")
+
+
+def task_sequences(plan: Plan) -> list[str]:
+    """Each GPU's task sequence, compact: one line per GPU, runs as the plan stores them.
+
+    ``job r3.t1`` is task 1 of round 3; ``[a r0.t0, b r0.t1] x40 (+1 round)`` is
+    that pattern repeated 40 times, rounds advancing by 1 each time.
+    """
+    tasks = plan.tasks or {}
+    by_key = {(str(g["node"]), int(g["gpu"])): g for g in tasks.get("gpus", [])}
+    out = ["task sequence per GPU (JOB rROUND.tTASK; [...] xK: the pattern K times)"]
+    for g in pool_gpus(tasks):
+        runs = by_key[(g.node, g.index)].get("runs", [])
+        parts = []
+        for run in runs:
+            rows = ", ".join(f"{r[0]} r{r[1]}.t{r[2]}" for r in run["tasks"])
+            k = int(run.get("repeat", 1))
+            if k > 1:
+                step = int(run.get("round_step", 0))
+                parts.append(f"[{rows}] x{k} (+{step} round{'s' if step != 1 else ''})")
+            else:
+                parts.append(rows)
+        out.append(f"GPU {g.gpu_id} ({g.gpu_type}, {g.tasks} tasks): {'; '.join(parts)}")
+    return out
+
+
+def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
+                dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
+                source: str = "plan", allow_active_elsewhere: bool = False,
+                progress: Callable[[str], None] | None = None) -> PoolSubmitResult:
+    """Submit a pool-mode plan as one hetjob (see module doc)."""
+    pid = check_plan(plan, source)
+    if dry_run:
+        base = files_dir(store) if store is not None else Path("hetsched-files")
+        dirs = default_dirs(store)
+        script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
+                             log_dir=base / "logs", report_dir=dirs.report_dir,
+                             checkpoint_dir=dirs.checkpoint_dir, partition=partition,
+                             pin_nodes=pin_nodes)
+        return PoolSubmitResult(pid, None, scripts={POOL_KEY: script},
+                                sequences=task_sequences(plan))
+    if store is None or client is None:
+        raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
+    base = files_dir(store)
+    plan_path, log_dir = base / "plans" / f"{pid}.json", base / "logs"
+    prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else default_dirs(store)
+    # render first: a bad value fails before anything is written or reaches Slurm
+    script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
+                         report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
+                         partition=partition, pin_nodes=pin_nodes)
+    jobs = [j for j in plan.jobs if j.segments]
+    if not allow_active_elsewhere:
+        _refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})
+    result = PoolSubmitResult(pid, plan_path, scripts={POOL_KEY: script})
+    rows = {j.name: store.submission(pid, j.name, 0) for j in jobs}
+    done = [r for r in rows.values() if r is not None and r.slurm_id and r.state != SUPERSEDED]
+    if done and len(done) == len(rows):
+        result.skipped = [(n, r.slurm_id or "") for n, r in rows.items() if r is not None]
+        result.slurm_id = done[0].slurm_id
+        return result
+    if any(r is not None and r.state == SUBMITTING and not r.slurm_id for r in rows.values()):
+        found = _find_pool_job(client, pid)
+        if found is not None:  # a crash after sbatch, before the id was recorded
+            _record(store, rows, found)
+            result.skipped = [(n, found) for n in rows]
+            result.slurm_id = found
+            return result
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if not plan_path.exists():
+        atomic_write(plan_path, dump_plan(plan) + "\n")
+    _write_sidecar(store, pid, prior, None)
+    store.add_plan(plan.to_dict(), source=source)
+    path = base / "scripts" / pid / "pool.sh"
+    atomic_write(path, script.text)
+    with store.tx():  # every job's intent, or none
+        subs = {j.name: store.begin_submission(
+            pid, j.name, 0, script.sha256, str(path),
+            [w.to_dict() for w in j.segments[0].workers]) for j in jobs}
+    try:
+        jid = client.submit(path)
+    except CommandError as e:
+        _rollback(store, client, pid, list(subs.values()))
+        raise SubmitError(f"sbatch failed for pool plan {pid}: {e}; nothing from this run "
+                          "remains queued") from None
+    _record(store, subs, jid)
+    _write_sidecar(store, pid, prior, jid)
+    result.submitted = [(n, jid) for n in subs]
+    result.slurm_id = jid
+    store.add_event("submitted", detail=json.dumps(
+        {"plan_id": pid, "mode": "pool", "slurm_id": jid, "jobs": sorted(subs)}), handled=True)
+    if progress:
+        progress(f"submitted pool plan {pid} ({len(subs)} jobs on "
+                 f"{len(pool_gpus(plan.tasks))} GPUs) as Slurm job {jid}")
+    return result
+
+
+def _record(store: Store, rows: Mapping[str, Submission | None], slurm_id: str) -> None:
+    with store.tx():
+        for r in rows.values():
+            if r is not None:
+                store.set_submitted(r.id, slurm_id)
+
+
+def _find_pool_job(client: SlurmClient, pid: str) -> str | None:
+    tag = pool_comment(pid)
+    for j in client.jobs():
+        if j.comment == tag and not j.finished:
+            return j.leader
+    return None
+
+
+def _rollback(store: Store, client: SlurmClient, pid: str, subs: list[Submission]) -> None:
+    """Cancel a pool job a lost reply may have created; drop this call's rows."""
+    ids: list[str] = []
+    try:
+        found = _find_pool_job(client, pid)
+        ids = [found] if found else []
+    except CommandError:
+        pass
+    if ids:
+        client.cancel(ids)
+    with store.tx():
+        for s in subs:
+            store.delete_submission(s.id)
+    store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid, "mode": "pool",
+                                                          "cancelled": ids}), handled=True)

@@ -1,0 +1,142 @@
+"""What a replan changes in Slurm, and why: as little as it can.
+
+* A job with no queued Slurm job (new, or failed) is submitted.
+* A **pending** job keeps its Slurm job (id, queue age) when its first
+  segment's workers are unchanged; only its ``--dependency`` is rewritten in
+  place (``scontrol update``) when the plan's order around it changed. When
+  its workers change it is resubmitted and the old job cancelled: the
+  script carries the rank layout (local batches, GPU types, nodes) for
+  ``hetsched run``, which ``scontrol update`` of GRES and nodes could not
+  keep consistent.
+* A **running** job moves only when the plan says it pays: its predicted end
+  on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
+  earlier than its predicted end where it runs. Otherwise it is kept.
+
+Every change is reported as a row (job, was, now, why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetsched.app.order import dependency_expr, predecessors
+from hetsched.core.plan import Plan
+from hetsched.slurm.client import JobInfo, SlurmClient
+from hetsched.state.store import Submission
+
+
+@dataclass(frozen=True)
+class Change:
+    job: str
+    was: str
+    now: str
+    why: str
+
+
+@dataclass
+class Decision:
+    to_submit: set[str] = field(default_factory=set)
+    to_cancel: list[Submission] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+
+def workers_summary(workers: Sequence[Mapping[str, Any]]) -> str:
+    """``v100-1:2 t4-1:1`` (GPUs per node, in first-seen order)."""
+    per: dict[str, int] = {}
+    for w in workers:
+        per[str(w["node"])] = per.get(str(w["node"]), 0) + 1
+    return " ".join(f"{n}:{k}" for n, k in per.items()) or "-"
+
+
+def _key(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
+    return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
+
+
+def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[str],
+           running: frozenset[str], keep_end_s: Mapping[str, float],
+           restart_cost_s: float) -> Decision:
+    """Which jobs to submit, which Slurm jobs to cancel, which to keep (module doc).
+
+    ``keep_end_s``: for each running job, seconds from now until it ends where
+    it runs (from the old plan and its elapsed time).
+    """
+    d = Decision()
+    for jp in new_plan.jobs:
+        if not jp.segments:
+            continue
+        ws = [w.to_dict() for w in jp.segments[0].workers]
+        now = workers_summary(ws)
+        cur = rows.get(jp.name)
+        if cur is None:
+            d.to_submit.add(jp.name)
+            d.changes.append(Change(jp.name, "-", now, "new job"))
+        elif cur.state in failed:
+            d.to_submit.add(jp.name)
+            d.changes.append(Change(jp.name, f"{cur.state}", now, "failed: resubmitted"))
+        elif _key(ws) == _key(cur.workers):
+            d.kept.append(jp.name)
+        elif cur.state in running:
+            keep = keep_end_s.get(jp.name, float("inf"))
+            move = jp.end_s + restart_cost_s
+            if move < keep:
+                d.to_submit.add(jp.name)
+                d.to_cancel.append(cur)
+                d.changes.append(Change(
+                    jp.name, workers_summary(cur.workers), now,
+                    f"running; moving pays: ends in {move:.0f} s (restart {restart_cost_s:.0f} s "
+                    f"included) instead of {keep:.0f} s"))
+            else:
+                d.kept.append(jp.name)
+        else:
+            d.to_submit.add(jp.name)
+            d.to_cancel.append(cur)
+            d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                                    f"{cur.state.lower()}; new GPUs: resubmitted"))
+    return d
+
+
+def _dep_ids(info: JobInfo | None) -> set[str]:
+    text = getattr(info, "dependency", "") or ""
+    out: set[str] = set()
+    for part in text.replace("?", ",").split(","):
+        if "(" in part and "unfulfilled" not in part:
+            continue  # a satisfied or failed dependency no longer holds the job
+        out |= {x.split("(")[0] for x in part.split(":")[1:] if x.split("(")[0].isdigit()}
+    return out
+
+
+def update_dependencies(new_plan: Plan, kept: Sequence[str], ids: Mapping[str, str],
+                        client: SlurmClient) -> list[Change]:
+    """Rewrite, in place, the ``--dependency`` of kept pending jobs whose order changed."""
+    infos = {j.leader: j for j in client.jobs() if not j.het_offset}
+    active = {i for i, j in infos.items() if not j.finished}
+    preds = predecessors(new_plan)
+    by_id = {v: k for k, v in ids.items()}
+    out = []
+    for name in kept:
+        jid = ids.get(name)
+        info = infos.get(jid or "")
+        if jid is None or info is None or info.state != "PENDING":
+            continue
+        live = [p for p in preds.get(name, []) if ids.get(p) in active]
+        want = dependency_expr(live, ids)
+        have = _dep_ids(info)
+        if set(want.split(":")[1:]) == have:
+            continue
+        client.update_dependency(jid, want)
+        names = lambda s: ", ".join(sorted(by_id.get(i, i) for i in s)) or "-"  # noqa: E731
+        out.append(Change(name, f"after {names(have)}", f"after {names(set(want.split(':')[1:]))}",
+                          "plan order changed: dependency updated in place (id kept)"))
+    return out
+
+
+def changes_table(changes: Sequence[Change]) -> str:
+    """The changes as a plain text table (the CLI and the replan log)."""
+    if not changes:
+        return ""
+    rows = [("job", "was", "now", "why")] + [(c.job, c.was, c.now, c.why) for c in changes]
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}" for r in rows)

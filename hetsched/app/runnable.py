@@ -1,0 +1,122 @@
+"""Which jobs can be placed and which can run, before anything reaches Slurm.
+
+* **Placeable** (:func:`split_placeable`): the planner can give the job GPUs
+  on this cluster: its workload is profiled on a usable GPU type it allows,
+  ``min_gpus`` can be met and its global batch fits. ``replan`` plans the
+  placeable jobs and lets the others wait (a job pinned to a GPU type whose
+  nodes are all down must not stop the rest); ``--skip-unplaceable`` does the
+  same for ``plan`` and ``submit``.
+* **Runnable** (:func:`unrunnable`): ``hetsched run`` has something to run:
+  a ``command``, an ``entrypoint``, or a built-in workload whose synthetic
+  dataset fits in memory. A converted Gavel job (workload ``resnet-50``, no
+  command) would fail on its nodes; a converted ``transformer`` with a
+  2.7e9-sample dataset would exhaust the node's memory building it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hetsched.core.plan import Plan
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.spec import Cluster, Job
+from hetsched.core.throughput import ThroughputTable
+from hetsched.errors import InputError
+
+#: the runtime's built-in workloads and the bytes one synthetic sample takes
+#: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
+BUILTIN_SAMPLE_BYTES = {"mlp": 64 * 4 + 8, "cnn": 3 * 16 * 16 * 4 + 8,
+                        "transformer": 16 * 8 + 8, "tiny-transformer": 16 * 8 + 8}
+#: the most memory a built-in's synthetic dataset may take on a node
+MAX_BUILTIN_DATASET_BYTES = 4 * 2**30
+
+
+class UnplaceableError(InputError):
+    """Jobs the planner cannot place; the message names them and the option that helps."""
+
+
+class UnrunnableError(InputError):
+    """Jobs that would fail on their nodes; the message names them and why."""
+
+
+def split_placeable(jobs: Sequence[Job], cluster: Cluster, table: ThroughputTable
+                    ) -> tuple[list[Job], list[tuple[Job, str]]]:
+    """(placeable jobs, [(job, why not)]): each job checked alone on ``cluster``."""
+    ok: list[Job] = []
+    bad: list[tuple[Job, str]] = []
+    for job in jobs:
+        try:
+            PlanningProblem([job], cluster, table, jobs_source="plan")
+        except InputError as e:
+            bad.append((job, e.message))
+        else:
+            ok.append(job)
+    return ok, bad
+
+
+def why_unrunnable(job: Job) -> str | None:
+    """Why ``hetsched run`` would fail for ``job`` on its nodes, or None."""
+    if job.command or job.entrypoint:
+        return None
+    per = BUILTIN_SAMPLE_BYTES.get(job.workload)
+    if per is None:
+        return (f"workload {job.workload!r} is not a built-in ({', '.join(BUILTIN_SAMPLE_BYTES)}) "
+                "and the job has no command or entrypoint")
+    need = per * job.dataset_size
+    if need > MAX_BUILTIN_DATASET_BYTES:
+        return (f"built-in {job.workload!r} would build a synthetic dataset of "
+                f"{job.dataset_size:.3g} samples ({need / 2**30:.0f} GiB, more than "
+                f"{MAX_BUILTIN_DATASET_BYTES // 2**30} GiB); lower dataset_size or give a "
+                "command or entrypoint")
+    return None
+
+
+def unrunnable(plan: Plan, names: set[str] | None = None) -> list[tuple[str, str]]:
+    """[(job, why)] for the plan's jobs that would fail where they run."""
+    out = []
+    for j in plan.jobs:
+        if names is not None and j.name not in names:
+            continue
+        why = "the plan carries no job spec" if j.spec is None else why_unrunnable(j.spec)
+        if why:
+            out.append((j.name, why))
+    return out
+
+
+def listing(items: Sequence[tuple[str, str]], limit: int = 5) -> str:
+    """``a (why); b (why); ... and N more``: one line for an error message."""
+    head = "; ".join(f"{n} ({w})" for n, w in items[:limit])
+    more = len(items) - limit
+    return head + (f"; and {more} more" if more > 0 else "")
+
+
+def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
+                   skip_unplaceable: bool = False, jobs_source: str = "jobs",
+                   warn: Callable[[str], None] | None = None, **kwargs: Any) -> Plan:
+    """``make_plan``, with ``--skip-unplaceable``: plan the placeable jobs, list the rest.
+
+    The skipped jobs are recorded in the plan (top-level ``skipped_unplaceable``).
+    Without the option an unplaceable job is refused and the error names it.
+    """
+    from hetsched.planning.planner import make_plan  # heavy; only when planning
+
+    skipped: list[tuple[Job, str]] = []
+    if skip_unplaceable:
+        jobs, skipped = split_placeable(jobs, cluster, table)
+        for job, why in skipped:
+            if warn is not None:
+                warn(f"skipped {job.name}: cannot be placed: {why}")
+        if not jobs:
+            raise UnplaceableError(jobs_source, "no job can be placed on this cluster: "
+                                   + listing([(j.name, w) for j, w in skipped]))
+    try:
+        plan = make_plan(jobs, cluster, table, jobs_source=jobs_source, **kwargs)
+    except InputError as e:
+        if e.where and e.where.startswith("job ") and not skip_unplaceable:
+            raise UnplaceableError(e.source, e.message + "; pass --skip-unplaceable to plan "
+                                   "the other jobs", e.where) from None
+        raise
+    if skipped:
+        plan.extra["skipped_unplaceable"] = [{"job": j.name, "why": w} for j, w in skipped]
+    return plan

@@ -1,0 +1,159 @@
+"""``hetsched status``: every job of the batch as Slurm and the plan see it; read-only.
+
+One ``squeue`` and reads of the state file (opened read-only: no event is
+recorded, no file created) and of the jobs' report files. For each job:
+its full name, Slurm id, state, Slurm's reason (or hetsched's: why it waits,
+why it was given up, who cancelled it), elapsed time, the plan's predicted
+start and end, and the measured against the predicted iteration time.
+Jobs of the active plan that were never submitted are listed too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hetsched.app.monitor import combined_state
+from hetsched.app.replan import latest_rows
+from hetsched.app.submit import files_dir
+from hetsched.io.reports import read_reports
+from hetsched.slurm.client import JobInfo, SlurmClient
+from hetsched.state.store import CANCELLED, GAVE_UP, Store, Submission
+
+RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
+PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "SUBMITTING", "SUSPENDED"})
+NOT_SUBMITTED = "NOT_SUBMITTED"
+
+
+@dataclass
+class JobStatus:
+    job: str
+    plan_id: str
+    slurm_id: str
+    state: str
+    reason: str
+    gpus: str
+    elapsed_s: float | None
+    predicted_start: float | None  # epoch seconds
+    predicted_end: float | None
+    predicted_iter_s: float | None
+    measured_iter_s: float | None
+
+
+def counts(jobs: list[JobStatus]) -> dict[str, int]:
+    """running / pending / done / failed / other, as ``watch`` prints them."""
+    out = {"running": 0, "pending": 0, "done": 0, "failed": 0, "other": 0}
+    for j in jobs:
+        if j.state in RUNNING:
+            out["running"] += 1
+        elif j.state in PENDING:
+            out["pending"] += 1
+        elif j.state == "COMPLETED":
+            out["done"] += 1
+        elif j.state in (NOT_SUBMITTED, CANCELLED):
+            out["other"] += 1
+        else:
+            out["failed"] += 1
+    return out
+
+
+def _measured_iter_s(store: Store, job: str, last: int = 5) -> float | None:
+    recs, _ = read_reports(files_dir(store) / "reports" / f"{job}.jsonl")
+    steps = [float(r["step_s"]) for r in recs
+             if r.get("kind") == "steps" and isinstance(r.get("step_s"), (int, float))]
+    return sum(steps[-last:]) / len(steps[-last:]) if steps else None
+
+
+def _last_events(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in store.events(limit=5000):
+        if e["job"] and e["kind"] in ("job-waiting", "job-given-up", "job-cancelled"):
+            out[(e["job"], e["kind"])] = e
+    return out
+
+
+def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, Any]]) -> str:
+    if row.state == GAVE_UP and (row.job, "job-given-up") in events:
+        return "gave up: " + events[(row.job, "job-given-up")]["detail"]
+    if row.state == CANCELLED and (row.job, "job-cancelled") in events:
+        detail = events[(row.job, "job-cancelled")]["detail"]
+        try:
+            d = json.loads(detail)
+            return f"cancelled by {d.get('by')}" + (f": {d['reason']}" if d.get("reason") else "")
+        except (ValueError, AttributeError):
+            return detail
+    wait = events.get((row.job, "job-waiting"))
+    if wait is not None and wait["at"] >= row.updated:
+        return "waits: " + wait["detail"]
+    return ""
+
+
+def batch_status(store: Store, client: SlurmClient, now: float | None = None
+                 ) -> list[JobStatus]:
+    """Every job of the batch (see module doc); one ``squeue``, nothing written."""
+    now = time.time() if now is None else now
+    by_leader: dict[str, list[JobInfo]] = {}
+    for j in client.jobs():
+        by_leader.setdefault(j.leader, []).append(j)
+    created = {p["id"]: float(p["created"]) for p in store.plans()}
+    events = _last_events(store)
+    rows = latest_rows(store)
+    out: list[JobStatus] = []
+    plans: dict[str, Any] = {}
+    for name, row in sorted(rows.items()):
+        comps = by_leader.get(row.slurm_id or "", [])
+        state = combined_state(comps) if comps else row.state
+        slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
+                                         and c.reason != "None"}))
+        reason = _hetsched_reason(row, events) or slurm_reason
+        starts = [c.start_time for c in comps if c.start_time]
+        ends = [c.end_time for c in comps if c.end_time]
+        elapsed = None
+        if starts and state in RUNNING:
+            elapsed = now - min(starts)
+        elif starts and ends and state not in PENDING:
+            elapsed = max(ends) - min(starts)
+        plan = plans.setdefault(row.plan_id, store.plan(row.plan_id))
+        jp = next((j for j in (plan or {}).get("jobs", []) if j.get("name") == name), None)
+        t0 = created.get(row.plan_id)
+        seg = (jp or {}).get("segments", [])
+        types: dict[str, int] = {}
+        for w in row.workers:
+            types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
+        out.append(JobStatus(
+            job=name, plan_id=row.plan_id, slurm_id=row.slurm_id or "-", state=state,
+            reason=reason, gpus=" ".join(f"{k}x{v}" for k, v in sorted(types.items())),
+            elapsed_s=round(elapsed, 1) if elapsed is not None else None,
+            predicted_start=round(t0 + jp["start_s"], 1) if jp and t0 else None,
+            predicted_end=round(t0 + jp["end_s"], 1) if jp and t0 else None,
+            predicted_iter_s=(seg[row.segment].get("iteration_s") or None)
+            if len(seg) > row.segment else None,
+            measured_iter_s=_measured_iter_s(store, name)))
+    active = store.active_plan() or {}
+    for jp in active.get("jobs", []):
+        if jp.get("name") not in rows:
+            out.append(JobStatus(str(jp.get("name")), str(active.get("plan_id")), "-",
+                                 NOT_SUBMITTED, "in the plan, not submitted", "", None,
+                                 None, None, None, None))
+    return out
+
+
+def status_json(jobs: list[JobStatus], commands: int,
+                pool: dict[str, Any] | None = None) -> str:
+    return json.dumps({"jobs": [asdict(j) for j in jobs], "counts": counts(jobs),
+                       "commands": commands, **({"pool": pool} if pool else {})}, indent=2)
+
+
+def when(t: float | None, now: float) -> str:
+    """An epoch time as HH:MM:SS (with +Nd when not today); '-' when unknown."""
+    if t is None:
+        return "-"
+    days = int((t - now) // 86400) if t > now else 0
+    return time.strftime("%H:%M:%S", time.localtime(t)) + (f" +{days}d" if days else "")
+
+
+def state_path_missing(path: Path) -> str:
+    return f"no state file at {path}: nothing was submitted with it yet"

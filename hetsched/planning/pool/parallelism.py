@@ -1,0 +1,151 @@
+"""Pool mode: choose each job's parallelism (tasks per round) when the job does not say.
+
+Hare's relaxed scale (HPDC'22, section 4) lets a round's P tasks run on any
+free GPUs, in turn when fewer than P are free; so P bounds how many GPUs a job
+can use at once, and a pool where the running jobs' P add up to less than the
+pool leaves GPUs idle while tasks wait. Issue 11.4: a job without
+``requested_gpus`` used to get P = 1.
+
+Rule (greedy, like a water-filling of GPUs over jobs): start every job at its
+smallest feasible P (``min_gpus``, or more when one slice would not fit any
+GPU's memory cap); then hand out one more task-slot at a time to the job whose
+*weighted progress rate* gains the most from it,
+
+    gain_i(P) = w_i / (iters_i * T_i(P + 1)) - w_i / (iters_i * T_i(P)),
+
+where ``T_i(P)`` is job i's iteration time alone on its P fastest pool GPUs
+(balanced slices, and pool mode's synchronisation for P workers). Stop when the
+P's add up to the pool (so nothing need idle while work waits), or when no job
+gains any more at a per-GPU efficiency ``T(1) / (P T(P))`` of at least 50%
+(every round runs P slices, so an inefficient P wastes GPU time other jobs
+need); each job that stopped short says why (``reasons``): its
+``max_gpus``, its global batch (one sample per task), the GPUs it may use, or
+no speed-up from one more GPU (intercepts and communication eat it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from hetsched.core.model import comm_time
+from hetsched.core.problem import PlanningProblem
+
+#: one more task must speed the job up by at least this factor to be worth it
+MIN_SPEEDUP = 1.02
+#: and keep at least this per-GPU efficiency, T(1) / (k T(k)): in a shared pool
+#: every round runs P slices, so an inefficient P wastes GPU time other jobs need
+MIN_EFFICIENCY = 0.5
+
+
+#: longest look-ahead (GPUs) when a job's speed-up is not concave
+MAX_LOOKAHEAD = 512
+
+
+def _fastest_counts(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
+    """Row k-1: per-type counts of job i's k fastest allowed GPUs (peak rate), k = 1..kmax."""
+    rate = p.per_gpu_rate(i)
+    order = [int(t) for t in np.argsort(-rate, kind="stable") if p.allowed[i, t]]
+    seq = np.concatenate([np.full(int(p.n_type[t]), t) for t in order])[:kmax]
+    N = np.zeros((len(seq), p.T), dtype=int)
+    for k, t in enumerate(seq):
+        N[k:, t] += 1
+    return N
+
+
+def iteration_times(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
+    """``T[k]`` = job i's iteration time alone on its k fastest pool GPUs, k = 0..kmax (T[0] = inf).
+
+    Compute with balanced slices (the space-mode water-filling) plus pool
+    mode's synchronisation for k workers (pool/problem.py: the ring estimate
+    over the pool's bandwidth, or the calibrated / profiled sync).
+    """
+    N = _fastest_counts(p, i, kmax)
+    out = np.full(kmax + 1, math.inf)
+    if not len(N):
+        return out
+    comp = p.compute_time(i, N)
+    single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
+    bw = p.bandwidth(single_node)
+    for k in range(1, len(N) + 1):
+        used = [t for t in range(p.T) if N[k - 1, t]]
+        cal = p.calibrated_comm(i, used, k) if k > 1 else 0.0
+        if cal is None:
+            sync = max(float(p.sync[i, t]) for t in used)
+            cal = comm_time(k, float(p.model_mb[i]), bw, sync)
+        out[k] = float(comp[k - 1]) + cal
+    return out
+
+
+def choose_parallelism(p: PlanningProblem, floor: np.ndarray,
+                       fixed: np.ndarray) -> tuple[np.ndarray, dict[str, str]]:
+    """Tasks per round for every job (module docstring).
+
+    ``floor[i]``: the least P job i may have; ``fixed[i]``: True when the job
+    asked for its size (``requested_gpus``), which is then kept. Returns P and,
+    for the jobs left below what the pool could give them, the reason. The
+    gain of a job looks ahead past sizes that are slower (crossing to a
+    second node or type costs communication before more GPUs pay it back)
+    and is counted per GPU added.
+    """
+    S = p.S
+    P = np.asarray(floor, dtype=int).copy()
+    pool = int(p.K)
+    allowed = (p.allowed * p.n_type[None, :]).sum(axis=1)
+    cap = np.minimum(np.minimum(p.hi, p.B), allowed).astype(int)
+    reasons: dict[str, str] = {}
+    T: dict[int, np.ndarray] = {}
+
+    def best_step(i: int) -> tuple[float, int]:
+        """(weighted rate gained per GPU, target size) of growing job i, or (<= 0, -)."""
+        cur = int(P[i])
+        hi = min(int(cap[i]), cur + MAX_LOOKAHEAD, pool)
+        if hi <= cur:
+            return -1.0, cur
+        if i not in T or len(T[i]) <= hi:
+            T[i] = iteration_times(p, i, hi)
+        Ti = T[i]
+        ks = np.arange(cur + 1, hi + 1)
+        ok = (Ti[ks] * MIN_SPEEDUP <= Ti[cur]) & (Ti[1] / (ks * Ti[ks]) >= MIN_EFFICIENCY)
+        if not ok.any():
+            return -1.0, cur
+        w = float(p.weight[i]) / float(p.iters[i])
+        per = (w / Ti[ks] - w / Ti[cur]) / (ks - cur)
+        per = np.where(ok, per, -np.inf)
+        j = int(np.argmax(per))
+        return float(per[j]), int(ks[j])
+
+    heap: list[tuple[float, int, int]] = []
+
+    def push_or_explain(i: int) -> None:
+        if P[i] >= cap[i]:
+            reasons[p.jobs[i].name] = _why_capped(p, i, int(cap[i]))
+            return
+        g, k = best_step(i)
+        if g > 0:
+            heapq.heappush(heap, (-g, i, k))
+        else:
+            reasons[p.jobs[i].name] = (
+                f"more than {P[i]} GPU(s) would be no faster or below "
+                f"{MIN_EFFICIENCY:.0%} per-GPU efficiency (intercepts and communication)")
+
+    for i in range(S):
+        if not fixed[i]:
+            push_or_explain(i)
+    while heap and int(P.sum()) < pool:
+        _, i, k = heapq.heappop(heap)
+        P[i] = min(k, int(P[i]) + pool - int(P.sum()))
+        reasons.pop(p.jobs[i].name, None)
+        push_or_explain(i)
+    return P, reasons
+
+
+def _why_capped(p: PlanningProblem, i: int, cap: int) -> str:
+    job = p.jobs[i]
+    if job.max_gpus is not None and cap >= job.max_gpus:
+        return f"at its max_gpus ({job.max_gpus})"
+    if cap >= int(p.B[i]):
+        return f"one sample per task (global batch {int(p.B[i])})"
+    return f"uses every GPU it may ({cap})"

@@ -1,0 +1,160 @@
+"""The keep / fresh / wait decision at a reset event (dynamic mode).
+
+Three candidates: "keep" (running jobs stay put, free GPUs go to waiting
+jobs), the policy's "fresh" allocation of all GPUs, and "wait" (running jobs
+stay, waiting jobs are deferred to the next event). Another candidate
+replaces keep only if its predicted weighted completion time, restart costs
+included, is lower; so a running job is moved only when that pays off.
+``static`` (and non-preemptive policies) always keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.space.scorer import Evaluator
+from hetsched.planning.space.timeline import EPS, Timeline
+
+#: active jobs x GPUs up to which idle GPUs trigger a fresh reallocation at every event
+REPLAN_EVERY_EVENT_MAX = 20_000
+
+Alloc = dict[int, list[int]]
+#: ask(jobs, free GPU mask, current allocation) -> placed allocation
+Ask = Callable[[list[int], np.ndarray, Alloc], Alloc]
+
+
+@dataclass
+class Decider:
+    """Chooses each event's allocation; ``pev``/``pp`` are what the policy predicts with."""
+
+    tl: Timeline
+    pev: Evaluator
+    pp: PlanningProblem
+    shares: str
+    keep_only: bool
+    restart_cost_s: float
+    last_fresh: float = -np.inf
+    idle_at_last: int = 0
+    fresh_asked: bool = False
+
+    def decide(self, active: list[int], ask: Ask) -> Alloc:
+        """The allocation every active job runs on from this event on."""
+        tl = self.tl
+        K, t, alloc = tl.K, tl.t, tl.alloc
+        running = [i for i in active if alloc.get(i)]
+        waiting = [i for i in active if not alloc.get(i)]
+        keep = dict(alloc)
+        keep.update(ask(waiting, tl.owner < 0, {}))
+        new = keep
+        # A fresh reallocation can only pay off if keeping would leave GPUs
+        # idle or jobs waiting; otherwise every move just costs a restart.
+        kept_gpus = sum(len(g) for g in keep.values())
+        idle = kept_gpus < K
+        queued = any(not keep.get(i) for i in active)
+        # Idle GPUs alone (nobody waiting) trigger a fresh reallocation at
+        # every event on small problems: the remaining work changes, so a
+        # reallocation rejected at one event can pay at the next. Past
+        # REPLAN_EVERY_EVENT_MAX (active jobs x GPUs) a fresh plan costs
+        # more than it is likely to bring at each of a thousand
+        # completions (it was most of the planning time for 1,000 jobs),
+        # so it waits until the GPUs freed since the last one are 2% of
+        # the cluster or a restart cost of simulated time has passed:
+        # growing a running job costs it a restart anyway.
+        idle_gpus = K - kept_gpus
+        idle_due = idle and (len(active) * K <= REPLAN_EVERY_EVENT_MAX
+                             or idle_gpus - self.idle_at_last >= max(1, int(np.ceil(0.02 * K)))
+                             or t >= self.last_fresh + self.restart_cost_s - EPS)
+        self.fresh_asked = not self.keep_only and bool(running) and (queued or idle_due)
+        if self.fresh_asked:
+            self.last_fresh = t
+            fresh = ask(active, np.ones(K, dtype=bool), alloc)
+            # Waiting a little for fast GPUs that are about to free up can
+            # beat both starting now on slow ones and moving a job that is
+            # about to finish (it would pay a whole restart).
+            wait = dict(alloc)
+            cands = [keep, fresh] + ([wait] if wait != keep else [])
+            diff = [i for i in active
+                    if any(c.get(i, []) != keep.get(i, []) for c in cands[1:])]
+            if diff:
+                ref_alloc = {i: fresh.get(i) or keep.get(i) or [] for i in diff}
+                scores = [self.score(c, ref_alloc, diff) for c in cands]
+                best = int(np.argmin(scores))
+                if scores[best] < scores[0] - 1e-6:
+                    new = cands[best]
+        return new
+
+    def applied(self) -> None:
+        """After the decision is applied: the next idle trigger counts from the GPUs idle now."""
+        if self.fresh_asked:
+            self.idle_at_last = int((self.tl.owner < 0).sum())
+
+    def predicted_end(self, i: int, gs: list[int], moved: bool) -> float:
+        tl = self.tl
+        tm = self.pev.timing(i, gs, self.shares)
+        start = tl.t + (self.restart_cost_s if moved and tl.has_run[i] else 0.0)
+        if not moved:
+            start = max(tl.t, tl.ready_at[i])
+        return start + tl.remaining[i] * tm.per_work_s
+
+    def score(self, cand: Alloc, ref: Alloc, jobs: list[int]) -> float:
+        """Predicted weighted completion of ``jobs`` under allocation ``cand``.
+
+        Only the jobs whose GPUs differ between the candidates (``jobs``) are
+        scored; the others contribute equally to both, except through
+        ``first_free``, for which their current predicted end is enough.
+        Allocation lists are kept sorted, so they compare directly.
+        """
+        tl, pev, pp = self.tl, self.pev, self.pp
+        t, remaining = tl.t, tl.remaining
+        ends = {}
+        for i, gs in cand.items():
+            if not gs:
+                continue
+            if gs == tl.alloc.get(i):
+                ends[i] = (max(t, tl.ready_at[i])
+                           + remaining[i] * pev.timing(i, gs, self.shares).per_work_s)
+            else:
+                ends[i] = self.predicted_end(i, gs, True)
+        first_free = min(ends.values(), default=t)
+        total = 0.0
+        weight = tl.p.weight
+        for i in jobs:
+            if i in ends:
+                total += weight[i] * ends[i]
+                continue
+            # It waits at least until some GPUs free up, then runs as the
+            # reference (fresh, else keep) would run it: a job is not judged
+            # slower merely for waiting (assuming it then gets only its
+            # minimal set made every fresh plan look better than keeping); on
+            # its minimal set if no candidate runs it now.
+            gs_other = ref.get(i)
+            if gs_other:
+                best = pev.timing(i, gs_other, self.shares).per_work_s
+            else:
+                best = pp.iter_time(i, best_counts(pp, i))[0]
+            # A job that has run pays the restart cost when it gets GPUs again;
+            # leaving it out made preempting a running job look free, so fresh
+            # plans preempted jobs whatever the cost.
+            rc = self.restart_cost_s if tl.has_run[i] else 0.0
+            total += weight[i] * (first_free + rc + remaining[i] * best)
+        return total
+
+
+def best_counts(p: PlanningProblem, i: int) -> np.ndarray:
+    """The fewest of a job's fastest GPUs that hold its batch (for waiting-time estimates).
+
+    min_gpus alone on the fastest type often cannot hold the global batch
+    in memory: its iteration time was then inf, "keep" scored inf whenever
+    such a job waited, and any fresh plan won, preempting running jobs
+    whatever the restart cost.
+    """
+    from hetsched.planning.space.policies.common import fastest_types, min_feasible
+
+    return min_feasible(p, i, p.n_type, fastest_types(p, i))
+
+
+__all__ = ["Decider", "best_counts", "REPLAN_EVERY_EVENT_MAX"]

@@ -1,0 +1,233 @@
+"""``hetsched exec``: this process's GPU, the coordinator (rank 0), and ``--local`` mode.
+
+In a Slurm step ``srun`` starts one task per pool GPU across the heterogeneous
+job's components. This task's place comes from the same environment as
+``hetsched run``'s (:func:`hetsched.runtime.launcher.from_env`: ``SLURM_PROCID``,
+``SLURM_STEP_NUM_TASKS``/``SLURM_NTASKS``, the rank-0 node from
+``SLURM_JOB_NODELIST_HET_GROUP_0`` / ``SLURM_STEP_NODELIST``, the port derived from
+``SLURM_JOB_ID``/``SLURM_STEP_ID``/``SLURM_CLUSTER_NAME``, overridden by
+``HETSCHED_MASTER_ADDR``/``HETSCHED_MASTER_PORT``; ``RANK``/``WORLD_SIZE``/
+``MASTER_ADDR``/``MASTER_PORT`` outside Slurm). Its GPU is
+``HETSCHED_POOL_GPUS`` (plan GPU ids, comma-separated, in ``SLURM_PROCID`` order)
+``[rank]``, else the plan's GPU order; ``--gpu`` overrides. Rank 0 also runs the
+coordinator on the rendezvous port (rank 0 listens, every executor, rank 0's
+own included, connects to it).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hetsched import config
+from hetsched.errors import HetschedError, InputError
+from hetsched.io.plan_json import load_plan
+from hetsched.io.pool_reports import report_path
+from hetsched.io.reports import Reporter
+from hetsched.runtime.executor.plan import ExecPlan, exec_plan
+from hetsched.runtime.launcher import free_port, from_env
+
+POOL_GPUS_VAR = "HETSCHED_POOL_GPUS"
+#: exit status of an executor whose pool job failed (distinct from input errors' 2)
+FAILED_EXIT = 3
+
+
+class ExecFailed(HetschedError):
+    """The pool job failed; every executor exits with this one line."""
+
+    exit_code = FAILED_EXIT
+
+    def __init__(self, gpu: str, why: str) -> None:
+        super().__init__(f"exec GPU {gpu}: pool job failed: {why}; rounds after the last "
+                         "checkpoint are lost; `hetsched replan` plans the remaining tasks")
+
+
+def executor_gpus(xplan: ExecPlan, env: Mapping[str, str]) -> list[str]:
+    """The GPU ids of the step's executors, in rank order."""
+    raw = env.get(POOL_GPUS_VAR, "")
+    ids = [g.strip() for g in raw.split(",") if g.strip()] if raw else [
+        g for g, d in xplan.gpus.items() if d.tasks]
+    unknown = [g for g in ids if g not in xplan.gpus]
+    if unknown:
+        raise InputError(POOL_GPUS_VAR, f"GPU {unknown[0]!r} is not in the plan (plan GPUs: "
+                         f"{', '.join(xplan.gpus)})")
+    if len(set(ids)) != len(ids):
+        raise InputError(POOL_GPUS_VAR, f"{raw!r} names a GPU twice")
+    return ids
+
+
+def _device(name: str | None) -> Any:
+    import torch
+
+    if name == "cuda" or (name is None and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise InputError("--device", "cuda asked for, but torch sees no GPU")
+        local = int(os.environ.get("SLURM_LOCALID", os.environ.get("LOCAL_RANK", "0")) or 0)
+        dev = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        torch.randn(1, device=dev)  # the context now, not in the first task
+        return dev
+    return torch.device("cpu")
+
+
+def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None = None
+             ) -> dict[str, Any]:
+    """This process's executor (and rank 0's coordinator). Raises ExecFailed on failure."""
+    import torch
+
+    from hetsched.runtime.launcher import cpu_threads
+
+    env = os.environ if env is None else env
+    xplan = exec_plan(load_plan(plan_path), plan_path)
+    renv = from_env(env)
+    gpus = executor_gpus(xplan, env)
+    if renv.world_size != len(gpus):
+        raise InputError(POOL_GPUS_VAR, f"{len(gpus)} executor GPUs for {renv.world_size} "
+                         "tasks; start one task per pool GPU (or use --local)")
+    gid = opts.get("gpu") or gpus[renv.rank]
+    if gid not in xplan.gpus:
+        raise InputError("--gpu", f"{gid!r} is not a GPU of the plan ({', '.join(xplan.gpus)})")
+    dev = _device(opts.get("device"))
+    if dev.type == "cpu":
+        torch.set_num_threads(int(opts.get("threads") or cpu_threads(len(gpus) if opts.get(
+            "local") else 1, env)))
+    return run_gpu(xplan, gid, gpus, renv.rank == 0, renv.master_addr,
+                   renv.master_port or free_port(), renv.job_id, dev, opts, env)
+
+
+def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, port: int,
+            job_id: str, dev: Any, opts: dict[str, Any], env: Mapping[str, str] | None = None,
+            coord_box: list[Any] | None = None) -> dict[str, Any]:
+    """One executor (with the coordinator when ``rank0``) on an explicit rendezvous."""
+    from hetsched.runtime.emulate import emulation_for
+    from hetsched.runtime.executor import protocol
+    from hetsched.runtime.executor.worker import ExecOptions, Executor, PoolFailed
+
+    key = protocol.authkey(xplan.plan_id, job_id)
+    coord = None
+    if rank0:
+        from hetsched.runtime.executor.coordinator import Coordinator
+
+        ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
+        coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
+                            seed=int(opts.get("seed") or 0),
+                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0))
+        if coord_box is not None:
+            coord_box.append(coord)
+    gpu = xplan.gpus[gid]
+    rep = Reporter(report_path(opts["report_dir"], xplan.plan_id, gid)
+                   if opts.get("report_dir") else None)
+    eo = ExecOptions(dev, seed=int(opts.get("seed") or 0),
+                     residency=bool(opts.get("residency", True)),
+                     average=bool(opts.get("average", False)),
+                     emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"))
+    try:
+        conn = protocol.connect(addr, port, key)
+        try:
+            ran = Executor(xplan, gpu, conn, rep, eo).run()
+        finally:
+            conn.close()
+    except (PoolFailed, protocol.PeerLost) as e:
+        if coord is not None:
+            coord.fail(str(e))
+        raise ExecFailed(gid, str(e)) from None
+    if coord is not None:
+        why = coord.wait_done()
+        coord.listener.close()
+        if why is not None:
+            raise ExecFailed(gid, why)
+    return {"gpu": gid, "tasks": ran}
+
+
+def run_threads(plan_path: str, opts: dict[str, Any], device: str = "cpu"
+                ) -> list[dict[str, Any] | BaseException]:
+    """Every executor as a thread of this process (tests, benchmarks): the same
+    coordinator and TCP protocol, without process starts. Results in rank order."""
+    import threading
+    import time as _time
+
+    import torch
+
+    xplan = exec_plan(load_plan(plan_path), plan_path)
+    gpus = executor_gpus(xplan, {})
+    port = free_port()
+    dev = torch.device(device)
+    out: list[dict[str, Any] | BaseException] = [RuntimeError("did not finish")] * len(gpus)
+    box: list[Any] = []
+
+    def one(rank: int) -> None:
+        try:
+            out[rank] = run_gpu(xplan, gpus[rank], gpus, rank == 0, "127.0.0.1", port,
+                                "threads", dev, opts, coord_box=box)
+        except BaseException as e:  # noqa: BLE001  (reported to the caller)
+            out[rank] = e
+
+    threads = [threading.Thread(target=one, args=(0,))]
+    threads[0].start()
+    while not box and threads[0].is_alive():
+        _time.sleep(0.01)  # rank 0 listens before the others connect
+    threads += [threading.Thread(target=one, args=(r,)) for r in range(1, len(gpus))]
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def _local_child(plan_path: str, opts: dict[str, Any], rank: int, world: int, port: int,
+                 gpus: list[str]) -> None:
+    for k in [k for k in os.environ if k.startswith("SLURM_")]:
+        del os.environ[k]  # a local run inside a Slurm job must not read Slurm's layout
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                       POOL_GPUS_VAR: ",".join(gpus)})
+    try:
+        run_rank(plan_path, opts)
+    except HetschedError as e:
+        print(f"hetsched: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
+
+
+def start_local(plan_path: str, opts: dict[str, Any]) -> list[Any]:
+    """Start every GPU's executor as a local process (spawn); returns the processes."""
+    xplan = exec_plan(load_plan(plan_path), plan_path)
+    gpus = executor_gpus(xplan, os.environ)
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = []
+    for r in range(len(gpus)):
+        p = ctx.Process(target=_local_child, args=(plan_path, opts, r, len(gpus), port, gpus),
+                        name=f"exec-{gpus[r]}")
+        p.start()
+        procs.append(p)
+    return procs
+
+
+def run_local(plan_path: str, opts: dict[str, Any], timeout_s: float = 3600.0) -> list[int]:
+    """``--local``: every executor as a local process; their exit codes (rank order).
+
+    Unlike ``spawn_local`` a failed executor does not stop the others: they
+    notice through the coordinator and exit with their own line.
+    """
+    procs = start_local(plan_path, opts)
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
+    return [p.exitcode if p.exitcode is not None else -9 for p in procs]
+
+
+def default_dirs(opts: dict[str, Any]) -> dict[str, Any]:
+    """Report and checkpoint directories as ``hetsched run`` derives them (config)."""
+    out = dict(opts)
+    out["report_dir"] = str(opts.get("report_dir") or config.report_dir())
+    out["checkpoint_dir"] = str(opts.get("checkpoint_dir") or config.checkpoint_dir())
+    return out

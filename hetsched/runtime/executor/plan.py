@@ -1,0 +1,156 @@
+"""A pool plan as the executor needs it: jobs, GPUs (with ids) and each GPU's task sequence.
+
+Torch-free. A GPU's id is ``<node>-g<index>`` (e.g. ``v100-1-g0``): unique in a
+plan, safe in file names, and parsed unambiguously by ``rsplit("-g", 1)``.
+Task ``t`` of a round trains slice ``t`` of each global batch of the round:
+the job's global batch ``B`` split into ``P`` contiguous slices of sizes
+``split_counts(B, [b]*P)`` (``b = ceil(B/P)`` is the plan's ``local_batch``,
+so the last slices may be one sample smaller); an epoch's last, partial batch
+is split in proportion (:func:`hetsched.runtime.sampler.split_counts`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hetsched.core.plan import Plan
+from hetsched.errors import InputError
+from hetsched.runtime.sampler import split_counts
+
+TASKS_FORMAT = "hetsched-pool-runs/1"
+
+
+def gpu_id(node: str, index: int) -> str:
+    return f"{node}-g{int(index)}"
+
+
+@dataclass(frozen=True)
+class ExecJob:
+    """One job of the pool plan: its spec and round structure."""
+
+    name: str
+    spec: dict[str, Any]
+    tasks_per_round: int
+    rounds: int
+    iterations: int  # per full round
+    last_iterations: int
+    slice_batch: int
+    memory_gb: float
+
+    @property
+    def global_batch(self) -> int:
+        return int(self.spec["global_batch"])
+
+    @property
+    def dataset_size(self) -> int:
+        return int(self.spec["dataset_size"])
+
+    def round_iterations(self, r: int) -> int:
+        return self.last_iterations if r == self.rounds - 1 else self.iterations
+
+    def slices(self) -> list[int]:
+        """Sizes of the P slices of one full global batch (task order)."""
+        return split_counts(self.global_batch, [self.slice_batch] * self.tasks_per_round)
+
+    def steps_per_epoch(self) -> int:
+        return -(-self.dataset_size // self.global_batch)
+
+    def step_samples(self, step: int) -> tuple[int, int]:
+        """(offset in the epoch's permutation, samples) of global step ``step``."""
+        within = step % self.steps_per_epoch()
+        off = within * self.global_batch
+        return off, min(self.global_batch, self.dataset_size - off)
+
+    def task_counts(self, r: int, task: int) -> list[int]:
+        """Samples task ``task`` of round ``r`` trains in each of its iterations."""
+        out = []
+        for k in range(self.round_iterations(r)):
+            _, n = self.step_samples(r * self.iterations + k)
+            out.append(split_counts(n, self.slices())[task])
+        return out
+
+    def round_samples(self, r: int) -> int:
+        return sum(self.step_samples(r * self.iterations + k)[1]
+                   for k in range(self.round_iterations(r)))
+
+
+@dataclass(frozen=True)
+class ExecTask:
+    """One row of a GPU's sequence (plan times in seconds from the plan's start)."""
+
+    job: str
+    round: int
+    task: int
+    start_s: float
+    end_s: float
+    keep: bool
+    evict: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ExecGpu:
+    id: str
+    node: str
+    index: int
+    gpu_type: str
+    memory_gb: float
+    tasks: tuple[ExecTask, ...]
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    plan_id: str
+    jobs: dict[str, ExecJob]
+    gpus: dict[str, ExecGpu]  # in the plan's order
+
+    def gpu_ids(self) -> list[str]:
+        return list(self.gpus)
+
+
+def expand_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    """The rows a GPU's runs stand for (the same expansion as
+    ``planning.pool.compact.expand_runs``; the runtime layer may not import planning)."""
+    out: list[list[Any]] = []
+    for run in runs:
+        period = float(run.get("period_s", 0.0))
+        step = int(run.get("round_step", 0))
+        for rep in range(int(run["repeat"])):
+            for row in run["tasks"]:
+                out.append([row[0], int(row[1]) + rep * step, int(row[2]),
+                            float(row[3]) + rep * period, float(row[4]) + rep * period,
+                            row[6], list(row[7])])
+    return out
+
+
+def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
+    """The executor's view of a pool plan; one clear line (InputError) for anything else."""
+    tasks = plan.tasks
+    if plan.mode != "pool" or not isinstance(tasks, dict):
+        raise InputError(source, f"is a {plan.mode}-mode plan; `hetsched exec` runs pool plans "
+                         "(make one with `hetsched plan --mode pool`); use `hetsched run`",
+                         "mode")
+    if tasks.get("format") != TASKS_FORMAT:
+        raise InputError(source, f"tasks format {tasks.get('format')!r} is not "
+                         f"{TASKS_FORMAT!r}", "tasks.format")
+    specs = {j.name: (j.spec.to_dict() if j.spec is not None else {}) for j in plan.jobs}
+    jobs: dict[str, ExecJob] = {}
+    for name, d in tasks["jobs"].items():
+        spec = specs.get(name, {})
+        for key in ("workload", "dataset_size", "global_batch"):
+            if spec.get(key) in (None, ""):
+                raise InputError(source, f"the job spec has no {key!r}", f"job {name!r}")
+        jobs[name] = ExecJob(name, spec, int(d["tasks_per_round"]), int(d["rounds"]),
+                             int(d["iterations_per_task"]), int(d["last_round_iterations"]),
+                             int(d["local_batch"]), float(d.get("model_memory_gb", 0.0)))
+    gpus: dict[str, ExecGpu] = {}
+    for g in tasks["gpus"]:
+        rows = [ExecTask(str(r[0]), r[1], r[2], r[3], r[4], r[5] == "keep", tuple(r[6]))
+                for r in expand_runs(g["runs"])]
+        for t in rows:
+            if t.job not in jobs:
+                raise InputError(source, f"task of unknown job {t.job!r}", "tasks.gpus")
+        gid = gpu_id(g["node"], g["gpu"])
+        gpus[gid] = ExecGpu(gid, str(g["node"]), int(g["gpu"]), str(g["gpu_type"]).lower(),
+                            float(g.get("memory_gb", 0.0)), tuple(rows))
+    return ExecPlan(str(plan.plan_id or plan.to_dict()["plan_id"]), jobs, gpus)

@@ -1,0 +1,84 @@
+"""A job's parameters as one flat float32 buffer, and its round-boundary checkpoints.
+
+``<checkpoint_dir>/<plan_id>/<job>.pt`` holds ``{format, job, rounds_done,
+rounds, names, params (flat), optimizer}``: plain tensors, numbers and
+strings, so ``torch.load(weights_only=True)`` reads it. It is written to a
+temporary file, fsynced and renamed; then the sidecar ``<job>.json``
+(``{rounds_done, rounds}``) is written the same way, which
+:func:`hetsched.io.pool_reports.completed_rounds` reads without torch. The
+sidecar never claims more rounds than the ``.pt`` holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+FORMAT = 1
+
+
+def flatten_params(model: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """Move every parameter into one flat float32 tensor the parameters then view."""
+    named = [(n, p) for n, p in model.named_parameters()]
+    for n, p in named:
+        if p.dtype != torch.float32:
+            raise ValueError(f"parameter {n} is {p.dtype}; the executor handles float32 models")
+    flat = torch.cat([p.detach().reshape(-1) for _, p in named]) if named else torch.zeros(0)
+    off = 0
+    for _, p in named:
+        k = p.numel()
+        p.data = flat[off:off + k].view_as(p)
+        off += k
+    return flat, [n for n, _ in named]
+
+
+def attach_grads(model: nn.Module, grad: torch.Tensor) -> None:
+    off = 0
+    for p in model.parameters():
+        k = p.numel()
+        p.grad = grad[off:off + k].view_as(p)
+        off += k
+
+
+def checkpoint_path(ckpt_dir: Path, plan_id: str, job: str) -> Path:
+    return Path(ckpt_dir) / plan_id / f"{job}.pt"
+
+
+def _atomic(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_job_checkpoint(path: Path, flat: torch.Tensor, names: list[str],
+                        optimizer: dict[str, Any], rounds_done: int, rounds: int) -> None:
+    state = {"format": FORMAT, "job": path.stem, "rounds_done": rounds_done, "rounds": rounds,
+             "names": names, "params": flat, "optimizer": optimizer}
+    _atomic(path, lambda f: torch.save(state, f))
+    side = json.dumps({"rounds_done": rounds_done, "rounds": rounds}).encode()
+    _atomic(path.with_suffix(".json"), lambda f: f.write(side))
+
+
+def load_job_checkpoint(path: Path, names: list[str]) -> dict[str, Any] | None:
+    """The saved state, or None when the job has no checkpoint yet."""
+    if not path.exists():
+        return None
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("format") != FORMAT or list(state.get("names", [])) != names:
+        raise ValueError(f"{path}: not a checkpoint of this job's model (format "
+                         f"{state.get('format')!r}, {len(state.get('names', []))} parameters)")
+    return state

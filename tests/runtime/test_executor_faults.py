@@ -1,0 +1,93 @@
+"""A dead executor fails the whole pool job with one clear line, and a restart resumes
+from the round checkpoints to the same parameters as an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from exec_helpers import MAIN, env, make_plan, plan_json
+from test_executor_equivalence import SEED, SGD_JOBS, check
+
+from hetsched.io.plan_json import load_plan
+from hetsched.io.pool_reports import completed_rounds, read_pool_reports
+
+
+def _executors(parent: int) -> list[int]:
+    """The spawned executor processes of a `hetsched exec --local` (start order)."""
+    try:
+        kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return []
+    out = []
+    for k in map(int, kids):
+        try:
+            cmd = Path(f"/proc/{k}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd:
+            out.append(k)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("victim", [1, 0])  # an executor, and rank 0 (the coordinator's host)
+def test_killed_executor_fails_all_then_restart_resumes(tmp_path: Path, victim: int) -> None:
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
+    d = plan_json(plan)
+    pid_, ck, rep = d["plan_id"], tmp_path / "ck", tmp_path / "rep"
+    slow = {**env(), "HETSCHED_EMULATE_SPEED": "v100=1,k80=1",
+            "HETSCHED_EMULATE_COST": "0.08,0.001"}
+    args = [sys.executable, "-c", MAIN, "exec", "--plan", str(plan), "--local", "--seed",
+            str(SEED), "--report-dir", str(rep), "--checkpoint-dir", str(ck)]
+    proc = subprocess.Popen(args, env=slow, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    victims: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = completed_rounds(load_plan(plan), ck)
+        if sum(done.values()) >= 2:
+            victims = _executors(proc.pid)
+            break
+        time.sleep(0.05)
+    assert len(victims) == 2, "the executors did not checkpoint in time"
+    os.kill(victims[victim], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    survivor = d["tasks"]["gpus"][1 - victim]
+    mine = [ln for ln in lines if f"exec GPU {survivor['node']}-g{survivor['gpu']}:" in ln]
+    assert len(mine) == 1 and "pool job failed" in mine[0] and "hetsched replan" in mine[0], err
+    assert "Traceback" not in err
+    before = completed_rounds(load_plan(plan), ck)
+    jobs = d["tasks"]["jobs"]
+    assert 0 < sum(before.values()) < sum(j["rounds"] for j in jobs.values())
+
+    r = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert completed_rounds(load_plan(plan), ck) == {n: j["rounds"] for n, j in jobs.items()}
+    prog = read_pool_reports(rep, pid_, {n: j["tasks_per_round"] for n, j in jobs.items()})
+    assert all(prog.jobs[n].done and prog.jobs[n].rounds_done == j["rounds"]
+               for n, j in jobs.items())
+    diffs = check(plan, ck)  # resumed training = uninterrupted training
+    assert max(diffs.values()) < 2e-5, diffs
+
+
+def test_executor_that_never_connects_fails_the_pool_job(tmp_path: Path) -> None:
+    import torch
+
+    from hetsched.runtime.executor.entry import ExecFailed, run_gpu
+    from hetsched.runtime.executor.plan import exec_plan
+    from hetsched.runtime.launcher import free_port
+
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
+    xp = exec_plan(load_plan(plan))
+    gpus = xp.gpu_ids()
+    t0 = time.monotonic()
+    with pytest.raises(ExecFailed, match=f"executor for GPU {gpus[1]} never connected"):
+        run_gpu(xp, gpus[0], gpus, True, "127.0.0.1", free_port(), "t", torch.device("cpu"),
+                {"hello_timeout_s": 2.0})
+    assert time.monotonic() - t0 < 60

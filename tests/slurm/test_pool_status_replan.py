@@ -1,0 +1,183 @@
+"""Fast checks of the pool status and replan pieces (no Slurm; real plans, files, SQLite).
+
+The testbed tests (test_pool_e2e.py) run them end to end; these pin down the
+parts that are easy to get subtly wrong: counting rounds after a resume,
+keeping the round numbering across a replan, and the remaining iterations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
+
+from hetsched.app.pool_replan import _remaining, renumber
+from hetsched.app.pool_status import ingest_pool_reports, progress
+from hetsched.app.pool_submit import PoolDirs, _write_sidecar
+from hetsched.core.spec import Cluster
+from hetsched.core.throughput import ThroughputTable
+from hetsched.io.plan_json import plan_from_dict
+from hetsched.io.pool_reports import read_pool_reports, report_path
+from hetsched.io.reports import Reporter
+from hetsched.io.specs import parse_cluster
+from hetsched.planning.pool.compact import expand_runs
+from hetsched.state.store import open_store
+
+NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def _write_tasks(report_dir: Path, body: dict, upto: dict[str, int], t0: float = 1000.0,
+                 done: set[str] = frozenset()) -> None:
+    """Task records as executors write them, for each job's rounds below ``upto[job]``."""
+    meta = body["tasks"]["jobs"]
+    for g in body["tasks"]["gpus"]:
+        rep = Reporter(report_path(report_dir, body["plan_id"], f"{g['node']}-g{g['gpu']}"))
+        for row in expand_runs(g["runs"]):
+            job, rnd, task, start, end = row[0], int(row[1]), int(row[2]), row[3], row[4]
+            if rnd >= upto.get(job, 0):
+                continue
+            n, b = meta[job]["iterations_per_task"], meta[job]["local_batch"]
+            rep.write("task", job=job, round=rnd, task=task, gpu=f"{g['node']}-g{g['gpu']}",
+                      gpu_type=g["gpu_type"], iterations=n, samples=n * b,
+                      compute_s=(end - start), switch_s=0.001, start=t0 + start, end=t0 + end)
+            if job in done and rnd == meta[job]["rounds"] - 1:
+                rep.write("job_done", job=job, rounds=meta[job]["rounds"], end=t0 + end)
+
+
+def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
+    body = pool_plan(NODES, prefix="st", task_iterations=5).to_dict()
+    meta = body["tasks"]["jobs"]
+    a, b, c = (f"st{x}" for x in "abc")
+    upto = {a: meta[a]["rounds"], b: 1, c: meta[c]["rounds"]}
+    _write_tasks(tmp_path, body, upto, done={a, c})
+    prog = progress(body, read_pool_reports(tmp_path, body["plan_id"]), "7", now=1001.0)
+    by = {j.job: j for j in prog.jobs}
+    for name in (a, c):  # finished exactly as planned: measured JCT = planned JCT
+        assert by[name].done and by[name].rounds_done == meta[name]["rounds"]
+        assert by[name].measured_jct_s == pytest.approx(
+            next(j["jct_s"] for j in body["jobs"] if j["name"] == name), abs=1e-3)
+    assert not by[b].done and by[b].rounds_done == 1 and by[b].measured_jct_s is None
+    assert by[b].tasks_done == meta[b]["tasks_per_round"]
+    assert by[b].tasks == meta[b]["rounds"] * meta[b]["tasks_per_round"]
+    assert by[b].elapsed_s == pytest.approx(1.0)
+    assert prog.measured_weighted_jct_s is None  # not every job is done
+    line = by[b].line()
+    assert f"round 2 of {meta[b]['rounds']} (1 done)" in line and "running" in line
+    assert by[a].line().startswith(f"{a}: done (round {meta[a]['rounds']} of ")
+
+
+def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
+    from hetsched.planning.planner import make_plan
+
+    old = pool_plan(NODES, prefix="rn", task_iterations=5)
+    meta = old.tasks["jobs"]  # type: ignore[index]
+    done = {"rna": 2, "rnb": 1, "rnc": 0}
+    jobs = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs]  # type: ignore[arg-type]
+    for j in jobs:  # exactly the iterations after the completed rounds
+        m = meta[j.name]
+        total = (m["rounds"] - 1) * m["iterations_per_task"] + m["last_round_iterations"]
+        assert j.iterations == pytest.approx(total - done[j.name] * m["iterations_per_task"])
+    new = make_plan(jobs, _cluster(), ThroughputTable(emulated_rows()), policy="hare",
+                    mode="pool", task_iterations=5)
+    renumber(new, done, {n: 5 for n in done})
+    body = new.to_dict()
+    for name, m in body["tasks"]["jobs"].items():
+        assert m["rounds"] == meta[name]["rounds"]  # the job's whole life
+        rows = [r for g in body["tasks"]["gpus"] for r in expand_runs(g["runs"])
+                if r[0] == name]
+        assert sorted({int(r[1]) for r in rows}) == list(range(done[name], m["rounds"]))
+    # the executor reads it: every job's rounds from its resume point on
+    exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+    xp = exec_plan(plan_from_dict(body, "replanned"))
+    for name, j in xp.jobs.items():
+        assert j.rounds == meta[name]["rounds"] and j.iterations == 5
+        assert min(t.round for g in xp.gpus.values() for t in g.tasks if t.job == name) \
+            == done[name]
+
+
+def _cluster() -> Cluster:
+    return parse_cluster(cluster_yaml(NODES), "test")
+
+
+def test_monitor_folds_pool_task_records_into_the_history(tmp_path: Path) -> None:
+    plan = pool_plan(NODES, prefix="hi", task_iterations=5)
+    body = plan.to_dict()
+    with open_store(tmp_path / "state.db") as st:
+        st.add_plan(body)
+        dirs = PoolDirs(tmp_path / "reports", tmp_path / "ckpt")
+        _write_sidecar(st, body["plan_id"], dirs, "1")
+        _write_tasks(dirs.report_dir, body, {j.name: 1 for j in plan.jobs})
+        ingest_pool_reports(st)
+        rows = {(r["workload"], r["gpu_type"], r["local_batch"]): r for r in st.profiles()}
+        assert rows and all(w == "mlp" for w, _, _ in rows)
+        a, c = EMULATE_COST
+        for (_, g, b), r in rows.items():  # the plan's task times are the emulated ones
+            assert r["step_time_s"] == pytest.approx((a + c * b) / EMULATE_SPEED[g], rel=0.01)
+        n = sum(int(r["samples"]) for r in rows.values())
+        ingest_pool_reports(st)  # read from the stored offsets: nothing counted twice
+        assert sum(int(r["samples"]) for r in st.profiles()) == n
+
+
+def test_status_json_of_a_pool_plan_is_serialisable(tmp_path: Path) -> None:
+    body = pool_plan(NODES, prefix="sj", task_iterations=5).to_dict()
+    prog = progress(body, read_pool_reports(tmp_path, body["plan_id"]), None, now=0.0)
+    d = json.loads(json.dumps(prog.to_dict()))
+    assert {j["job"] for j in d["jobs"]} == {"sja", "sjb", "sjc"}
+    assert all(j["rounds_done"] == 0 and j["tasks_done"] == 0 for j in d["jobs"])
+    assert dataclasses.asdict(prog.jobs[0])["elapsed_s"] is None
+
+
+@pytest.mark.slurm
+def test_replan_refuses_mixed_task_sizes_in_one_line(
+        testbed: object, client: object, clean_queue: None, tmp_path: Path) -> None:
+    """Keeping round numbering needs one task size; a plan with several says so (exit 2)."""
+    from hetsched.app.replan import replan
+    from hetsched.errors import HetschedError
+
+    jobs = ("jobs:\n"
+            "  - {name: %(p)sa, workload: mlp, dataset_size: 16000, epochs: 1, "
+            "global_batch: 16}\n"
+            "  - {name: %(p)sb, workload: mlp, dataset_size: 160, epochs: 1, "
+            "global_batch: 16}\n")
+    plan = pool_plan(NODES, jobs, prefix="mx", task_iterations=None)
+    sizes = {m["iterations_per_task"] for m in plan.tasks["jobs"].values()}  # type: ignore[index]
+    assert len(sizes) == 2
+    body = plan.to_dict()
+    with open_store(tmp_path / "state.db") as st:
+        st.add_plan(body)
+        for j in plan.jobs:  # a pool job Slurm no longer knows: GONE, i.e. failed
+            sub = st.begin_submission(body["plan_id"], j.name, 0, "x", "", [])
+            st.set_submitted(sub.id, "999999", "RUNNING")
+        with pytest.raises(HetschedError) as ei:
+            replan(st, client, ThroughputTable(emulated_rows()), partition="gpu")  # type: ignore[arg-type]
+        assert ei.value.exit_code == 2
+        msg = str(ei.value)
+        assert "different task sizes" in msg and "--task-iterations" in msg
+        assert "\n" not in msg
+        assert {s.state for s in st.submissions()} == {"GONE"}
+
+
+@pytest.mark.slurm
+def test_space_replan_leaves_a_pool_plans_jobs_alone(
+        testbed: object, client: object, clean_queue: None, tmp_path: Path) -> None:
+    """After a space plan became active, a failed pool plan's jobs are not resubmitted as
+    space hetjobs (they belong to their pool plan)."""
+    from slurm_helpers import contract_plan
+
+    from hetsched.app.replan import replan
+
+    body = pool_plan(NODES, prefix="ml", task_iterations=5).to_dict()
+    with open_store(tmp_path / "state.db") as st:
+        st.add_plan(body)
+        for j in body["jobs"]:
+            sub = st.begin_submission(body["plan_id"], j["name"], 0, "x", "", [])
+            st.set_submitted(sub.id, "999998", "RUNNING")  # Slurm forgot it: GONE
+        st.add_plan(contract_plan("space1", {"other": [[("t4-1", "t4", 4)]]},
+                                  policy="fifo").to_dict())
+        r = replan(st, client, ThroughputTable(emulated_rows()), partition="gpu",  # type: ignore[arg-type]
+                   force=True)
+        assert r.submitted == [] and r.status == "unchanged", r.summary()
+        assert {s.job for s in st.submissions()} == {j["name"] for j in body["jobs"]}

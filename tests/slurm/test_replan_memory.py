@@ -1,0 +1,145 @@
+"""Replan and cancel decisions on the in-memory Slurm (fast; testbed tests beside them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_helpers import contract_plan, make_testbed_plan, throughput_rows
+
+from hetsched.app.cancel import cancel_jobs
+from hetsched.app.monitor import Monitor
+from hetsched.app.replan import replan
+from hetsched.app.submit import submit
+from hetsched.core.throughput import ThroughputTable
+from hetsched.slurm.memory import MemorySlurm
+from hetsched.state.store import open_store
+
+NODES = (("a100-1", "a100", 2), ("a100-2", "a100", 2), ("v100-1", "v100", 4),
+         ("v100-2", "v100", 4), ("t4-1", "t4", 4))
+TWO_JOBS = """jobs:
+  - {name: A, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [v100], min_gpus: 2, max_gpus: 2, command: [train]}
+  - {name: B, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [t4], min_gpus: 2, max_gpus: 2, command: [train]}
+"""
+
+
+def _setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, TWO_JOBS)
+    st = open_store(tmp_path / "s.db")
+    ids = dict(submit(plan, st, slurm).submitted)
+    slurm.schedule()
+    Monitor(st, slurm).poll()  # baseline: both running, nodes recorded
+    return slurm, st, ids
+
+
+def table() -> ThroughputTable:
+    return ThroughputTable(throughput_rows())
+
+
+def test_user_scancel_is_final(tmp_path: Path) -> None:
+    slurm, st, ids = _setup(tmp_path)
+    slurm.cancel([ids["A"]])  # the user's scancel, outside hetsched
+    r = replan(st, slurm, table())
+    assert "job-cancelled" in r.reason
+    assert r.user_cancelled == ["A"] and r.submitted == []
+    assert "cancelled by the user (final): A" in r.summary()
+    assert slurm.count("sbatch") == 2  # A was not resubmitted
+    again = replan(st, slurm, table(), force=True)
+    assert "A" not in dict(again.submitted) and again.user_cancelled == ["A"]
+    st.close()
+
+
+def test_hetsched_cancel_records_why_and_sticks(tmp_path: Path) -> None:
+    slurm, st, ids = _setup(tmp_path)
+    res = cancel_jobs(st, slurm, ["B"], reason="wrong learning rate", user="alice")
+    assert res.cancelled == [("B", ids["B"])]
+    assert slurm.jobs_by_id[ids["B"]].state == "CANCELLED"
+    ev = [e for e in st.events() if e["kind"] == "job-cancelled"]
+    assert len(ev) == 1 and '"reason": "wrong learning rate"' in ev[0]["detail"]
+    assert '"by": "alice"' in ev[0]["detail"]
+    r = replan(st, slurm, table())
+    assert r.user_cancelled == ["B"] and "B" not in dict(r.submitted)
+    # the monitor does not turn hetsched's own cancel into a second event
+    assert [e["kind"] for e in st.events()].count("job-cancelled") == 1
+    st.close()
+
+
+def test_pinned_job_on_a_down_type_waits_and_the_rest_is_replanned(tmp_path: Path) -> None:
+    slurm, st, ids = _setup(tmp_path)
+    slurm.node_down("v100-1")
+    slurm.node_down("v100-2")  # A allows only v100: nowhere to go now
+    slurm.finish(ids["B"], "FAILED", "NonZeroExitCode")
+    logs: list[str] = []
+    r = replan(st, slurm, table(), log=logs.append)
+    assert r.status == "replanned", r.summary()  # not wedged on A
+    assert [j for j, _ in r.waiting] == ["A"] and "v100" in r.waiting[0][1]
+    assert [j for j, _ in r.submitted] == ["B"]
+    assert any("job A: waits" in m for m in logs)
+    assert any(e["kind"] == "job-waiting" and e["job"] == "A" for e in st.events())
+    st.close()
+
+
+def test_giving_up_is_said(tmp_path: Path) -> None:
+    slurm, st, ids = _setup(tmp_path)
+    logs: list[str] = []
+    jid = ids["B"]
+    for _ in range(2):
+        slurm.finish(jid, "FAILED", "NonZeroExitCode")
+        r = replan(st, slurm, table(), max_failures=1, log=logs.append)
+        if r.submitted:
+            jid = dict(r.submitted)["B"]
+            slurm.schedule()
+    assert r.gave_up_now == ["B"] and "gave up on B (retries exhausted)" in r.summary()
+    assert any("job B: gave up: failed 2 times" in m for m in logs)
+    assert any(e["kind"] == "job-given-up" for e in st.events())
+    later = replan(st, slurm, table(), force=True, max_failures=1)
+    assert later.given_up == ["B"] and later.gave_up_now == []
+    st.close()
+
+
+def test_replan_after_one_completion_changes_only_what_it_must(tmp_path: Path) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    jobs = "jobs:\n" + "".join(
+        f"  - {{name: q{i}, workload: w, dataset_size: {20000 + 5000 * i}, epochs: 1, "
+        f"global_batch: 64, gpu_types: [v100, t4], min_gpus: 1, max_gpus: 2, "
+        f"command: [train]}}\n" for i in range(8))
+    plan = make_testbed_plan(slurm, jobs)
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(plan, st, slurm).submitted)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        first = next(i for i in slurm.active() if slurm.jobs_by_id[i].state == "RUNNING")
+        slurm.finish(first)
+        before = {n: slurm.jobs_by_id[i].state for n, i in ids.items()}
+        r = replan(st, slurm, table())
+        cancelled = {j for j, _ in r.cancelled}
+        moved = {c.job for c in r.changes if c.was != c.now and "dependency" not in c.why}
+        assert cancelled <= moved  # nothing cancelled whose allocation stayed
+        assert all(before[j] != "RUNNING" for j in cancelled)  # fifo: running ones stay
+        for name in r.kept:  # kept jobs keep their Slurm id (and queue age)
+            assert latest_rows_id(st, name) == ids[name]
+        assert all(c.was != c.now for c in r.changes)
+
+
+def latest_rows_id(st, name: str) -> str | None:  # type: ignore[no-untyped-def]
+    from hetsched.app.replan import latest_rows
+
+    return latest_rows(st)[name].slurm_id
+
+
+def test_a_running_job_moves_only_when_it_pays() -> None:
+    from hetsched.app.replan_changes import decide
+    from hetsched.state.store import Submission
+
+    plan = contract_plan("mv1", {"R": [[("v100-1", "v100", 32), ("v100-1", "v100", 32)]]})
+    row = Submission(1, "old", "R", 0, "77", "RUNNING", "", "",
+                     [{"node": "t4-1", "gpu_type": "t4", "gpu": 0, "local_batch": 64}], 0, 0)
+    kw = {"failed": frozenset({"FAILED"}), "running": frozenset({"RUNNING"})}
+    # the new GPUs end it at 100 s + 60 s restart: worth it against 500 s, not against 120 s
+    d = decide(plan, {"R": row}, keep_end_s={"R": 500.0}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
+    assert "moving pays" in d.changes[0].why and d.changes[0].was == "t4-1:1"
+    d = decide(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == set() and d.kept == ["R"] and d.changes == []

@@ -1,0 +1,98 @@
+"""The joint LP lower bound (issue 11.2): valid against exact plans, tighter where jobs compete."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.bounds import _lattice, lower_bound_info
+from hetsched.planning.lp_bound import pareto_configs, tail
+from hetsched.planning.planner import plan_problem
+from tests.planner_helpers import instances, make_cluster, make_job, make_table
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(max_jobs=5, max_gpus=10))
+def test_lp_bound_never_above_an_exact_or_any_plan(inst) -> None:
+    """Valid: at most the objective of exhaustive (per event and static) and auto, restart 0."""
+    p = inst.problem()
+    info = lower_bound_info(p)
+    assert info["weighted_jct_s"] == max(info["bounds"].values())
+    assert info["weighted_jct_s"] >= max(info["bounds"]["alone"], info["bounds"]["fluid"]) - 1e-9
+    for policy, static in (("exhaustive", False), ("exhaustive", True), ("auto", False)):
+        plan = plan_problem(p, policy, static=static, restart_cost_s=0.0)
+        assert info["weighted_jct_s"] <= plan.weighted_jct_s * (1 + 1e-9) + 1e-9, (policy, static)
+
+
+def contended() -> PlanningProblem:
+    """Four jobs that all run best on the two fast GPUs, on 2 fast + 6 slow GPUs."""
+    table = make_table({(w, t): (0.01, c, 64) for w in ("w0", "w1")
+                        for t, c in (("v100", 0.001), ("k80", 0.006))})
+    cluster = make_cluster([("v", "v100", 2), ("k0", "k80", 3), ("k1", "k80", 3)])
+    jobs = [make_job(f"j{k}", f"w{k % 2}", dataset_size=64 * 2000, global_batch=64)
+            for k in range(4)]
+    return PlanningProblem(jobs, cluster, table)
+
+
+def test_lp_bound_is_active_and_tighter_when_jobs_want_the_same_gpus() -> None:
+    p = contended()
+    info = lower_bound_info(p)
+    assert info["kind"] == "lp"
+    old = max(info["bounds"]["alone"], info["bounds"]["fluid"])
+    best = min(plan_problem(p, pol, restart_cost_s=0.0).weighted_jct_s
+               for pol in ("exhaustive", "auto"))
+    assert old < info["weighted_jct_s"] <= best
+    assert (best - info["weighted_jct_s"]) < 0.7 * (best - old)  # a third of the gap closed
+
+
+def test_lp_bound_is_deterministic() -> None:
+    """Same inputs, same bound (plans are compared by id; no wall-clock budget in the LP)."""
+    a, b = lower_bound_info(contended()), lower_bound_info(contended())
+    assert a == b
+
+
+def test_plan_json_names_the_active_bound(runner, examples) -> None:
+    from hetsched.cli.main import main
+
+    res = runner.invoke(main, ["plan", str(examples["jobs"]), "--cluster",
+                               str(examples["cluster"]), "--throughputs",
+                               str(examples["throughputs"]), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    lb = json.loads(res.stdout)["lower_bound"]
+    assert lb["kind"] in ("lp", "alone", "fluid")
+    assert 0 < lb["weighted_jct_s"] <= json.loads(res.stdout)["objective"]["weighted_jct_s"]
+
+
+def test_tail_term_is_the_least_c_minus_m_over_orders() -> None:
+    """Q(u) equals the best back-to-back order of the pieces (slowest first), by brute force."""
+    import itertools
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        pt = rng.uniform(1.0, 10.0, size=3)
+        u = rng.dirichlet(np.ones(3))
+        best = np.inf
+        for order in itertools.permutations(range(3)):
+            t, integral = 0.0, 0.0
+            ends = []
+            for r in order:
+                ends.append((r, t, t + u[r] * pt[r]))
+                t += u[r] * pt[r]
+            C = t
+            for r, s, e in ends:  # work u[r] spread evenly over [s, e]
+                integral += u[r] * (C - (s + e) / 2)
+            best = min(best, integral)
+        assert tail(u, pt) == pytest.approx(best, rel=1e-9)
+
+
+def test_pareto_configurations_drop_dominated_ones() -> None:
+    p = contended()
+    X, pt = pareto_configs(p, 0, _lattice(p, 0))
+    for r in range(len(X)):
+        for q in range(len(X)):
+            if q != r and (X[q] <= X[r]).all():
+                assert pt[q] > pt[r]  # a smaller one is kept only if strictly slower
