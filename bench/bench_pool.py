@@ -44,8 +44,9 @@ from hetsched.io.traces import parse_trace  # noqa: E402
 from hetsched.planning.pool import POOL_AUTO, plan_pool  # noqa: E402
 from hetsched.planning.pool.baselines import BASELINES  # noqa: E402
 from hetsched.planning.pool.evaluator import evaluate  # noqa: E402
-from hetsched.planning.pool.hare import alpha, hare_from, relaxation  # noqa: E402
+from hetsched.planning.pool.hare import hare_from  # noqa: E402
 from hetsched.planning.pool.problem import PoolProblem  # noqa: E402
+from hetsched.planning.pool.relaxation import alpha, relaxation  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
 TRACE = ROOT.parent / "shared" / "data" / "gavel" / "traces" / "msr-seed0-0e4a51.trace"

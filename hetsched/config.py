@@ -70,6 +70,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "seconds auto may spend: a candidate predicted to need more is skipped", float),
     Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0.0,
             "processes auto runs candidates in on large problems (0 = one per core)", float),
+    Setting("replan_online", "HETSCHED_REPLAN_ONLINE", 0.0,
+            "1: replan decides online: a started job keeps its GPU count and types, "
+            "only waiting and new jobs are placed (docs/online.md)", float),
     Setting("emulate_speed", "HETSCHED_EMULATE_SPEED", "",
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",

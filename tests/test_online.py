@@ -111,7 +111,8 @@ def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
 # ---------------------------------------------------------------------------
 # online: never use jobs that have not arrived
 
-ONLINE = [n for n in sorted(REGISTRY) if n not in ("exhaustive", "has")]
+ONLINE = [(n, {}) for n in sorted(REGISTRY) if n not in ("exhaustive", "has")] + [
+    ("opd", {"frames": "arrival"}), ("opd", {"eager": True})]
 
 
 def _problem(late_arrival: float | None) -> PlanningProblem:
@@ -136,11 +137,11 @@ def _decisions_before(plan, t: float) -> list[tuple]:  # noqa: ANN001
     return sorted(out)
 
 
-@pytest.mark.parametrize("policy", ONLINE)
-def test_a_hidden_late_job_changes_no_earlier_decision(policy) -> None:
+@pytest.mark.parametrize(("policy", "params"), ONLINE)
+def test_a_hidden_late_job_changes_no_earlier_decision(policy, params) -> None:
     late = 25.0
-    with_late = simulate(_problem(late), make_policy(policy))
-    without = simulate(_problem(None), make_policy(policy))
+    with_late = simulate(_problem(late), make_policy(policy, params))
+    without = simulate(_problem(None), make_policy(policy, params))
     before = _decisions_before(with_late, late)
     assert before, "the replay made decisions before the late arrival"
     assert before == _decisions_before(without, late)
@@ -148,11 +149,32 @@ def test_a_hidden_late_job_changes_no_earlier_decision(policy) -> None:
     assert jp.start_s >= late
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans())
-def test_opd_schedules_are_feasible_on_random_arrivals(inst, launch, eager) -> None:
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(max_jobs=4, max_gpus=8), st.sampled_from(ONLINE), st.floats(1.0, 400.0))
+def test_no_policy_peeks_at_a_job_before_it_arrives(inst, pol, late) -> None:
+    name, params = pol
+    first = inst.jobs[0]
+    extra = dataclasses.replace(first, name="late", arrival_s=max(j.arrival_s for j in inst.jobs)
+                                + late, weight=4.0)
+    hidden = PlanningProblem(inst.jobs, inst.cluster, inst.table)
+    shown = PlanningProblem([*inst.jobs, extra], inst.cluster, inst.table)
+    a = simulate(shown, make_policy(name, params))
+    b = simulate(hidden, make_policy(name, params))
+    assert _decisions_before(a, extra.arrival_s) == _decisions_before(b, extra.arrival_s)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans(),
+       st.sampled_from(["doubling", "arrival"]), st.sampled_from([0.0, 1.0, 60.0]),
+       st.sampled_from([0.0, 0.5]))
+def test_opd_schedules_are_feasible_on_random_arrivals(inst, launch, eager, frames, slot,
+                                                       noise) -> None:
+    # slots much longer than the jobs and +-50% wrong profiles: planned windows
+    # end long after (or before) the jobs do; the replay must still finish
     p = inst.problem()
-    plan = simulate(p, make_policy("opd", {"launch": launch, "eager": eager}))
+    pred = noisy_problem(p, noise, seed=2) if noise else None
+    plan = simulate(p, make_policy("opd", {"launch": launch, "eager": eager, "frames": frames,
+                                           "slot_s": slot}), predicted=pred)
     check_plan(p, plan)  # capacity, arrivals, bounds, timings recomputed from the model
     assert all(len(jp.segments) == 1 for jp in plan.jobs)  # non-preemptive, as the paper
     o = plan.extra["opd"]
@@ -198,7 +220,8 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
     r = subprocess.run(["hetsched", "simulate",
                         str(tmp_path / "trace.yaml"), "--cluster", str(tmp_path / "cluster.yaml"),
                         "--throughputs", str(tmp_path / "p.csv"), "--policy", "opd",
-                        "--noise", "0.2", "--json", str(tmp_path / "r.json")],
+                        "--noise", "0.2", "--out", str(tmp_path / "r.json"),
+                        "--png", str(tmp_path / "cdf.png")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "online/offline" in r.stdout and "alpha" in r.stdout
@@ -210,9 +233,40 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
         m["weighted_jct_s"] / body["offline"]["weighted_jct_s"], rel=1e-5)
     assert 0 < m["gpu_utilisation"] <= 1 and len(body["jobs"]) == 5
     assert body["opd"]["competitive_bound"] == 4 * body["opd"]["alpha"]
+    for png in ("cdf.png", "cdf-gantt.png"):  # JCT CDF and the online plan's Gantt chart
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run(["hetsched", "simulate",
                           str(tmp_path / "trace.yaml"), "--cluster",
                           str(tmp_path / "cluster.yaml"), "--throughputs",
                           str(tmp_path / "p.csv"), "--policy", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr
+
+
+def test_opd_releases_the_window_of_a_job_that_ended_early() -> None:
+    """A job predicted 1.9x too slow ends long before its planned window does.
+
+    Slots of 600 s; A (1,000 s true, 1,900 s predicted) holds both GPUs of the
+    only node in slots [1, 5); B arrives at 1,100 s, after A has ended, and
+    fits one slot. Its batch window [3, 4) lies inside A's stale window: opd
+    must see the GPUs are idle, release it, and start B at the next slot
+    (1,200 s) instead of waiting for an event that never comes.
+    """
+    from hetsched.core.estimates import Estimates
+
+    table = make_table({("w", "v100"): (0.0, 0.01, 64)})
+    cluster = make_cluster([("n1", "v100", 2)])
+    jobs = [make_job("A", "w", dataset_size=3125 * 64, global_batch=64, min_gpus=2,
+                     max_gpus=2),
+            make_job("B", "w", dataset_size=1875 * 64, global_batch=64, min_gpus=2,
+                     max_gpus=2, arrival_s=1100.0)]
+    p = PlanningProblem(jobs, cluster, table)
+    pred = noisy_problem(p, 0.0)
+    pred.a, pred.c = p.a.copy(), p.c.copy()
+    pred.c[0] *= 1.9
+    pred.estimates = Estimates.of(pred)
+    plan = simulate(p, make_policy("opd", {"frames": "arrival", "slot_s": 600}),
+                    predicted=pred)
+    check_plan(p, plan)
+    assert plan.job("A").end_s == pytest.approx(1000.0)
+    assert plan.job("B").start_s == pytest.approx(1200.0)

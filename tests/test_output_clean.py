@@ -40,7 +40,13 @@ CASES = [
     (["policies", "--format", "json"], "json"),
     (["config", "show", "--format", "json"], "json"),
     (["status", "--format", "json"], "json"),  # no state file yet: an empty batch
+    (["profiles", "list", "--format", "json"], "json"),
+    (["simulate", str(EX / "jobs.yaml"), "--cluster", str(EX / "cluster.yaml"),
+      "--throughputs", str(EX / "gavel_throughputs.csv"), "--policy", "fifo", "--offline",
+      "none", "--format", "json"], "json"),
 ]
+#: commands whose JSON needs a Slurm: their clean stdout is asserted on the testbed
+NEEDS_SLURM = {("profile",): "tests/slurm/test_e2e_runtime.py (json.loads of profile's stdout)"}
 
 
 @pytest.mark.parametrize(("args", "fmt"), CASES, ids=[" ".join(a[-4:]) for a, _ in CASES])
@@ -48,7 +54,7 @@ def test_stdout_is_only_the_document(args: list[str], fmt: str, tmp_path: Path) 
     res = run(args, tmp_path)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout) if fmt == "json" else yaml.safe_load(res.stdout)
-    assert isinstance(doc, (dict, list)) and doc
+    assert isinstance(doc, (dict, list))  # an empty listing is a document too
     assert "HiGHS" not in res.stdout
     if args[0] == "plan":
         assert doc["objective"]["weighted_jct_s"] > 0
@@ -72,5 +78,5 @@ def test_every_format_option_is_covered() -> None:
                 out.append(path)
         return out
 
-    covered = {tuple(a[: 2 if a[0] == "config" else 1]) for a, _ in CASES}
-    assert set(walk(main, ())) <= covered
+    covered = {tuple(a[: 2 if a[0] in ("config", "profiles") else 1]) for a, _ in CASES}
+    assert set(walk(main, ())) <= covered | set(NEEDS_SLURM)

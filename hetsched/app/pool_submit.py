@@ -26,14 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsched import config
+from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
 from hetsched.app.submit import (
     SubmitError,
     SubmitResult,
     _refuse_active_elsewhere,
+    base_sbatch,
     check_plan,
     files_dir,
+    time_limit,
 )
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
 from hetsched.io.files import atomic_write
 from hetsched.io.plan_json import dump_plan
@@ -114,19 +118,57 @@ def task_sequences(plan: Plan) -> list[str]:
     return out
 
 
+#: what ``hetsched exec`` can build without an entrypoint (runtime/workloads.py BUILTINS;
+#: tests/slurm/test_pool_submit.py keeps the two in step without importing torch here)
+EXECUTOR_WORKLOADS = frozenset(BUILTIN_SAMPLE_BYTES) | {"resnet50", "bert-base"}
+
+
+def not_poolable(plan: Plan) -> list[tuple[str, str]]:
+    """[(job, why)] for jobs the pool executor cannot train (it builds the model itself)."""
+    out = []
+    for j in plan.jobs:
+        spec = j.spec
+        if spec is None:
+            out.append((j.name, "the plan carries no job spec"))
+        elif not spec.entrypoint and spec.workload not in EXECUTOR_WORKLOADS:
+            out.append((j.name, f"workload {spec.workload!r} is not a built-in "
+                        f"({', '.join(sorted(EXECUTOR_WORKLOADS))}) and the job has no "
+                        "entrypoint" + ("; a command cannot run under the pool executor, "
+                                        "use space mode" if spec.command else "")))
+    return out
+
+
+def pool_sbatch(plan: Plan, sbatch: SbatchOptions | None) -> tuple[SbatchOptions, int]:
+    """The pool job's sbatch options and time limit (minutes).
+
+    ``hetsched submit``'s options over the config's (``base_sbatch``); a job
+    spec's own ``slurm:`` does not apply (one Slurm job runs every job). Without
+    a ``time``, the limit comes from the plan's makespan (``time_limit``).
+    """
+    opts = sbatch if sbatch is not None else base_sbatch()
+    limit = time_minutes(opts.time) if opts.time else time_limit(plan.makespan_s)[0]
+    return opts, limit
+
+
 def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                 dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
                 source: str = "plan", allow_active_elsewhere: bool = False,
-                progress: Callable[[str], None] | None = None) -> PoolSubmitResult:
+                progress: Callable[[str], None] | None = None,
+                sbatch: SbatchOptions | None = None) -> PoolSubmitResult:
     """Submit a pool-mode plan as one hetjob (see module doc)."""
     pid = check_plan(plan, source)
+    bad = not_poolable(plan)
+    if bad and not dry_run:
+        raise UnrunnableError(source, f"{len(bad)} of {len(plan.jobs)} jobs cannot run under "
+                              f"the pool executor: {listing(bad)}", "jobs")
+    opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
         dirs = default_dirs(store)
         script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
                              log_dir=base / "logs", report_dir=dirs.report_dir,
                              checkpoint_dir=dirs.checkpoint_dir, partition=partition,
-                             pin_nodes=pin_nodes)
+                             pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
         return PoolSubmitResult(pid, None, scripts={POOL_KEY: script},
                                 sequences=task_sequences(plan))
     if store is None or client is None:
@@ -137,7 +179,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
-                         partition=partition, pin_nodes=pin_nodes)
+                         partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
     jobs = [j for j in plan.jobs if j.segments]
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})

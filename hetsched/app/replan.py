@@ -1,6 +1,6 @@
 """``hetsched replan``: bring Slurm in line with a fresh plan after reset events.
 
-Made for cron (``* * * * * hetsched replan -t profiles.csv``):
+Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
 
 * **Lock.** An ``fcntl`` lock file serialises runs; a second run exits at once
   with code 75 (or waits ``--wait`` seconds). The kernel drops the lock when a
@@ -20,8 +20,11 @@ Made for cron (``* * * * * hetsched replan -t profiles.csv``):
   ``hetsched cancel``) is final.
 
 Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
-error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6 state
-file unusable, 75 another replan holds the lock.
+error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state
+file unusable (docs/reliability.md), 75 another replan holds the lock.
+
+Size: one use case whose steps (poll, work left, plan, decide, apply) read top to
+bottom here; the decision and the change table are already in replan_changes.py.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
-from hetsched.app.replan_changes import Change, decide, update_dependencies
+from hetsched.app.replan_changes import Change, Decision, decide, update_dependencies
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -144,6 +148,20 @@ class ReplanResult:
         return "; ".join(parts + self.notes())
 
 
+def _elastic_in_place(new_plan: Plan, rows: dict[str, Submission], dec: Any,
+                      result: ReplanResult, log: Callable[[str], None], dry_run: bool) -> None:
+    """Running elastic jobs that keep their GPUs are rescaled in place, not restarted."""
+    for jp in new_plan.jobs:
+        cur = rows.get(jp.name)
+        if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
+                and jp.spec.elastic and _rescale_in_place(
+                    jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
+                    dry_run):
+            dec.to_submit.discard(jp.name)
+            dec.to_cancel[:] = [c for c in dec.to_cancel if c.job != jp.name]
+            result.kept += [] if jp.name in result.kept else [jp.name]
+
+
 def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
                       log: Callable[[str], None], dry_run: bool) -> bool:
     """An elastic running job on the same GPUs switches shares at a step (runtime/elastic.py).
@@ -188,10 +206,16 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
 def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
            partition: str | None = None, spool: str | Path | None = None,
            force: bool = False, dry_run: bool = False, max_failures: int = 2,
-           log: Callable[[str], None] = lambda _m: None) -> ReplanResult:
-    """One replan pass (see module doc). The caller holds the lock."""
+           log: Callable[[str], None] = lambda _m: None,
+           online: bool | None = None) -> ReplanResult:
+    """One replan pass (see module doc). The caller holds the lock.
+
+    ``online`` (default: setting ``replan_online``): started jobs keep their
+    decided GPU count and types (pinned in the new plan, never resized).
+    """
     from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
 
+    online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
     if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
         from hetsched.app.pool_replan import pool_replan
@@ -210,9 +234,141 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     rows = latest_rows(store)
     now = time.time()
 
+    result = ReplanResult("replanned", reason)
+    jobs, keep_end_s = _work_left(store, rows, cycle, result, now=now, dry_run=dry_run,
+                                  max_failures=max_failures, log=log, online=online)
+    spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
+                            given_up=result.given_up, user_cancelled=result.user_cancelled,
+                            gave_up_now=result.gave_up_now)
+
+    old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
+    settings = how_planned(_stored_plan(store, old_id), policy)
+    cluster = load_inventory(client, partition).cluster
+    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
+    # the rest is replanned: one such job must never wedge replanning
+    jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
+        return result
+    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         **settings.make_plan_kwargs())
+    new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
+    new_plan.plan_id = None  # a fresh content hash: unique per replan
+    new = new_plan.to_dict()
+    new_plan.plan_id = new["plan_id"]
+    result.new_plan_id = new["plan_id"]
+    result.plan = new
+
+    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    result.kept = dec.kept
+    result.changes = dec.changes
+    _elastic_in_place(new_plan, rows, dec, result, log, dry_run)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    if dry_run:
+        result.status = "dry-run"
+        result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
+        result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
+        return result
+
+    _apply(store, client, new_plan, dec, result, partition, reason=reason, old_id=old_id)
+    store.mark_handled([e["id"] for e in pending_events])
+    _retire_spool(spool_files)
+    if not result.changed:
+        result.status = "unchanged"
+        result.reason = f"{reason}; plan unchanged for queued jobs"
+    return result
+
+
+def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: ReplanResult,
+           partition: str | None, *, reason: str, old_id: str | None) -> None:
+    """Bring Slurm in line with ``new_plan`` inside a recorded replan (failures recorded)."""
+    new_id = new_plan.plan_id
+    rid = store.begin_replan(reason, old_id)
+    try:
+        _bring_in_line(store, client, new_plan, dec, result, partition)
+    except BaseException as e:
+        store.finish_replan(rid, f"failed: {e}"[:500], new_id)
+        raise
+    store.finish_replan(rid, "ok", new_id, [i for _, i in result.cancelled],
+                        [i for _, i in result.submitted])
+
+
+def _retire_spool(spool_files: list[Path]) -> None:
+    """Move the jobs files taken from the spool to its done/ folder."""
+    for p in spool_files:
+        done_dir = p.parent / "done"
+        done_dir.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            p.rename(done_dir / p.name)
+
+
+def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], known: set[str],
+                log: Callable[[str], None]) -> list[Path]:
+    """Append the new jobs of spooled jobs files to ``jobs``; the files taken."""
+    spool_files: list[Path] = []
+    for e in pending_events:
+        if e["kind"] == "spool-new" and e["detail"]:
+            p = Path(e["detail"])
+            if not p.exists():
+                continue
+            for j in load_jobs(p):
+                if j.name in known:
+                    log(f"spool {p}: job {j.name!r} already known; ignored")
+                    continue
+                jobs.append(dataclasses.replace(j, arrival_s=0.0))
+                known.add(j.name)
+            spool_files.append(p)
+    return spool_files
+
+
+def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,
+                   result: ReplanResult, *, dry_run: bool,
+                   log: Callable[[str], None]) -> list[Job]:
+    """The jobs that can be placed now; the others wait (recorded, said): never a wedge."""
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    return jobs
+
+def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
+                   result: ReplanResult, partition: str | None) -> None:
+    """Submit, cancel and update in place what ``dec`` says (replan_changes.py)."""
+    if dec.to_submit:
+        # new hetjobs first: if this fails, the old ones are still queued
+        res = submit(new_plan, store, client, only=dec.to_submit, partition=partition,
+                     source="replan", allow_active_elsewhere=True, check_runnable=False)
+        result.submitted = res.submitted + res.skipped
+    else:
+        store.add_plan(new_plan.to_dict(), source="replan")
+    # marked before scancel, so no monitor reads hetsched's cancel as a user's
+    with store.tx():
+        for r in dec.to_cancel:
+            store.set_state(r.id, SUPERSEDED)
+    client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
+    result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
+    ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
+    result.changes += update_dependencies(new_plan, result.kept, ids, client)
+
+
+def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,
+               *, now: float, dry_run: bool, max_failures: int,
+               log: Callable[[str], None], online: bool = False
+               ) -> tuple[list[Job], dict[str, float]]:
+    """The jobs to plan again (the rest of running ones) and, per running job, the
+    seconds left where it runs; done, cancelled and given-up jobs go to ``result``."""
     jobs: list[Job] = []
     keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
-    result = ReplanResult("replanned", reason)
     for name, row in rows.items():
         if row.state == "COMPLETED":
             result.done.append(name)
@@ -250,106 +406,13 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
             keep_end_s[name] = frac * planned  # where it runs now
+            if online and row.workers:  # online: a started job's decision is stable
+                keep_end_s[name] = 0.0  # moving it never "pays"
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
-    known = {j.name for j in jobs} | set(rows)
-    spool_files: list[Path] = []
-    for e in pending_events:
-        if e["kind"] == "spool-new" and e["detail"]:
-            p = Path(e["detail"])
-            if not p.exists():
-                continue
-            for j in load_jobs(p):
-                if j.name in known:
-                    log(f"spool {p}: job {j.name!r} already known; ignored")
-                    continue
-                jobs.append(dataclasses.replace(j, arrival_s=0.0))
-                known.add(j.name)
-            spool_files.append(p)
-    if not jobs:
-        if not dry_run:
-            store.mark_handled([e["id"] for e in pending_events])
-        return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
-                            given_up=result.given_up, user_cancelled=result.user_cancelled,
-                            gave_up_now=result.gave_up_now)
-
-    old_raw = store.active_plan()
-    old_id = (old_raw or {}).get("plan_id")
-    settings = how_planned(_stored_plan(store, old_id), policy)
-    cluster = load_inventory(client, partition).cluster
-    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
-    # the rest is replanned: one such job must never wedge replanning
-    jobs, waiting = split_placeable(jobs, cluster, table)
-    for job, why in waiting:
-        log(f"job {job.name}: waits, cannot be placed now: {why}")
-        result.waiting.append((job.name, why))
-        if not dry_run:
-            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
-    if not jobs:
-        if not dry_run:
-            store.mark_handled([e["id"] for e in pending_events])
-        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
-        return result
-    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         **settings.make_plan_kwargs())
-    new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
-    new_plan.plan_id = None  # a fresh content hash: unique per replan
-    new = new_plan.to_dict()
-    new_plan.plan_id = new["plan_id"]
-    result.new_plan_id = new["plan_id"]
-    result.plan = new
-
-    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
-                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
-    to_submit, to_cancel = dec.to_submit, dec.to_cancel
-    result.kept = dec.kept
-    result.changes = dec.changes
-    for jp in new_plan.jobs:  # elastic jobs keeping their GPUs: rescale in place
-        cur = rows.get(jp.name)
-        if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
-                and jp.spec.elastic and _rescale_in_place(
-                    jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
-                    dry_run):
-            to_submit.discard(jp.name)
-            to_cancel = [c for c in to_cancel if c.job != jp.name]
-            result.kept += [] if jp.name in result.kept else [jp.name]
-    if dry_run:
-        result.status = "dry-run"
-        result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
-        result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
-        return result
-
-    rid = store.begin_replan(reason, old_id)
-    try:
-        if to_submit:
-            # new hetjobs first: if this fails, the old ones are still queued
-            res = submit(new_plan, store, client, only=to_submit, partition=partition,
-                         source="replan", allow_active_elsewhere=True, check_runnable=False)
-            result.submitted = res.submitted + res.skipped
-        else:
-            store.add_plan(new, source="replan")
-        # marked before scancel, so no monitor reads hetsched's cancel as a user's
-        with store.tx():
-            for r in to_cancel:
-                store.set_state(r.id, SUPERSEDED)
-        client.cancel([r.slurm_id for r in to_cancel if r.slurm_id])
-        result.cancelled = [(r.job, r.slurm_id or "") for r in to_cancel]
-        ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
-        result.changes += update_dependencies(new_plan, result.kept, ids, client)
-    except BaseException as e:
-        store.finish_replan(rid, f"failed: {e}"[:500], new["plan_id"])
-        raise
-    store.finish_replan(rid, "ok", new["plan_id"], [i for _, i in result.cancelled],
-                        [i for _, i in result.submitted])
-    store.mark_handled([e["id"] for e in pending_events])
-    for p in spool_files:
-        done_dir = p.parent / "done"
-        done_dir.mkdir(exist_ok=True)
-        with contextlib.suppress(OSError):
-            p.rename(done_dir / p.name)
-    if not result.changed:
-        result.status = "unchanged"
-        result.reason = f"{reason}; plan unchanged for queued jobs"
-    return result
+    return jobs, keep_end_s
 
 
 def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:

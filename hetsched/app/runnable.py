@@ -27,7 +27,8 @@ from hetsched.errors import InputError
 #: the runtime's built-in workloads and the bytes one synthetic sample takes
 #: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
 BUILTIN_SAMPLE_BYTES = {"mlp": 64 * 4 + 8, "cnn": 3 * 16 * 16 * 4 + 8,
-                        "transformer": 16 * 8 + 8, "tiny-transformer": 16 * 8 + 8}
+                        "transformer": 16 * 8 + 8, "tiny-transformer": 16 * 8 + 8,
+                        "resnet50": 3 * 64 * 64 * 4 + 8, "bert-base": 128 * 8 + 8}
 #: the most memory a built-in's synthetic dataset may take on a node
 MAX_BUILTIN_DATASET_BYTES = 4 * 2**30
 

@@ -21,7 +21,8 @@ from hetsched.app.replan import latest_rows
 from hetsched.app.submit import files_dir
 from hetsched.io.reports import read_reports
 from hetsched.slurm.client import JobInfo, SlurmClient
-from hetsched.state.store import CANCELLED, GAVE_UP, Store, Submission
+from hetsched.slurm.templates import submission_comment
+from hetsched.state.store import CANCELLED, GAVE_UP, SUBMITTING, Store, Submission
 
 RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
 PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "SUBMITTING", "SUSPENDED"})
@@ -103,12 +104,22 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
     rows = latest_rows(store)
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
+    tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
+              if j.comment.startswith("hetsched:")}
     for name, row in sorted(rows.items()):
-        comps = by_leader.get(row.slurm_id or "", [])
+        sid = row.slurm_id
+        adopted = ""
+        if sid is None and row.state == SUBMITTING:
+            # killed between sbatch and recording the id: find it by its tag
+            sid = tagged.get(submission_comment(row.plan_id, name, row.segment))
+            adopted = ("sbatch's reply was not recorded (submit killed?); `hetsched "
+                       "submit` again adopts it" if sid else
+                       "submit was killed before sbatch answered; `hetsched submit` again")
+        comps = by_leader.get(sid or "", [])
         state = combined_state(comps) if comps else row.state
         slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                          and c.reason != "None"}))
-        reason = _hetsched_reason(row, events) or slurm_reason
+        reason = adopted or _hetsched_reason(row, events) or slurm_reason
         starts = [c.start_time for c in comps if c.start_time]
         ends = [c.end_time for c in comps if c.end_time]
         elapsed = None
@@ -124,7 +135,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
         for w in row.workers:
             types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
         out.append(JobStatus(
-            job=name, plan_id=row.plan_id, slurm_id=row.slurm_id or "-", state=state,
+            job=name, plan_id=row.plan_id, slurm_id=sid or "-", state=state,
             reason=reason, gpus=" ".join(f"{k}x{v}" for k, v in sorted(types.items())),
             elapsed_s=round(elapsed, 1) if elapsed is not None else None,
             predicted_start=round(t0 + jp["start_s"], 1) if jp and t0 else None,

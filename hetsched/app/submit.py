@@ -174,7 +174,8 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
 
         return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
                            pin_nodes=pin_nodes, source=source,
-                           allow_active_elsewhere=allow_active_elsewhere, progress=progress)
+                           allow_active_elsewhere=allow_active_elsewhere, progress=progress,
+                           sbatch=sbatch)
     pid = check_plan(plan, source)
     preds = predecessors(plan)
     bad = unrunnable(plan, only) if check_runnable else []
@@ -212,6 +213,19 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                           order=order, after={k: v for k, v in preds.items() if k in scripts},
                           unrunnable=bad)
 
+    _submit_in_order(plan, store, client, scripts, preds, result, base, progress)
+    if result.submitted:
+        store.add_event("submitted", detail=json.dumps(
+            {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
+    return result
+
+
+def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
+                     scripts: Mapping[str, tuple[int, Script]], preds: Mapping[str, list[str]],
+                     result: SubmitResult, base: Path,
+                     progress: Callable[[str], None] | None) -> None:
+    """The sbatch loop: in the plan's order, with dependencies, all or nothing."""
+    pid, order = result.plan_id, result.order
     # crash recovery: intents without an id may have reached Slurm
     pending_intents = {name: store.submission(pid, name, seg) for name, (seg, _) in
                        scripts.items()}
@@ -265,10 +279,6 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                     f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
                     f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
                     "nothing from this run remains queued")
-    if result.submitted:
-        store.add_event("submitted", detail=json.dumps(
-            {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
-    return result
 
 
 @contextlib.contextmanager

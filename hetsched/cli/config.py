@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsched import config
+from hetsched.cli.options import format_option
 
 
 @click.group("config")
@@ -21,8 +22,7 @@ def config_cmd() -> None:
 
 
 @config_cmd.command("show")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="Output format.")
+@format_option("table", "json")
 def show_cmd(fmt: str) -> None:
     """Print each setting's effective value and its origin."""
     rows = config.show()

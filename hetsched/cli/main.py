@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsched import __version__
+from hetsched.cli.options import format_option, partition_option
 from hetsched.errors import HetschedError, InputError
 
 if TYPE_CHECKING:
@@ -84,14 +85,14 @@ def _write(path: str, text: str) -> None:
 
 
 @main.command()
-# Input paths are plain strings (no click.Path(dir_okay=False)): click would answer a
-# directory with a three-line usage error; the loaders say it in one line.
-@click.argument("jobs_file", metavar="JOBS.yaml")
-@click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml",
+# Input paths are click.Path() without checks: completion offers files, and the loaders
+# answer a directory or a missing file in one line (click's check is a three-line usage error).
+@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path())
+@click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml", type=click.Path(),
               help="Cluster YAML (nodes, GPU types, bandwidths). Default: read the partition "
                    "from Slurm when one is reachable.")
-@click.option("--partition", help="Slurm partition to read when no --cluster is given.")
-@click.option("--throughputs", "tp_file", metavar="PROFILES.csv",
+@partition_option("Slurm partition to read when no --cluster is given.")
+@click.option("--throughputs", "tp_file", metavar="PROFILES.csv", type=click.Path(),
               help="Throughput CSV: workload,gpu_type,local_batch,step_time_s[,sync_time_s]"
                    "[,max_local_batch].")
 @click.option("--policy", default="auto", show_default=True,
@@ -102,9 +103,8 @@ def _write(path: str, text: str) -> None:
               help="Keep each job's first placement; freed GPUs only go to waiting jobs.")
 @click.option("--restart-cost", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds a running job loses when its GPUs change (checkpoint, requeue, reload).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table",
-              show_default=True, help="Output format on stdout.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
+@format_option("table", "json", "yaml")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
 @click.option("--gantt", "gantt_png", type=click.Path(dir_okay=False),
               help="Write a per-GPU Gantt chart PNG here.")
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
@@ -215,8 +215,7 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("table", "json")
 def policies(fmt: str) -> None:
     """List every policy (space and pool mode) with its parameters and the paper it comes from."""
     from hetsched.planning.registry import listing
@@ -288,10 +287,12 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
 
 def _register_commands() -> None:
     """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
+    from hetsched.cli import replan as cli_replan
     from hetsched.cli import slurm as cli_slurm
+    from hetsched.cli import testbed as cli_testbed
 
-    for cmd in (cli_slurm.testbed, cli_slurm.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_slurm.replan_cmd,
+    for cmd in (cli_testbed.testbed, cli_testbed.cluster, cli_slurm.submit_cmd,
+                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_replan.replan_cmd,
                 cli_slurm.cancel_cmd):
         main.add_command(cmd)
     from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles

@@ -79,12 +79,17 @@ def summary_table(plan: Plan) -> Table:
     tab.add_row("average JCT", f"{plan.avg_jct_s:,.1f} s ({fmt_s(plan.avg_jct_s)})")
     tab.add_row("makespan", f"{plan.makespan_s:,.1f} s ({fmt_s(plan.makespan_s)})")
     tab.add_row("Jain fairness", f"{plan.fairness:.3f}")
-    tab.add_row("lower bound", f"{plan.lower_bound_s:,.1f} s (gap {plan.gap * 100:.1f}%)")
+    kind = plan.lower_bound_extra.get("kind")
+    tab.add_row("lower bound", f"{plan.lower_bound_s:,.1f} s (gap {plan.gap * 100:.1f}%"
+                + (f", {kind} bound)" if kind else ")"))
     tab.add_row("planning time", f"{plan.planning_time_s:.3f} s")
     if plan.candidates:
         best = min(plan.candidates.values())
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
+    skipped = plan.extra.get("skipped")
+    if isinstance(skipped, dict) and skipped:
+        tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))
     return tab
 
 

@@ -11,32 +11,31 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from hetsched import config
+from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.errors import InputError
-
-STATE_HELP = "State file (SQLite). Default: $HETSCHED_STATE, else ~/.local/state/hetsched/state.db"
-
 
 # ---------------------------------------------------------------------------
 # run
 
 
 @click.command("run")
-@click.option("--plan", "plan_path", required=True, help="Plan JSON (the hetjob passes it).")
+@click.option("--plan", "plan_path", type=click.Path(), required=True, help="Plan JSON (the hetjob passes it).")
 @click.option("--job", required=True, help="Job name in the plan.")
 @click.option("--segment", type=click.IntRange(0), default=None,
               help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
 @click.option("--local", is_flag=True,
               help="Run every rank of the segment as local processes (tests, demos).")
-@click.option("--checkpoint", default=None,
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
               help="Checkpoint file (default: $HETSCHED_CHECKPOINT_DIR/JOB.pt, else "
               "STATE.files/checkpoints/JOB.pt). An existing one is resumed.")
 @click.option("--checkpoint-every", type=click.IntRange(1), default=None,
               help="Steps between checkpoints [default: 50].")
-@click.option("--report", default=None, help="Report file (JSON lines) [default: "
+@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Report file (JSON lines) [default: "
               "$HETSCHED_REPORT_DIR/JOB.jsonl, else STATE.files/reports/JOB.jsonl].")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Override the job's epochs.")
@@ -72,17 +71,23 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
 
 
 @click.command("exec")
-@click.option("--plan", "plan_path", required=True, help="Pool plan JSON (the pool job passes it).")
+@click.option("--plan", "plan_path", type=click.Path(), required=True, help="Pool plan JSON (the pool job passes it).")
 @click.option("--gpu", "gpu", default=None,
               help="This executor's plan GPU id NODE-gINDEX (default: $HETSCHED_POOL_GPUS"
               "[rank], else the plan's GPU order).")
 @click.option("--local", is_flag=True,
               help="Run every GPU's executor as a local process on this machine (tests, demos).")
-@click.option("--report-dir", default=None, help="Reports go to DIR/PLAN_ID/gpu-GPU.jsonl "
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              envvar="HETSCHED_REPORT_DIR", show_envvar=True, help="Reports go to DIR/PLAN_ID/gpu-GPU.jsonl "
               "[default: $HETSCHED_REPORT_DIR, else STATE.files/reports].")
-@click.option("--checkpoint-dir", default=None, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
+              envvar="HETSCHED_CHECKPOINT_DIR", show_envvar=True, help="Checkpoints: DIR/PLAN_ID/JOB.pt, one per "
               "job at round boundaries; existing ones are resumed [default: "
               "$HETSCHED_CHECKPOINT_DIR, else STATE.files/checkpoints].")
+@click.option("--checkpoint-every", "checkpoint_every_s", type=click.FloatRange(min=0),
+              default=0.0, show_default=True,
+              help="Seconds between a job's checkpoints: at the first round boundary after "
+              "them (0: every round; a job's last round always).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Force the device (default: CUDA when torch sees a GPU).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -90,8 +95,8 @@ def run_cmd(plan_path: str, job: str, segment: int | None, local: bool, checkpoi
               help="Ignore the plan's speculative memory plan: evict every model after its "
               "task (for comparison).")
 def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | None,
-             checkpoint_dir: str | None, device: str | None, seed: int,
-             no_residency: bool) -> None:
+             checkpoint_dir: str | None, checkpoint_every_s: float, device: str | None,
+             seed: int, no_residency: bool) -> None:
     """Run a pool plan's task sequences: this GPU's executor inside a Slurm step.
 
     `srun` starts one executor per pool GPU; rank 0 also runs the coordinator
@@ -104,6 +109,7 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
     from hetsched.runtime.executor.entry import default_dirs, run_local, run_rank
 
     opts = default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
+                         "checkpoint_every_s": checkpoint_every_s,
                          "device": device, "seed": seed, "residency": not no_residency,
                          "local": local})
     if local:
@@ -127,7 +133,8 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
 @click.option("--workload", required=True, help="Workload key (a built-in, or with --entrypoint).")
 @click.option("--gpu-type", required=True, help="GPU type the rows are recorded under.")
 @click.option("--batches", required=True, help="Local batch sizes to sweep, e.g. 8,16,32,64.")
-@click.option("--out", required=True, help="CSV to write (throughput format).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="CSV to write (throughput format).")
 @click.option("--entrypoint", default=None, help="module:function building the workload.")
 @click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True,
@@ -162,12 +169,11 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 
 
 @click.command("profile")
-@click.argument("jobs_file", metavar="JOBS.yaml")
-@click.option("--partition", "-p", default=None,
-              help="Partition whose GPU types are probed (default: $HETSCHED_PARTITION).")
-@click.option("--cluster", "cluster_file", default=None,
+@click.argument("jobs_file", metavar="JOBS.yaml", type=click.Path())
+@partition_option("Partition whose GPU types are probed (default: the `partition` setting).")
+@click.option("--cluster", "cluster_file", type=click.Path(), default=None,
               help="Cluster YAML instead of asking Slurm which GPU types exist.")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@state_option
 @click.option("--dry-run", is_flag=True, help="Print the probe scripts; submit nothing.")
 @click.option("--batches", default=None,
               help="Local batch sweep (default: powers of two up to each job's global batch).")
@@ -179,11 +185,11 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--force", is_flag=True, help="Probe even pairs that have history.")
 @click.option("--retry-unusable", is_flag=True, help="Probe again pairs marked unusable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@format_option("table", "json")
 def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                 state_path: str | None, dry_run: bool, batches: str | None, time_limit: float,
                 queue_wait: float, warmup: int, steps: int, force: bool, retry_unusable: bool,
-                as_json: bool) -> None:
+                fmt: str) -> None:
     """Probe every (workload, GPU type) of JOBS.yaml that has no usable profile history.
 
     One short probe job per pair, submitted through Slurm to that GPU type;
@@ -195,7 +201,7 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     from hetsched.app.profile import parse_batches, plan_probes, render_probes, run_probes
     from hetsched.app.submit import files_dir
     from hetsched.io.specs import load_cluster, load_jobs
-    from hetsched.state.store import default_path, open_store
+    from hetsched.state.store import open_store
 
     jobs = load_jobs(jobs_file)
     part = partition or config.get("partition") or None
@@ -210,28 +216,8 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         types = list(load_cluster_from_slurm(client, part).gpu_types)
     sweep = parse_batches(batches) if batches else None
     if dry_run:
-        from hetsched.state.store import Store
-
-        path = Path(state_path) if state_path else default_path()
-        st: Store | None = open_store(path) if path.exists() else None
-        try:
-            specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
-                                         retry_unusable=retry_unusable)
-        finally:
-            if st is not None:
-                st.close()
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
-                                 warmup=warmup, steps=steps)
-            for o in outs:
-                assert o.script is not None
-                click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")
-                click.echo(o.script.read_text(), nl=False)
-        for label, why in sorted(skipped.items()):
-            click.echo(f"# skip {label}: {why}", err=True)
-        click.echo(f"# dry run: {len(specs)} probes; nothing submitted", err=True)
+        _profile_dry_run(jobs, types, state_path, sweep, part, time_limit, warmup, steps,
+                         force=force, retry_unusable=retry_unusable)
         return
     with open_store(state_path) as st:
         specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
@@ -239,7 +225,10 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         for label, why in sorted(skipped.items()):
             click.echo(f"skip {label}: {why}", err=True)
         if not specs:
-            click.echo("nothing to probe: every (workload, GPU type) has history")
+            if fmt == "json":
+                click.echo(json.dumps({"wall_s": 0.0, "probes": []}, indent=2))
+            else:
+                click.echo("nothing to probe: every (workload, GPU type) has history")
             return
         if client is None:
             from hetsched.slurm.client import CliSlurmClient
@@ -252,7 +241,7 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                           progress=lambda m: click.echo(m, err=True))
         wall = time.monotonic() - t0
     ok = sum(o.status == "ok" for o in outs)
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
             {"workload": o.spec.workload, "gpu_type": o.spec.gpu_type, "status": o.status,
              "slurm_id": o.slurm_id, "reason": o.reason, "rows": len(o.rows),
@@ -261,6 +250,37 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     else:
         click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
                    f"{len(outs) - ok} pairs marked unusable")
+
+
+def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
+                     sweep: tuple[int, ...] | None, part: str | None, time_limit: float,
+                     warmup: int,
+                     steps: int, *, force: bool, retry_unusable: bool) -> None:
+    """``profile --dry-run``: print the probe scripts that would be submitted."""
+    import tempfile
+
+    from hetsched.app.profile import plan_probes, render_probes
+    from hetsched.state.store import Store, default_path, open_store
+
+    path = Path(state_path) if state_path else default_path()
+    st: Store | None = open_store(path) if path.exists() else None
+    try:
+        specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
+                                     retry_unusable=retry_unusable)
+    finally:
+        if st is not None:
+            st.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
+                             warmup=warmup, steps=steps)
+        for o in outs:
+            assert o.script is not None
+            click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")
+            click.echo(o.script.read_text(), nl=False)
+    for label, why in sorted(skipped.items()):
+        click.echo(f"# skip {label}: {why}", err=True)
+    click.echo(f"# dry run: {len(specs)} probes; nothing submitted", err=True)
+
 
 
 # ---------------------------------------------------------------------------
@@ -273,16 +293,16 @@ def profiles() -> None:
 
 
 @profiles.command("list")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--json", "as_json", is_flag=True)
-def profiles_list(state_path: str | None, as_json: bool) -> None:
+@state_option
+@format_option("table", "json")
+def profiles_list(state_path: str | None, fmt: str) -> None:
     """One line per (workload, GPU type): fit a + c*b, batches, status, source."""
     from hetsched.state.history import listing
     from hetsched.state.store import open_store
 
     with open_store(state_path) as st:
         rows = listing(st)
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
@@ -301,8 +321,9 @@ def profiles_list(state_path: str | None, as_json: bool) -> None:
 
 
 @profiles.command("export")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
-@click.option("--out", "-o", default=None, help="CSV file (default stdout).")
+@state_option
+@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+              help="CSV file (default stdout).")
 @click.option("--workload", default=None)
 @click.option("--gpu-type", default=None)
 def profiles_export(state_path: str | None, out: str | None, workload: str | None,
@@ -323,8 +344,8 @@ def profiles_export(state_path: str | None, out: str | None, workload: str | Non
 
 
 @profiles.command("import")
-@click.argument("csv_file")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.argument("csv_file", type=click.Path())
+@state_option
 def profiles_import(csv_file: str, state_path: str | None) -> None:
     """Add a throughput CSV's rows to the history (e.g. measurements from elsewhere)."""
     from hetsched.io.profiles import load_throughputs
@@ -338,7 +359,7 @@ def profiles_import(csv_file: str, state_path: str | None) -> None:
 
 
 @profiles.command("forget")
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@state_option
 @click.option("--workload", default=None)
 @click.option("--gpu-type", default=None)
 @click.option("--all", "everything", is_flag=True, help="Forget the whole history.")
@@ -354,8 +375,8 @@ def profiles_forget(state_path: str | None, workload: str | None, gpu_type: str 
 
 
 @profiles.command("refine")
-@click.argument("reports", nargs=-1)
-@click.option("--state", "state_path", default=None, help=STATE_HELP)
+@click.argument("reports", nargs=-1, type=click.Path())
+@state_option
 @click.option("--alpha", type=float, default=0.3, show_default=True,
               help="EWMA weight of a new measurement.")
 def profiles_refine(reports: tuple[str, ...], state_path: str | None, alpha: float) -> None:

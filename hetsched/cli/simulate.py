@@ -7,14 +7,16 @@ from pathlib import Path
 
 import click
 
+from hetsched.cli.options import format_option
 from hetsched.errors import InputError
 
 
 @click.command("simulate")
-@click.argument("trace", metavar="TRACE.yaml")
+@click.argument("trace", metavar="TRACE", type=click.Path())
 @click.option("--cluster", "cluster_file", metavar="CLUSTER.yaml", required=True,
+              type=click.Path(),
               help="Cluster YAML to replay the trace on.")
-@click.option("--throughputs", "tp_file", metavar="PROFILES.csv",
+@click.option("--throughputs", "tp_file", metavar="PROFILES.csv", type=click.Path(),
               help="Throughput CSV (the true step times). Default: the profile history.")
 @click.option("--policy", default="opd", show_default=True,
               help="Policy run online (any of `hetsched policies` but auto).")
@@ -28,18 +30,19 @@ from hetsched.errors import InputError
               help="Seconds a running job loses when its GPUs change.")
 @click.option("--offline", default="auto", show_default=True,
               help="Policy of the offline reference plan (all profiles true); 'none' skips it.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False),
+@click.option("--out", "-o", "json_out", type=click.Path(dir_okay=False),
               help="Write the results (metrics, ratios, per-job rows) as JSON here.")
+@format_option("table", "json")
 @click.option("--png", "png_out", type=click.Path(dir_okay=False),
               help="Write a JCT CDF (online vs offline) here; a Gantt chart goes beside it "
                    "(NAME-gantt.png).")
 def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str,
                  params: tuple[str, ...], noise: float, seed: int, restart_cost: float,
-                 offline: str, json_out: str | None, png_out: str | None) -> None:
+                 offline: str, json_out: str | None, png_out: str | None, fmt: str) -> None:
     """Replay TRACE's jobs in arrival order with POLICY deciding online.
 
     TRACE is a jobs YAML with arrival_s (`hetsched convert gavel-trace` makes
-    one). The policy sees a job only once it has arrived and is asked again at
+    one) or a Gavel .trace file. The policy sees a job only once it has arrived and is asked again at
     every arrival and completion (receding horizon). Prints weighted and
     average JCT, makespan, queueing delay, GPU utilisation, restarts per job,
     and the ratios to the offline plan and to the lower bound (the empirical
@@ -51,7 +54,13 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     from hetsched.io.specs import load_jobs
     from hetsched.planning.space.policies.base import parse_param
 
-    jobs = load_jobs(trace)
+    if trace.endswith(".trace"):  # a Gavel trace as is (what `convert gavel-trace` reads)
+        from hetsched.io.specs import parse_jobs
+        from hetsched.io.traces import parse_trace
+
+        jobs = parse_jobs(parse_trace(trace)[0], trace)
+    else:
+        jobs = load_jobs(trace)
     cluster = _load_cluster(cluster_file, None)
     table = _load_throughputs(tp_file)
     kv = dict(parse_param(p) for p in params)
@@ -65,6 +74,9 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
         _write(json_out, json.dumps(body, indent=2) + "\n")
     if png_out:
         _pngs(res, png_out)
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2))
+        return
     con = _stdout_console()
     m = res.metrics
     con.print(f"policy {policy} online, noise {noise:.0%}, {len(jobs)} jobs")

@@ -25,8 +25,9 @@ def _path(state: str | None) -> Path:
 
 
 state_option = click.option(
-    "--state", "state", type=click.Path(dir_okay=False), metavar="PATH",
-    help="State file (default: HETSCHED_STATE or the configured one).")
+    "--state", "state", type=click.Path(), metavar="PATH",
+    envvar="HETSCHED_STATE", show_envvar=True,
+    help="State file (default: the `state` setting, see hetsched config show).")
 
 
 @click.group("state")

@@ -61,8 +61,8 @@ class SegmentModel(_Strict):
     compute_s: Seconds = 0.0
     comm_s: Seconds = 0.0
     iterations: Annotated[Seconds, Field(description=(
-        "iterations run in this segment, after its restart: end_s - start_s = "
-        "restart_s + iterations * iteration_s"))] = 0.0
+        "iterations run in this segment, after its restart: iterations * iteration_s "
+        "= max(0, end_s - start_s - restart_s)"))] = 0.0
     restart_s: Annotated[Seconds, Field(description=(
         "seconds of the segment spent restarting (checkpoint, requeue, reload) before "
         "its first iteration; 0 for a job's first segment"))] = 0.0

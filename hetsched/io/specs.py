@@ -79,7 +79,8 @@ class _Fields:
         if len(s) > limits.MAX_STRING:
             raise self._err(key, f"{len(s)} characters; the limit is {limits.MAX_STRING}")
         if pattern is not None and not pattern.match(s):
-            raise self._err(key, f"{s!r} is not valid; expected {valid or pattern.pattern}")
+            shown = repr(s) if len(s) <= 80 else f"{s[:60]!r}... ({len(s)} characters)"
+            raise self._err(key, f"{shown} is not valid; expected {valid or pattern.pattern}")
         return s
 
     def num(self, key: str, bound: limits.Bound, default: float | None = None) -> float:
@@ -113,7 +114,8 @@ TARGET_LOSS = limits.Bound(-1e12, 1e12)
 def parse_job(data: Any, source: str, index: int) -> Job:
     """Validate one job mapping from a jobs file."""
     name_hint = data.get("name") if isinstance(data, Mapping) else None
-    where = f"job {name_hint!r}" if isinstance(name_hint, str) else f"jobs[{index}]"
+    where = (f"job {name_hint!r}" if isinstance(name_hint, str) and len(name_hint) <= 256
+             else f"jobs[{index}]")
     f = _Fields(data, source, where, JOB_FIELDS)
     name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
     workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -107,10 +108,6 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many.
     Returns ``{"weighted_jct_s", "intervals", "configs", "time_s"}``.
     """
-    import pulp
-
-    from hetsched.planning.solver import lp_solver
-
     t_start = time.perf_counter()
     if time_limit_s is None:
         time_limit_s = TIME_LIMIT_S
@@ -123,23 +120,49 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     a = p.arrival.astype(float)
     t0 = float(a.min())
     t1 = float(a.max() + Pmin.sum())
-    first = max(float(Pmin.min()) / 4.0, (t1 - t0) * 1e-6, 1e-9)
     n_conf = sum(len(X) for X, _ in confs)
-    n = n_intervals
+    bnd = _fitting_grid(a, t0, t1, max(float(Pmin.min()) / 4.0, (t1 - t0) * 1e-6, 1e-9),
+                        n_intervals, n_conf)
+    if bnd is None:
+        return None
+    scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
+    lp = _build(p, confs, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale)
+    value, rounds = _solve_rounds(lp, p.weight.astype(float), (a - t0) / scale, confs, scale,
+                                  time_limit_s)
+    if not math.isfinite(value):
+        return None
+    return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
+            "configs": n_conf, "rounds": rounds, "time_s": time.perf_counter() - t_start}
+
+
+def _fitting_grid(a: np.ndarray, t0: float, t1: float, first: float, n: int,
+                  n_conf: int) -> np.ndarray | None:
+    """The finest geometric grid (halving ``n``) whose LP stays under MAX_VARS, else None."""
     while True:
         bnd = _grid(a, t0, t1, first, n)
         if n_conf * len(bnd) <= MAX_VARS or n <= 8:
             break
         n //= 2
-    if n_conf * len(bnd) > MAX_VARS:
-        return None
-    K = len(bnd) - 1  # bounded intervals; index K is [t1, inf)
-    scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
-    left = (bnd - t0) / scale
-    au = (a - t0) / scale
+    return None if n_conf * len(bnd) > MAX_VARS else bnd
+
+
+@dataclass
+class _LP:
+    prob: Any
+    C: list[Any]
+    MB: list[Any]
+    U: list[list[Any]]
+
+
+def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
+           left: np.ndarray, au: np.ndarray, scale: float) -> _LP:
+    """The time-indexed LP over each job's configurations (module docstring)."""
+    import pulp
+
+    K = len(left) - 1  # bounded intervals; index K is [t1, inf)
     prob = pulp.LpProblem("space_bound", pulp.LpMinimize)
     cap: dict[tuple[int, int], list[tuple[Any, float]]] = {}
-    C, MB, U = [], [], []
+    lp = _LP(prob, [], [], [])
     for i, (X, pt) in enumerate(confs):
         ptu = pt / scale
         work, run, mbt = [], [], []
@@ -165,34 +188,41 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         prob += pulp.lpSum(work) == 1
         c = prob.add_variable(f"C_{i}", lowBound=float(au[i] + Pmin[i] / scale))
         prob += c >= float(au[i]) + pulp.lpSum(v * q for v, q in run)
-        MB.append(pulp.lpSum(v * lo for v, lo in mbt))
-        U.append([pulp.lpSum(vs) for vs in per_conf])
+        lp.MB.append(pulp.lpSum(v * lo for v, lo in mbt))
+        lp.U.append([pulp.lpSum(vs) for vs in per_conf])
         # the tail cut at "everything on the fastest configuration": C >= M + P/2
-        prob += c >= MB[i] + float(Pmin[i] / scale / 2.0)
-        C.append(c)
+        prob += c >= lp.MB[i] + float(Pmin[i] / scale / 2.0)
+        lp.C.append(c)
     for (ty, k), terms in cap.items():
         prob += pulp.lpSum(v * q for v, q in terms) <= float(p.n_type[ty]) * float(
             left[k + 1] - left[k])
-    w = p.weight.astype(float)
-    prob += pulp.lpSum(float(w[i]) * C[i] for i in range(p.S))
+    prob += pulp.lpSum(float(p.weight[i]) * lp.C[i] for i in range(p.S))
+    return lp
+
+
+def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
+                  confs: list[tuple[np.ndarray, np.ndarray]], scale: float,
+                  time_limit_s: float) -> tuple[float, int]:
+    """Solve, add violated tail cuts, re-solve: a fixed number of rounds (deterministic)."""
+    import pulp
+
+    from hetsched.planning.solver import lp_solver
+
     value = -math.inf
     rounds = 0
-    while rounds < MAX_ROUNDS:  # a fixed number of rounds: the bound is deterministic
+    while rounds < MAX_ROUNDS:
         rounds += 1
         try:
-            status = prob.solve(lp_solver(time_limit_s))
+            status = lp.prob.solve(lp_solver(time_limit_s))
         except pulp.PulpSolverError:
             break
         if pulp.LpStatus[status] != "Optimal":
             break
-        value = max(value, sum(float(w[i]) * (float(C[i].value()) - float(au[i]))
-                               for i in range(p.S)) * scale)
-        if not _add_tail_cuts(prob, confs, scale, C, MB, U):
+        value = max(value, sum(float(w[i]) * (float(lp.C[i].value()) - float(au[i]))
+                               for i in range(len(lp.C))) * scale)
+        if not _add_tail_cuts(lp.prob, confs, scale, lp.C, lp.MB, lp.U):
             break
-    if not math.isfinite(value):
-        return None
-    return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": K + 1,
-            "configs": n_conf, "rounds": rounds, "time_s": time.perf_counter() - t_start}
+    return value, rounds
 
 
 def tail(u: np.ndarray, pt: np.ndarray) -> float:

@@ -91,7 +91,8 @@ def best_of(names: Sequence[str], run: Run[T], objective: Callable[[T], float], 
         left = None if budget_s is None else budget_s - (time.perf_counter() - t0)
         if pred is not None and left is not None and pred > left:
             why = (f"predicted {pred:,.1f} s > {max(left, 0.0):,.1f} s left of the "
-                   f"time budget plan_budget_s={budget_s:g}")
+                   f"time budget plan_budget_s={budget_s:g}") if pred != float("inf") else (
+                "too large for this problem (it would refuse at its size limit)")
             sel.skipped[name] = why
             reporter.candidate_skipped(name, why)
             continue

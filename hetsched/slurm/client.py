@@ -9,6 +9,9 @@ integers, 23.02+ (data_parser) gives ``"job_state": ["RUNNING"]`` and
 Read-only status of every job comes from *one* ``squeue --json`` call, so a
 monitor cycle costs one command whatever the number of jobs.
 
+Size: the protocol, the CLI backend and the parsers of both squeue/sinfo JSON
+layouts belong together: a Slurm version change touches all three at once.
+
 ``sacct`` is used only when accounting is enabled; otherwise the details of a
 finished job come from ``scontrol show job`` (kept for ``MinJobAge``) and,
 once Slurm has forgotten the job, from hetsched's own state store.

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.slurm.templates import (
     Component,
     Script,
@@ -100,8 +101,13 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
                 report_dir: str | Path, checkpoint_dir: str | Path,
                 partition: str | None = None, pin_nodes: bool = True,
                 hetsched: str | None = None, directory: Path | None = None,
-                job_name: str | None = None) -> Script:
-    """The one hetjob script of a pool-mode plan."""
+                job_name: str | None = None, sbatch: SbatchOptions | None = None,
+                time_min: int = 0) -> Script:
+    """The one hetjob script of a pool-mode plan.
+
+    ``sbatch`` adds account/QoS/memory/constraint/extra options to every
+    component; ``time_min`` is the time limit (``sbatch.time`` wins; 0: none).
+    """
     if plan.mode != "pool":
         raise TemplateValueError("plan", f"render_pool needs a pool-mode plan, not {plan.mode!r}",
                                  "mode")
@@ -121,5 +127,11 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
         "plan_path": str(plan_path),
         "report_dir": str(report_dir),
         "checkpoint_dir": str(checkpoint_dir),
+        "time": (sbatch.time if sbatch and sbatch.time else (time_min or "")),
+        "account": (sbatch.account if sbatch else None) or "",
+        "qos": (sbatch.qos if sbatch else None) or "",
+        "mem": (sbatch.mem if sbatch else None) or "",
+        "constraint": (sbatch.constraint if sbatch else None) or "",
+        "extra": list(sbatch.extra) if sbatch else [],
     }
     return Script(_render(TEMPLATE, directory, ctx), comps)

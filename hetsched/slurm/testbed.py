@@ -8,6 +8,9 @@ GPUs are fake but typed: gres.conf ``File=`` points at symlinks named
 ``nvidiaN`` to ``/dev/null`` (slurmd needs a character device to set
 ``CUDA_VISIBLE_DEVICES``; see ../shared/TESTBED.md).
 
+Size: one daemon manager; the config it writes and the processes it starts and
+stops share every path, port and pid file, so they stay in one class.
+
 ``down`` stops exactly the daemons this testbed started, found by their pid
 files and checked against ``/proc/PID/cmdline`` so a recycled pid is never
 signalled. Nothing here builds a shell string.

@@ -6,8 +6,8 @@ import pytest
 from pool_helpers import exact_optimum, tiny_instance
 
 from hetsched.planning.pool import POOL_AUTO, plan_pool
-from hetsched.planning.pool.hare import alpha
 from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.pool.relaxation import alpha
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -48,7 +48,7 @@ def test_auto_is_never_worse_than_a_candidate(p) -> None:  # type: ignore[no-unt
 @SETTINGS
 @given(p=instances(max_jobs=4), n=st.sampled_from([1, 2]))
 def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: ignore[no-untyped-def]
-    from hetsched.planning.pool.hare import fluid_relaxation, lp_relaxation
+    from hetsched.planning.pool.relaxation import fluid_relaxation, lp_relaxation
 
     pp = PoolProblem(p, task_iterations=n)
     best = min(plan_pool(p, pol, task_iterations=n).weighted_jct_s for pol in POOL_AUTO)

@@ -74,3 +74,30 @@ def test_emulated_speeds_make_tasks_take_the_modelled_time(tmp_path: Path,
         counts = xp.jobs[r["job"]].task_counts(r["round"], r["task"])
         want = sum((0.02 + 0.005 * n) / speed[r["gpu_type"]] for n in counts if n)
         assert want <= r["compute_s"] < want + 0.25, (r, want)
+
+
+def test_checkpoint_interval_skips_intermediate_rounds_but_not_the_last(tmp_path: Path
+                                                                        ) -> None:
+    import json
+    from typing import Any
+
+    from hetsched.runtime.executor.entry import run_threads
+
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1)
+    d = plan_json(plan)
+    ck = tmp_path / "ck"
+    seen: list[dict[str, int]] = []
+
+    def look(_rec: dict[str, Any]) -> None:
+        for name in d["tasks"]["jobs"]:
+            side = ck / d["plan_id"] / f"{name}.json"
+            if side.exists():
+                seen.append({name: json.loads(side.read_text())["rounds_done"]})
+
+    res = run_threads(str(plan), {"checkpoint_dir": str(ck), "checkpoint_every_s": 3600.0,
+                                  "on_task": look})
+    assert all(isinstance(r, dict) for r in res), res
+    rounds = {n: j["rounds"] for n, j in d["tasks"]["jobs"].items()}
+    assert min(rounds.values()) > 1
+    assert all(v == rounds[k] for s in seen for k, v in s.items())  # only final checkpoints
+    assert completed_rounds(load_plan(plan), ck) == rounds

@@ -91,3 +91,52 @@ def test_executor_that_never_connects_fails_the_pool_job(tmp_path: Path) -> None
         run_gpu(xp, gpus[0], gpus, True, "127.0.0.1", free_port(), "t", torch.device("cpu"),
                 {"hello_timeout_s": 2.0})
     assert time.monotonic() - t0 < 60
+
+
+def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    """The hand-over `hetsched replan` makes (app/pool_replan.py): the remaining
+    iterations planned anew, rounds renumbered to continue, checkpoints carried to the
+    new plan's directory; the executors of the new plan finish the training exactly."""
+    from typing import Any
+
+    from hetsched.app.pool_replan import _remaining, carry_checkpoints, renumber
+    from hetsched.io.plan_json import save_plan
+    from hetsched.io.profiles import load_throughputs
+    from hetsched.io.specs import load_cluster
+    from hetsched.planning.planner import make_plan as plan_jobs
+    from hetsched.runtime.executor.entry import run_threads
+
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
+    old = load_plan(plan)
+    ck = tmp_path / "ck"
+    n = {"tasks": 0}
+
+    def stop_after_some(_rec: dict[str, Any]) -> None:
+        n["tasks"] += 1
+        if n["tasks"] == 6:
+            raise RuntimeError("executor killed (test)")
+
+    gpus = [f"{g['node']}-g{g['gpu']}" for g in (old.tasks or {})["gpus"]]
+    res = run_threads(str(plan), {"checkpoint_dir": str(ck), "seed": SEED,
+                                            "on_task": stop_after_some})
+    assert not all(isinstance(r, dict) for r in res) and len(res) == len(gpus)
+    done = completed_rounds(old, ck)
+    meta = (old.tasks or {})["jobs"]
+    assert 0 < sum(done.values()) < sum(int(m["rounds"]) for m in meta.values()), done
+    left = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs
+            if j.spec is not None and done[j.name] < int(meta[j.name]["rounds"])]
+    new = plan_jobs(left, load_cluster(tmp_path / "cluster.yaml"),
+                    load_throughputs(tmp_path / "tp.csv"), mode="pool", task_iterations=1)
+    offsets = {j.name: done[j.name] for j in left}
+    renumber(new, offsets, {j.name: 1 for j in left})
+    new.plan_id = None
+    new.plan_id = str(new.to_dict()["plan_id"])
+    carry_checkpoints(ck, str(old.plan_id), new.plan_id, [k for k, v in offsets.items() if v])
+    save_plan(new, tmp_path / "replan.json")
+    res = run_threads(str(tmp_path / "replan.json"), {"checkpoint_dir": str(ck), "seed": SEED})
+    assert all(isinstance(r, dict) for r in res), res
+    for name in offsets:  # the replanned jobs end where uninterrupted training ends
+        (tmp_path / "ck" / str(old.plan_id) / f"{name}.pt").write_bytes(
+            (ck / new.plan_id / f"{name}.pt").read_bytes())
+    diffs = check(plan, ck)
+    assert max(diffs.values()) < 2e-5, diffs

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from slurm_helpers import wait_for
 
-from hetsched.cli import slurm as cli_slurm
+from hetsched.cli import testbed as cli_testbed
 from hetsched.slurm.client import (
     CliSlurmClient,
     node_state,
@@ -77,7 +77,7 @@ def test_inventory_and_drain(testbed: Testbed, client: CliSlurmClient, clean_que
     assert states["v100-2"] == "drained"
     assert inv.cluster.count_by_type()["v100"] == 4  # drained GPUs are not planned on
     assert not any(g.node == "v100-2" for g in inv.cluster.gpus)
-    res = CliRunner().invoke(cli_slurm.cluster, ["--partition", "gpu"])
+    res = CliRunner().invoke(cli_testbed.cluster, ["--partition", "gpu"])
     assert res.exit_code == 0, res.output
     assert "drained" in res.output and "v100" in res.output
     with pytest.raises(InventoryError, match="nope"):

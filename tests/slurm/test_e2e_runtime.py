@@ -96,7 +96,7 @@ def test_profile_plan_submit_train_uneven_shares(
     code, out = invoke(main, ["profile", str(jobs_yaml), "--batches", "8,16,32,48",
                               "--time-limit", "60", "--steps", "3", "--json"])
     assert code == 0, out
-    probes = json.loads(out[out.index("{"):])["probes"]
+    probes = json.loads(out[out.index("{"):])["probes"]  # stdout: only the document
     assert {(p["workload"], p["gpu_type"], p["status"]) for p in probes} == {
         ("mlp", "a100", "ok"), ("mlp", "v100", "ok"), ("broken", "a100", "unusable")}
     # the failed probe marked its pair unusable and did not fail the batch

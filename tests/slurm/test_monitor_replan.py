@@ -15,6 +15,7 @@ from slurm_helpers import contract_plan, invoke, make_testbed_plan, throughput_r
 from hetsched.app.monitor import Event, Monitor, watch
 from hetsched.app.replan import EXIT_LOCKED, ReplanLocked, default_lock, replan, replan_lock
 from hetsched.app.submit import submit
+from hetsched.cli import replan as cli_replan
 from hetsched.cli import slurm as cli_slurm
 from hetsched.core.throughput import ThroughputTable
 from hetsched.slurm.client import CliSlurmClient
@@ -146,7 +147,7 @@ def test_two_replans_at_once(testbed: Testbed, tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         t0 = time.monotonic()
-        code, out = invoke(cli_slurm.replan_cmd, ["--state", str(state), "--wait", "0.5"])
+        code, out = invoke(cli_replan.replan_cmd, ["--state", str(state), "--wait", "0.5"])
         assert code == EXIT_LOCKED and out == ""  # exits cleanly and quietly
         assert 0.4 < time.monotonic() - t0 < 10
         with pytest.raises(ReplanLocked, match=f"pid {holder.pid}"):
@@ -202,7 +203,7 @@ def test_status_and_quiet_replan_cli(testbed: Testbed, client: CliSlurmClient,
     tp.write_text("workload,gpu_type,local_batch,step_time_s\n"
                   + "".join(f"{r.workload},{r.gpu_type},{r.local_batch},{r.step_time_s}\n"
                             for r in throughput_rows()))
-    code, out = invoke(cli_slurm.replan_cmd, ["--state", state, "-t", str(tp)])
+    code, out = invoke(cli_replan.replan_cmd, ["--state", state, "--throughputs", str(tp)])
     assert (code, out) == (0, "")  # nothing happened: quiet
     assert "nothing to do" in (Path(state + ".files") / "replan.log").read_text()
     code, out = invoke(cli_slurm.watch_cmd, ["--state", state, "--cycles", "2",

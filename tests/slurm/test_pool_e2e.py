@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
+from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
 from slurm_helpers import invoke, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
@@ -145,7 +145,10 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     code, out = invoke(main, ["status"])
     assert code == 0 and f"pool plan {pid}" in out and out.count(": done (round ") == 3, out
 
-    # the monitor folded the task records into the profile history
+    # the monitor (watch, replan; not the read-only status) folds the task records
+    # into the profile history
+    code, out = invoke(main, ["watch", "--cycles", "1", "--interval", "0.1"])
+    assert code == 0, out
     from hetsched.state.store import open_store
 
     with open_store(None) as s:
@@ -211,11 +214,11 @@ def test_killed_executor_fails_the_job_and_replan_completes_the_rest(
                            "reason=pool-test"])
     time.sleep(1)
     n_jobs = len(client.jobs())
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json", "--dry-run"])
     assert code == 0 and json.loads(out[out.index("{"):])["status"] == "dry-run", out
     assert len(client.jobs()) == n_jobs  # a dry run submits nothing
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out
     res = json.loads(out[out.index("{"):])
@@ -270,7 +273,7 @@ def test_node_failure_replans_on_the_gpus_still_up(
                        "reason=pool-test"])
     state = _wait_finished(client, pid, 90)
     assert state != "COMPLETED", state
-    code, out = invoke(main, ["replan", "-t", str(tmp / "profiles.csv"), "-p", "gpu",
+    code, out = invoke(main, ["replan", "--throughputs", str(tmp / "profiles.csv"), "-p", "gpu",
                               "--json"])
     assert code == 0, out
     res = json.loads(out[out.index("{"):])

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pool_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
+from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
 
 from hetsched.app.pool_replan import _remaining, renumber
 from hetsched.app.pool_status import ingest_pool_reports, progress

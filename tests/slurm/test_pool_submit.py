@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pool_helpers import pool_plan
+from pool_slurm_helpers import pool_plan
 from slurm_helpers import invoke, wait_for
 
-from hetsched.app.pool_submit import POOL_KEY, task_sequences
+from hetsched.app.pool_submit import EXECUTOR_WORKLOADS, POOL_KEY, task_sequences
+from hetsched.app.runnable import UnrunnableError
 from hetsched.app.submit import SubmitError, files_dir, submit
 from hetsched.cli import slurm as cli_slurm
 from hetsched.planning.pool.compact import expand_runs
@@ -67,6 +68,28 @@ def test_dry_run_prints_one_hetjob_and_each_gpus_tasks(tmp_path: Path) -> None:
     subprocess.run(["bash", "-n"], input=out, text=True, check=True)
 
 
+def test_sbatch_options_and_time_limit_reach_every_component(tmp_path: Path) -> None:
+    import math
+
+    plan = pool_plan(NODES, prefix="so")
+    pf = _write(tmp_path, plan)
+    res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--account", "ml",
+                                                    "--qos", "high"])
+    assert res.exit_code == 0, res.output
+    n = len({(g.gpu_type, g.node) for g in pool_gpus(plan.tasks)})  # components
+    assert res.stdout.count("#SBATCH --account=ml\n") == n
+    assert res.stdout.count("#SBATCH --qos=high\n") == n
+    # no --time given: the limit follows the plan's makespan (margin and pad from config)
+    from hetsched.app.submit import time_limit
+
+    limit = time_limit(plan.makespan_s)[0]
+    assert limit >= math.ceil(plan.makespan_s / 60)
+    assert res.stdout.count(f"#SBATCH --time={limit}\n") == n
+    res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--time", "2:00:00"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("#SBATCH --time=2:00:00\n") == n
+
+
 def test_task_sequences_are_compact_and_complete() -> None:
     plan = pool_plan([("a100-1", "a100", 1), ("v100-1", "v100", 1)], prefix="cs",
                      task_iterations=5)
@@ -101,6 +124,27 @@ def test_a_pool_plan_without_tasks_is_one_clear_line(tmp_path: Path) -> None:
     p.write_text(json.dumps(body))
     code, out = invoke(cli_slurm.submit_cmd, [str(p), "--dry-run"])
     assert code == 2 and "no GPU with tasks" in out and "Traceback" not in out
+
+
+def test_jobs_the_executor_cannot_train_are_refused_before_anything(tmp_path: Path) -> None:
+    import dataclasses
+
+    plan = pool_plan(NODES, prefix="nr")
+    j = plan.jobs[0]
+    assert j.spec is not None
+    j.spec = dataclasses.replace(j.spec, workload="resnet-50", command=("python", "t.py"))
+    with open_store(tmp_path / "state.db") as st:
+        with pytest.raises(UnrunnableError) as ei:
+            submit(plan, st, None, partition="gpu")
+        assert st.submissions() == [] and st.plans() == []
+    msg = str(ei.value)
+    assert "nra" in msg and "'resnet-50' is not a built-in" in msg and "space mode" in msg
+    assert "\n" not in msg
+
+
+def test_executor_workloads_match_the_runtime() -> None:
+    workloads = pytest.importorskip("hetsched.runtime.workloads")
+    assert set(workloads.BUILTINS) == EXECUTOR_WORKLOADS
 
 
 def test_gpu_ids_match_the_executor() -> None:

@@ -126,7 +126,7 @@ def test_submit_from_jobs_yaml_plans_on_slurm_inventory(
                             for g, a, c in (("a100", 0.01, 0.001), ("v100", 0.02, 0.002),
                                             ("t4", 0.04, 0.004)) for b in (8, 16, 32, 64)))
     res = CliRunner().invoke(cli_slurm.submit_cmd, [
-        str(jobs), "-t", str(tp), "--policy", "fifo", "--dry-run"])
+        str(jobs), "--throughputs", str(tp), "--policy", "fifo", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert res.output.count("#!/bin/bash") == 2
     assert "--gres=gpu:" in res.output
@@ -136,3 +136,16 @@ def _write(tmp_path: Path, plan: Plan) -> Path:
     p = tmp_path / "plan.json"
     p.write_text(plan.to_json())
     return p
+
+
+def test_parsable_prints_only_the_slurm_ids(testbed: Testbed, client: CliSlurmClient,
+                                            clean_queue: None, tmp_path: Path) -> None:
+    """`submit --parsable` prints one Slurm id per line and nothing else (sbatch --parsable)."""
+    plan = contract_plan("pars1", {"p1": [[("t4-1", "t4", 2)]], "p2": [[("v100-1", "v100", 4)]]})
+    res = CliRunner().invoke(cli_slurm.submit_cmd, [
+        str(_write(tmp_path, plan)), "--state", str(tmp_path / "s.db"), "--parsable"])
+    assert res.exit_code == 0, res.output
+    ids = res.stdout.split()
+    assert len(ids) == 2 and all(i.isdigit() for i in ids), res.stdout
+    assert sorted(j.leader for j in _active(client, "pars1")) == sorted(ids)
+    client.cancel(ids)

@@ -114,3 +114,59 @@ def test_time_limit_from_predicted_duration(monkeypatch: pytest.MonkeyPatch) -> 
     text = submit(plan, None, None, dry_run=True).scripts["J"].text
     assert "#SBATCH --time=5\n" in text and "--signal" not in text
     assert "scontrol requeue" not in text
+
+
+def test_status_shows_the_true_state_of_a_killed_submit(tmp_path: Path) -> None:
+    from hetsched.app.status import batch_status
+
+    plan = contract_plan("kill1", {"k1": [[("t4-1", "t4", 4)]], "k2": [[("t4-1", "t4", 4)]],
+                                   "k3": [[("t4-1", "t4", 4)]]})
+    slurm = MemorySlurm()
+
+    def die(jid: str) -> None:  # what kill -9 leaves: sbatch done, its id never recorded
+        if slurm.count("sbatch") == 2:
+            raise SystemExit("killed")
+    slurm.on_submit = die
+    with open_store(tmp_path / "s.db") as st:
+        with pytest.raises(SystemExit):
+            submit(plan, st, slurm)
+        jobs = {j.job: j for j in batch_status(st, slurm)}
+    assert jobs["k1"].state == "PENDING" and jobs["k1"].slurm_id != "-"
+    assert jobs["k2"].state == "PENDING" and jobs["k2"].slurm_id == slurm.active()[1]
+    assert "not recorded" in jobs["k2"].reason
+    assert jobs["k3"].state == "NOT_SUBMITTED"
+
+
+@pytest.mark.parametrize(("slurm", "where"), [
+    ({"time": "two hours"}, "slurm.time"), ({"mem": "lots"}, "slurm.mem"),
+    ({"extra": ["--gres=gpu:8"]}, "slurm.extra"), ({"qos": "a b"}, "slurm.qos"),
+    ({"extra": ["--x=$(id)"]}, "slurm.extra"), ({"tiem": "1"}, "slurm.tiem")])
+def test_bad_sbatch_options_are_one_line(slurm: dict, where: str, tmp_path: Path) -> None:
+    import subprocess
+
+    import yaml
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [{"name": "a", "workload": "w", "dataset_size": 10,
+                                              "epochs": 1, "global_batch": 2,
+                                              "slurm": slurm}]}))
+    r = subprocess.run(["hetsched", "submit", str(jobs), "--throughputs", "x.csv", "--dry-run"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_cli_and_config_options_and_their_errors(tmp_path: Path) -> None:
+    import subprocess
+
+    pf = tmp_path / "plan.json"
+    pf.write_text(contract_plan("cli2", {"J": [[("t4-1", "t4", 4)]]}).to_json())
+    env = {**os.environ, "HETSCHED_SBATCH_QOS": "low", "HETSCHED_SBATCH_EXTRA": "--exclusive"}
+    r = subprocess.run(["hetsched", "submit", str(pf), "--dry-run", "--qos", "high",
+                        "--account", "acct", "--sbatch-option=--mail-type=END"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --qos=high" in r.stdout and "#SBATCH --account=acct" in r.stdout
+    assert "#SBATCH --exclusive" in r.stdout and "#SBATCH --mail-type=END" in r.stdout
+    r = subprocess.run(["hetsched", "submit", str(pf), "--dry-run"], capture_output=True,
+                       text=True, env={**env, "HETSCHED_SBATCH_MEM": "1 G"})
+    assert r.returncode == 2 and "sbatch_mem" in r.stderr, r.stderr

@@ -102,13 +102,17 @@ def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
             {"node": "t4-1", "gpu": 1, "gpu_type": "t4", "tasks": 1, "runs": []}]
     plan = Plan("hare", [job_plan(_hetjob_job(name="pj"))], 1.0,
                 mode="pool", tasks={"gpus": gpus})
+    opts = {k: field[k] for k in SBATCH_FIELDS if k in field}
+    if "extra" in opts:
+        opts["extra"] = ("--exclusive", opts["extra"])
     return render_pool(plan, field.get("plan_id", "p1"),
                        plan_path=field.get("plan_path", tmp / "plan.json"),
                        log_dir=field.get("log_dir", tmp),
                        report_dir=field.get("report_dir", tmp / "reports"),
                        checkpoint_dir=field.get("checkpoint_dir", tmp / "ckpt"),
                        partition=field.get("partition", "gpu"),
-                       hetsched=field.get("hetsched", stub))
+                       hetsched=field.get("hetsched", stub), sbatch=SbatchOptions(**opts),
+                       time_min=5)
 
 
 # template -> (renderer, fields a user or a plan can set)
@@ -121,7 +125,7 @@ TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
         "hetsched")),
     "pool.sbatch.j2": (_render_pool, (
         "plan_id", "node", "gpu_type", "partition", "log_dir", "plan_path",
-        "report_dir", "checkpoint_dir", "hetsched")),  # job names never reach this script
+        "report_dir", "checkpoint_dir", "hetsched", *SBATCH_FIELDS)),  # no job names here
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hetsched.cli import slurm as cli_slurm
+from hetsched.cli import testbed as cli_testbed
 from hetsched.errors import InputError
 from hetsched.slurm.testbed import Testbed, TestbedError, default_port_base, parse_nodes
 
@@ -37,7 +37,7 @@ def test_up_is_idempotent_and_nodes_idle(testbed: Testbed) -> None:
 
 
 def test_env_is_safe_for_eval(testbed: Testbed) -> None:
-    res = CliRunner().invoke(cli_slurm.testbed, ["env", "--dir", str(testbed.dir)])
+    res = CliRunner().invoke(cli_testbed.testbed, ["env", "--dir", str(testbed.dir)])
     assert res.exit_code == 0, res.output
     assert "export SLURM_CONF=" in res.output
     # the shell reads the lines back verbatim (a fixed script; the data comes via env)
@@ -48,7 +48,7 @@ def test_env_is_safe_for_eval(testbed: Testbed) -> None:
 
 
 def test_status_cli(testbed: Testbed) -> None:
-    res = CliRunner().invoke(cli_slurm.testbed, ["status", "--dir", str(testbed.dir)])
+    res = CliRunner().invoke(cli_testbed.testbed, ["status", "--dir", str(testbed.dir)])
     assert res.exit_code == 0, res.output
     assert "slurmctld" in res.output and "a100-1" in res.output
 

@@ -20,9 +20,9 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
 from hetsched.errors import InputError, PlanningError
 from hetsched.planning.pool.evaluator import TaskSchedule, evaluate, to_plan
-from hetsched.planning.pool.hare import alpha, relaxation
 from hetsched.planning.pool.policies import POOL_REGISTRY
 from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.pool.relaxation import alpha, relaxation
 
 
 def __getattr__(name: str) -> Any:

@@ -108,8 +108,11 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         if reporter is not None:
             reporter.event(policy.name, tl.t, len(active), int(tl.done.sum()), p.S)
         if deadline is not None and time.perf_counter() > deadline:
-            raise OverBudget(f"ran past the time budget (plan_budget_s) after "
-                             f"{time.perf_counter() - started_clock:,.1f} s, "
+            spent = time.perf_counter() - started_clock
+            if spent < 0.05:
+                raise OverBudget("not started: the time budget (plan_budget_s) was spent "
+                                 "by the candidates before it")
+            raise OverBudget(f"stopped at the time budget (plan_budget_s) after {spent:,.1f} s, "
                              f"{int(tl.done.sum())} of {p.S} jobs simulated")
         if active:
             if decides and not keep_only:  # it chose GPUs and batches for every active job

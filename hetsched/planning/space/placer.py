@@ -77,26 +77,35 @@ class Placer:
         if oblivious:
             got = [int(g) for g in cand[:need]]
         else:
-            by_node: dict[int, list[int]] = {}
-            for g in cand:
-                by_node.setdefault(int(ev.gpu_node[g]), []).append(int(g))
-            # best fit: the node already used, else the smallest node that fits
-            # the whole need, else fill from the fullest nodes down
-            fits = [n for n, gs in by_node.items() if len(gs) >= need]
-            pref = [n for n in fits if n in prefer_nodes]
-            if pref:
-                order = pref[:1]
-            elif fits:
-                order = [min(fits, key=lambda n: (len(by_node[n]), n))]
-            else:
-                order = sorted(by_node, key=lambda n: (-len(by_node[n]), n))
-            got = []
-            for n in order:
-                take = by_node[n][: need - len(got)]
-                got += take
-                if len(got) == need:
-                    break
+            got = self._best_fit(cand, need, prefer_nodes)
         free[got] = False
+        return got
+
+    def _best_fit(self, cand: np.ndarray, need: int, prefer_nodes: set[int]) -> list[int]:
+        """Best fit by node: the node already used, else the smallest node that fits the
+        whole need, else fill from the fullest nodes down (ties: lowest node index).
+
+        Nodes are considered in the order their first candidate GPU appears; the
+        counting is vectorised (thousands of GPUs per type at scale).
+        """
+        nodes = self.ev.gpu_node[cand]
+        uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
+        seen = np.argsort(first, kind="stable")  # first-appearance order
+        uniq, counts = uniq[seen], counts[seen]
+        size = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
+        fits = [n for n, c in size.items() if c >= need]
+        pref = [n for n in fits if n in prefer_nodes]
+        if pref:
+            order = pref[:1]
+        elif fits:
+            order = [min(fits, key=lambda n: (size[n], n))]
+        else:
+            order = sorted(size, key=lambda n: (-size[n], n))
+        got: list[int] = []
+        for n in order:
+            got += cand[nodes == n][: need - len(got)].tolist()
+            if len(got) == need:
+                break
         return got
 
 

@@ -5,7 +5,8 @@ be woken at. Between two events every running job's worker set is fixed; a
 job whose worker set changes closes its segment and opens a new one, paying
 the restart cost (``ready_at``) if it has run before. Iterations are
 counted from when a segment is ready, so every segment satisfies
-``end_s - start_s = restart_s + iterations * iteration_s`` (docs/formats.md).
+``iterations * iteration_s = max(0, end_s - start_s - restart_s)``
+(docs/formats.md): a job moved again before its restart finished ran none.
 """
 
 from __future__ import annotations
@@ -80,8 +81,6 @@ class Timeline:
             if i in self.open_seg:
                 seg = self.open_seg.pop(i)
                 seg.end_s = t
-                # moved again before its restart finished: only that much was restarting
-                seg.restart_s = min(seg.restart_s, t - seg.start_s)
                 self.plans[i].segments.append(seg)
                 owner[alloc[i]] = -1
             alloc.pop(i, None)

@@ -6,8 +6,9 @@ holds the master parameters (one flat float32 tensor the parameters view) and
 the optimizer. Round ``r``'s tasks each send their gradient contribution,
 already weighted by their share of the round's samples; when all ``P`` have
 arrived the server applies one optimizer step, the job's version becomes
-``r + 1`` (its rounds done), the job is checkpointed and waiting ``get``\\ s for
-round ``r + 1`` are answered. So a round's tasks, wherever and in whatever
+``r + 1`` (its rounds done), the job is checkpointed (every round, or at the first
+round boundary ``--checkpoint-every`` seconds after the last checkpoint, and after
+its last round) and waiting ``get``\\ s for round ``r + 1`` are answered. So a round's tasks, wherever and in whatever
 order they ran, make exactly one synchronous data-parallel step.
 
 A connection that closes before its executor said ``bye`` (the process died:
@@ -34,7 +35,8 @@ from hetsched.runtime.executor.plan import ExecJob, ExecPlan
 class JobServer:
     """The parameter server of one job (master weights, optimizer, version = rounds done)."""
 
-    def __init__(self, job: ExecJob, plan_id: str, ckpt_dir: Path | None, seed: int) -> None:
+    def __init__(self, job: ExecJob, plan_id: str, ckpt_dir: Path | None, seed: int,
+                 ckpt_every_s: float = 0.0) -> None:
         from hetsched.runtime.workloads import load_workload
 
         self.job = job
@@ -48,6 +50,8 @@ class JobServer:
         self.ckpt = state.checkpoint_path(ckpt_dir, plan_id, job.name) if ckpt_dir else None
         self.version = 0
         self.got: set[int] = set()
+        self.ckpt_every_s = ckpt_every_s
+        self.last_ckpt = time.monotonic()
         if self.ckpt is not None:
             saved = state.load_job_checkpoint(self.ckpt, self.names)
             if saved is not None:
@@ -71,9 +75,11 @@ class JobServer:
         self.grad.zero_()
         self.got.clear()
         self.version += 1
-        if self.ckpt is not None:
+        due = time.monotonic() - self.last_ckpt >= self.ckpt_every_s
+        if self.ckpt is not None and (due or self.version >= self.job.rounds):
             state.save_job_checkpoint(self.ckpt, self.flat, self.names, self.opt.state_dict(),
                                       self.version, self.job.rounds)
+            self.last_ckpt = time.monotonic()
         return True
 
 
@@ -81,11 +87,12 @@ class Coordinator:
     """Serves every executor of one pool job (threads in rank 0's process)."""
 
     def __init__(self, xplan: ExecPlan, gpus: list[str], listener: Listener,
-                 ckpt_dir: Path | None, seed: int = 0, hello_timeout_s: float = 300.0) -> None:
+                 ckpt_dir: Path | None, seed: int = 0, hello_timeout_s: float = 300.0,
+                 ckpt_every_s: float = 0.0) -> None:
         self.plan = xplan
         self.gpus = list(gpus)
         self.listener = listener
-        self.jobs = {n: JobServer(j, xplan.plan_id, ckpt_dir, seed)
+        self.jobs = {n: JobServer(j, xplan.plan_id, ckpt_dir, seed, ckpt_every_s)
                      for n, j in xplan.jobs.items()}
         self.cond = threading.Condition()
         self.failed: str | None = None

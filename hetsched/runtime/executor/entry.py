@@ -114,9 +114,15 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
         from hetsched.runtime.executor.coordinator import Coordinator
 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
-        coord = Coordinator(xplan, gpus, protocol.listen(port, key), ckpt,
+        try:
+            listener = protocol.listen(port, key)
+        except OSError as e:
+            raise ExecFailed(gid, f"the coordinator cannot listen on port {port} ({e.strerror}"
+                             "); set HETSCHED_MASTER_PORT to a free port") from None
+        coord = Coordinator(xplan, gpus, listener, ckpt,
                             seed=int(opts.get("seed") or 0),
-                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0))
+                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0),
+                            ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0))
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]
@@ -135,6 +141,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
     except (PoolFailed, protocol.PeerLost) as e:
         if coord is not None:
             coord.fail(str(e))
+            coord.listener.close()
         raise ExecFailed(gid, str(e)) from None
     if coord is not None:
         why = coord.wait_done()

@@ -19,6 +19,7 @@ Tasks of rounds a checkpoint already holds are skipped (resume).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,15 +50,23 @@ class ExecOptions:
     on_task: Callable[[dict[str, Any]], None] | None = None  # test hook after each task
 
 
+@functools.lru_cache(maxsize=8)
+def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
+    """An epoch's sample order (cached: a task reads it once per iteration)."""
+    perm = np.random.default_rng([seed, epoch]).permutation(size)
+    perm.setflags(write=False)
+    return perm
+
+
 def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.ndarray:
     """Sample indices of task ``task``'s iteration ``k`` in round ``rnd``."""
     step = rnd * job.iterations + k
     epoch = step // job.steps_per_epoch()
     off, n = job.step_samples(step)
-    perm = np.random.default_rng([seed, epoch]).permutation(job.dataset_size)
+    perm = _permutation(seed, epoch, job.dataset_size)
     counts = split_counts(n, job.slices())
     lo = off + sum(counts[:task])
-    return perm[lo:lo + counts[task]]
+    return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
 
 class Executor:

@@ -81,15 +81,20 @@ class OPD(Policy):
                   "duration among the first jobs seen, within [60, 3600]",
         "launch": "'frame': a batch runs from its decision time; 'alpha': from alpha*tau_i (paper)",
         "eager": "start a scheduled job as soon as its GPUs are free (not in the paper)",
+        "frames": "'doubling': A_online's frames tau_i = 2**(i-1) (paper); 'arrival': run "
+                  "A_dual on the unscheduled jobs at every event, tau fitted to them",
     }
 
     def __init__(self, *, slot_s: float = 0.0, launch: str = "frame",
-                 eager: bool = False) -> None:
+                 eager: bool = False, frames: str = "doubling") -> None:
         if slot_s < 0:
             raise ValueError("slot_s must be >= 0 (0: automatic)")
         if launch not in ("frame", "alpha"):
             raise ValueError("launch must be 'frame' or 'alpha'")
+        if frames not in ("doubling", "arrival"):
+            raise ValueError("frames must be 'doubling' or 'arrival'")
         self.slot_s, self.launch, self.eager = float(slot_s), launch, bool(eager)
+        self.frames = frames
         self._slot = self.slot_s
         self._t0 = 0.0
         self._reset(None)
@@ -100,7 +105,8 @@ class OPD(Policy):
         self._frame = 1
         self._last_t = -math.inf
         self._sched: dict[int, tuple[int, Choice]] = {}
-        self._reserved = np.zeros((0, 0), dtype=int)
+        #: commitments of earlier frames: (start slot, end slot, GPUs per node)
+        self._res: dict[int, tuple[int, int, np.ndarray]] = {}
         self._rounds: list[dict[str, Any]] = []
         self._waiting: set[int] = set()
         self._mixed: set[int] = set()
@@ -112,13 +118,14 @@ class OPD(Policy):
             self._node_type = np.array([tix[next(g.gpu_type for g in gpus if g.node == n)]
                                         for n in nodes], dtype=int)
             self._cap = np.array([sum(1 for g in gpus if g.node == n) for n in nodes], dtype=int)
-            self._reserved = np.zeros((len(nodes), 64), dtype=int)
 
     def _free(self, lo: int, hi: int) -> np.ndarray:
-        if hi > self._reserved.shape[1]:
-            grow = max(hi, 2 * self._reserved.shape[1]) - self._reserved.shape[1]
-            self._reserved = np.pad(self._reserved, ((0, 0), (0, grow)))
-        return self._cap[:, None] - self._reserved[:, lo:hi]
+        """Free GPUs per node over slots [lo, hi) after earlier frames' commitments."""
+        free = np.repeat(self._cap[:, None], hi - lo, axis=1)
+        for a, b, y in self._res.values():
+            if a < hi and b > lo:
+                free[:, max(a, lo) - lo:min(b, hi) - lo] -= y[:, None]
+        return free
 
     # -- menus ----------------------------------------------------------
     def _menu(self, p: PlanningProblem, i: int, remaining: float
@@ -161,11 +168,12 @@ class OPD(Policy):
         return dur, exact, gmin, gmax
 
     # -- A_online -------------------------------------------------------
-    def _run_frame(self, p: PlanningProblem, snap: Snapshot, now: int) -> None:
-        tau = frame_tau(self._frame)
+    def _run_frame(self, p: PlanningProblem, snap: Snapshot, now: int, tau: int) -> None:
+        """One A_online iteration at frame end ``tau`` (0: a batch of every known job, 'arrival')."""
+        cutoff = self._t0 + (tau if tau else now) * self._slot + 1e-9
         rows = [r for r, i in enumerate(snap.jobs)
                 if int(i) not in self._sched and int(i) not in self._mixed
-                and p.arrival[i] <= self._t0 + tau * self._slot + 1e-9]
+                and p.arrival[i] <= cutoff]
         if not rows:
             return
         menus_raw = []
@@ -180,6 +188,10 @@ class OPD(Policy):
             return
         # Algorithm 3 takes the batch's jobs in no stated order: arrival order here
         # (Smith's ratio order was measured worse on the Gavel traces)
+        if not tau:  # 'arrival' frames: long enough for every job's quickest schedule
+            need = max(min(d for row in dur.values() for pair in row.values() for d in pair if d)
+                       for _, dur, _, _, _ in menus_raw)
+            tau = 1 << max(0, math.ceil(math.log2(need)))
         # scale weights so that 1 <= w / GPU-slots holds for every schedule; F is then the max
         scale = max(gmax / p.weight[i] for i, _, _, _, gmax in menus_raw)
         F = max(scale * p.weight[i] / gmin for i, _, _, gmin, _ in menus_raw)
@@ -190,16 +202,16 @@ class OPD(Policy):
         alpha = alpha_round(ws, gamma)
         rounds = min(alpha, 2 * len(menus_raw) + 2)
         base = alpha * tau if self.launch == "alpha" else tau
-        base = max(base, now)
+        base = max(base, now) if self.frames == "doubling" else now
         menus = [JobMenu(i, scale * p.weight[i], dur, ex) for i, dur, ex, _, _ in menus_raw]
         free = self._free(base, base + rounds * tau)
         chosen = dual(menus, free, self._cap, self._node_type, tau, rounds, lam)
         for ch in chosen:
             start = base + ch.start
-            self._reserved[:, start:start + ch.length] += ch.y[:, None]
+            self._res[ch.key] = (start, start + ch.length, ch.y)
             self._sched[ch.key] = (start, ch)
         self._rounds.append({
-            "frame": self._frame, "tau_slots": tau, "jobs": len(menus), "scheduled": len(chosen),
+            "frame": self._frame if self.frames == "doubling" else now, "tau_slots": tau, "jobs": len(menus), "scheduled": len(chosen),
             "alpha": alpha, "lambda": round(lam, 3), "F": round(F, 6), "gamma": round(gamma, 6),
             "alpha_theorem5": alpha_bound(ws, lam), "launch_slot": base,
         })
@@ -218,8 +230,11 @@ class OPD(Policy):
         self._last_t = snap.t
         now_f = (snap.t - self._t0) / self._slot
         now = int(math.ceil(now_f - 1e-9))
-        while frame_tau(self._frame) <= now_f + 1e-9:
-            self._run_frame(p, snap, now)
+        self._sync(p, snap, now_f)
+        if self.frames == "arrival":
+            self._run_frame(p, snap, now, 0)
+        while self.frames == "doubling" and frame_tau(self._frame) <= now_f + 1e-9:
+            self._run_frame(p, snap, now, frame_tau(self._frame))
             self._frame += 1
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
         free = snap.free.copy()
@@ -242,14 +257,39 @@ class OPD(Policy):
         self._waiting = {int(i) for r, i in enumerate(snap.jobs) if not X[r].any()}
         return X
 
+    def _sync(self, p: PlanningProblem, snap: Snapshot, now_f: float) -> None:
+        """Align commitments with what runs: true durations differ from the slotted plan.
+
+        A started job that already finished still holds its window in the
+        plan; when the windows of started jobs claim more GPUs of a type now
+        than are busy, the ones planned to end first are released (and past
+        windows dropped), so a later batch is not priced or blocked by them.
+        """
+        waiting = {int(i) for i in snap.jobs}
+        self._res = {k: v for k, v in self._res.items() if v[1] > now_f}
+        busy = p.n_type - snap.free
+        for m in range(p.T):
+            started = sorted((v[1], k) for k, v in self._res.items()
+                             if k not in waiting and v[0] <= now_f and self._sched[k][1].m == m)
+            held = sum(self._sched[k][1].phi for _, k in started)
+            for _, k in started:
+                if held <= busy[m]:
+                    break
+                held -= self._sched[k][1].phi
+                del self._res[k]
+
     # -- evaluator hooks --------------------------------------------------
     def next_wakeup(self, t: float) -> float:
         """The next time this policy wants to be asked (a frame end or a window start)."""
         at = [self._t0 + s * self._slot for s, _ in (self._sched[i] for i in self._waiting
                                                       if i in self._sched)]
         cands = [x for x in at if x > t + 1e-6]
-        if any(i not in self._sched and i not in self._mixed for i in self._waiting):
+        unplaced = any(i not in self._sched and i not in self._mixed for i in self._waiting)
+        if unplaced and self.frames == "doubling":
             cands.append(self._t0 + frame_tau(self._frame) * self._slot)
+        elif unplaced:  # 'arrival': try again when a commitment ends, or a slot later
+            ends = [self._t0 + b * self._slot for _, b, _ in self._res.values()]
+            cands.append(min([x for x in ends if x > t + 1e-6] or [t + self._slot]))
         return min(cands, default=math.inf)
 
     def plan_extra(self) -> dict[str, Any]:
