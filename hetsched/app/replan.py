@@ -149,6 +149,41 @@ class ReplanResult:
         return "; ".join(parts + self.notes())
 
 
+def _elastic_in_place(new_plan: Plan, rows: dict[str, Submission], dec: Any,
+                      result: ReplanResult, log: Callable[[str], None], dry_run: bool) -> None:
+    """Running elastic jobs that keep their GPUs are rescaled in place, not restarted."""
+    for jp in new_plan.jobs:
+        cur = rows.get(jp.name)
+        if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
+                and jp.spec.elastic and _rescale_in_place(
+                    jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
+                    dry_run):
+            dec.to_submit.discard(jp.name)
+            dec.to_cancel[:] = [c for c in dec.to_cancel if c.job != jp.name]
+            result.kept += [] if jp.name in result.kept else [jp.name]
+
+
+def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
+                      log: Callable[[str], None], dry_run: bool) -> bool:
+    """An elastic running job on the same GPUs switches shares at a step (runtime/elastic.py).
+
+    True when its GPUs stay (it is then kept, not restarted); the rescale
+    request is written when its batches differ.
+    """
+    from hetsched.core.plan import worker_groups
+    from hetsched.runtime.elastic import request_path, write_request
+    from hetsched.runtime.job import default_checkpoint
+
+    if sorted((w["node"], w["gpu_type"]) for w in new) != \
+            sorted((w["node"], w["gpu_type"]) for w in old):
+        return False
+    batches = [b for _, _, bs in worker_groups(new) for b in bs]
+    if batches != [b for _, _, bs in worker_groups(old) for b in bs] and not dry_run:
+        seq = write_request(request_path(default_checkpoint(name)), batches)
+        log(f"job {name}: rescale in place to {batches} (request {seq})")
+    return True
+
+
 def latest_rows(store: Store) -> dict[str, Submission]:
     """Each job's most recent submission that was not superseded by a replan."""
     out: dict[str, Submission] = {}
@@ -242,6 +277,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     to_submit, to_cancel = dec.to_submit, dec.to_cancel
     result.kept = dec.kept
     result.changes = dec.changes
+    _elastic_in_place(new_plan, rows, dec, result, log, dry_run)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
     if dry_run:
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]

@@ -46,15 +46,20 @@ class Segment:
     comm_s: float = 0.0
     iterations: float = 0.0
     restart_s: float = 0.0
+    #: the segment's global batch when the planner chose it (elastic jobs); None = the spec's
+    global_batch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "start_s": round(self.start_s, 6), "end_s": round(self.end_s, 6),
             "workers": [w.to_dict() for w in self.workers],
             "iteration_s": self.iteration_s, "compute_s": self.compute_s,
             "comm_s": self.comm_s, "iterations": self.iterations,
             "restart_s": self.restart_s,
         }
+        if self.global_batch is not None:
+            d["global_batch"] = self.global_batch
+        return d
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,38 @@ WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a l
 
 # Node states as Slurm reports them, reduced to what the planner needs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})
+#: how an elastic job's learning rate follows its global batch (docs/elastic.md)
+LR_SCALINGS = ("linear", "sqrt", "none")
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """A job whose global batch the planner may choose in [min_batch, max_batch].
+
+    ``lr_scaling`` is how the runtime rescales the learning rate with the batch
+    (relative to the user's ``global_batch``): ``linear`` (Goyal et al.),
+    ``sqrt`` or ``none``.
+    """
+
+    min_batch: int
+    max_batch: int
+    lr_scaling: str = "linear"
+    #: gradient noise scale B_noise (runtime-measured, docs/elastic.md); None = unknown,
+    #: i.e. ONES's assumption that the LR rule keeps samples-to-converge constant
+    noise_scale: float | None = None
+
+    def lr_factor(self, batch: int, base_batch: int) -> float:
+        """Learning-rate multiplier at ``batch`` for a job tuned at ``base_batch``."""
+        r = batch / base_batch
+        return r if self.lr_scaling == "linear" else r ** 0.5 if self.lr_scaling == "sqrt" \
+            else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"min_batch": self.min_batch, "max_batch": self.max_batch,
+                             "lr_scaling": self.lr_scaling}
+        if self.noise_scale is not None:
+            d["noise_scale"] = self.noise_scale
+        return d
 #: states a node may be given in a cluster file: the usable ones and Slurm's others
 NODE_STATES = USABLE_STATES | frozenset({
     "down", "drain", "drained", "draining", "fail", "failing", "maint", "reserved",
@@ -57,6 +89,12 @@ class Job:
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
+    #: the planner may choose the global batch in this range (ONES; docs/elastic.md)
+    elastic: Elastic | None = None
+    #: train until this loss instead of for ``epochs``; ``epochs`` is then predicted
+    target_loss: float | None = None
+    #: ``epochs`` is a prediction (target_loss jobs), not the user's number
+    epochs_predicted: bool = False
     #: how the job is submitted (time limit, account, ...); None = the defaults
     slurm: SbatchOptions | None = None
 
@@ -104,6 +142,12 @@ class Job:
             d["entrypoint"] = self.entrypoint
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
+        if self.elastic is not None:
+            d["elastic"] = self.elastic.to_dict()
+        if self.target_loss is not None:
+            d["target_loss"] = self.target_loss
+        if self.epochs_predicted:
+            d["epochs_predicted"] = True
         if self.slurm:
             d["slurm"] = self.slurm.to_dict()
         return d
@@ -136,6 +180,11 @@ def check_job(job: Job, source: str) -> None:
                          f"{where}: gpu_types")
     if job.command is not None and job.entrypoint is not None:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    el = job.elastic
+    if el is not None and not (isinstance(el, Elastic) and el.lr_scaling in LR_SCALINGS
+                               and 1 <= el.min_batch <= job.global_batch <= el.max_batch):
+        raise InputError(source, "expected Elastic(min_batch <= global_batch <= max_batch, "
+                         f"lr_scaling in {', '.join(LR_SCALINGS)})", f"{where}: elastic")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class SegmentModel(_Strict):
     restart_s: Annotated[Seconds, Field(description=(
         "seconds of the segment spent restarting (checkpoint, requeue, reload) before "
         "its first iteration; 0 for a job's first segment"))] = 0.0
+    global_batch: Annotated[int, Field(ge=1, description=(
+        "the segment's global batch, chosen by the planner for an elastic job (ONES); "
+        "absent: the spec's global_batch"))] | None = None
 
 
 class JobModel(_Strict):
@@ -157,7 +160,8 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
         segs = [Segment(s.start_s, s.end_s,
                         [Worker(w.node, w.gpu_type, w.gpu, w.local_batch) for w in s.workers],
                         iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
-                        iterations=s.iterations, restart_s=s.restart_s) for s in j.segments]
+                        iterations=s.iterations, restart_s=s.restart_s,
+                        global_batch=s.global_batch) for s in j.segments]
         jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job))
     if m.mode == "pool" and not m.tasks:
         raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")

@@ -16,15 +16,18 @@ from typing import Any
 import hostlist
 
 from hetsched.core import limits
+from hetsched.core.efficiency import PRIOR_EPOCHS
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.core.spec import (
     ENTRYPOINT_RE,
     GPU_TYPE_RE,
+    LR_SCALINGS,
     NAME_RE,
     NODE_STATES,
     WORKLOAD_RE,
     WORKLOAD_VALID,
     Cluster,
+    Elastic,
     Job,
     Node,
 )
@@ -101,8 +104,11 @@ class _Fields:
 JOB_FIELDS = (
     "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
-    "entrypoint", "memory_gb", "slurm",
+    "entrypoint", "memory_gb", "slurm", "elastic", "target_loss", "epochs_predicted",
 )
+ELASTIC_FIELDS = ("min_batch", "max_batch", "lr_scaling", "noise_scale")
+NOISE_SCALE = limits.Bound(0, 1e12)
+TARGET_LOSS = limits.Bound(-1e12, 1e12)
 
 
 def parse_job(data: Any, source: str, index: int) -> Job:
@@ -115,8 +121,17 @@ def parse_job(data: Any, source: str, index: int) -> Job:
     workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)
     b = limits.JOB
     dataset_size = f.int_("dataset_size", b["dataset_size"])
-    epochs = f.num("epochs", b["epochs"])
+    target_loss = f.num("target_loss", TARGET_LOSS) if f.has("target_loss") else None
+    predicted = bool(f.has("epochs_predicted") and data["epochs_predicted"])
+    if target_loss is not None and not f.has("epochs"):
+        # trained until the loss is reached: the length is a prediction
+        # (docs/elastic.md); the ones policy refines it from completed jobs
+        epochs, predicted = PRIOR_EPOCHS, True
+    else:
+        epochs = f.num("epochs", b["epochs"])
     global_batch = f.int_("global_batch", b["global_batch"])
+    elastic = _elastic(data.get("elastic"), source, where, global_batch) \
+        if f.has("elastic") else None
     weight = f.num("weight", b["weight"], 1.0)
     arrival_s = f.num("arrival_s", b["arrival_s"], 0.0)
     model_size_mb = f.num("model_size_mb", b["model_size_mb"], 0.0)
@@ -165,7 +180,8 @@ def parse_job(data: Any, source: str, index: int) -> Job:
             global_batch=global_batch, weight=weight, arrival_s=arrival_s,
             model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
             gpu_types=gpu_types, requested_gpus=requested, command=command,
-            entrypoint=entrypoint, memory_gb=memory_gb, slurm=slurm,
+            entrypoint=entrypoint, memory_gb=memory_gb, slurm=slurm, elastic=elastic,
+            target_loss=target_loss, epochs_predicted=predicted,
         )
     except InputError as e:  # Job's own checks: name this file, not "Job"
         raise InputError(source, e.message, e.where) from None
@@ -179,6 +195,22 @@ def parse_sbatch(data: Any, source: str, where: str) -> SbatchOptions:
         return SbatchOptions.parse(data)
     except SbatchOptionError as e:
         raise InputError(source, str(e), f"{where}.{e.key}") from None
+
+
+def _elastic(raw: Any, source: str, where: str, global_batch: int) -> Elastic:
+    """``elastic: {min_batch, max_batch, lr_scaling}``; the user's batch must lie inside."""
+    e = _Fields(raw, source, f"{where}: elastic", ELASTIC_FIELDS)
+    gb = limits.JOB["global_batch"]
+    lo = e.int_("min_batch", gb, global_batch)
+    hi = e.int_("max_batch", gb, global_batch)
+    rule = e.str_("lr_scaling", "linear")
+    if rule not in LR_SCALINGS:
+        raise e._err("lr_scaling", f"{rule!r} is not valid; expected {', '.join(LR_SCALINGS)}")
+    if not lo <= global_batch <= hi:
+        raise InputError(source, f"min_batch {lo} <= global_batch {global_batch} <= max_batch "
+                         f"{hi} does not hold", f"{where}: elastic")
+    noise = e.num("noise_scale", NOISE_SCALE) if e.has("noise_scale") else None
+    return Elastic(lo, hi, rule, noise)
 
 
 def parse_jobs(data: Any, source: str) -> list[Job]:

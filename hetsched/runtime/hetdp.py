@@ -41,6 +41,9 @@ class HeteroDataParallel:
         self.average = average
         self.world = _world()
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.rescale_seq = 0
+        self.local_sq: list[float] | None = None
+        self.global_sq: float | None = None
         if broadcast and self.world > 1:
             # identical start on every rank, whatever each rank's seed did
             with torch.no_grad():
@@ -56,7 +59,8 @@ class HeteroDataParallel:
     def backward(self, loss: torch.Tensor, local_n: int, global_n: int) -> None:
         (loss * self.loss_scale(local_n, global_n)).backward()
 
-    def sync_gradients(self, stop: bool = False) -> tuple[float, bool]:
+    def sync_gradients(self, stop: bool = False, *, counts: list[int] | None = None,
+                       rescale_seq: int = 0) -> tuple[float, bool]:
         """All-reduce the gradients (sum, or mean when ``average``).
 
         Returns the seconds spent and whether *any* rank asked to stop. The stop
@@ -64,16 +68,38 @@ class HeteroDataParallel:
         learns it at the same step and they all stop after it together (a rank
         stopping on its own would leave the others blocked in the next
         collective, and rank 0 could not checkpoint a consistent step).
+        Two more kinds of slots ride along (runtime/elastic.py): rank 0's
+        pending rescale request number (``self.rescale_seq`` afterwards), and,
+        given every rank's sample ``counts`` for the step, each rank's
+        squared local-gradient norm in its own slot (``self.local_sq``, with
+        the global one in ``self.global_sq``) for the gradient noise scale.
         """
+        self.rescale_seq, self.local_sq, self.global_sq = rescale_seq, None, None
         if self.world == 1:
             return 0.0, stop
         t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flag = torch.ones(1, dtype=grads[0].dtype, device=grads[0].device) if stop else \
-            torch.zeros(1, dtype=grads[0].dtype, device=grads[0].device)
-        flat = torch.cat([g.reshape(-1) for g in grads] + [flag])
+        dt, dv = grads[0].dtype, grads[0].device
+        gns = counts is not None and not self.average
+        extra = torch.zeros(2 + (self.world if gns else 0), dtype=torch.float64, device=dv)
+        extra[0] = 1.0 if stop else 0.0
+        extra[1] = float(rescale_seq)
+        if gns and counts is not None:
+            rank = dist.get_rank()
+            n, mine = sum(counts), counts[rank]
+            if mine > 0:  # this rank's gradient is its mean-loss gradient times mine/n
+                sq = sum(float(g.double().pow(2).sum()) for g in grads)
+                extra[2 + rank] = sq * (n / mine) ** 2
+        n_grad = sum(g.numel() for g in grads)
+        # the extra slots travel in the gradients' dtype (one buffer, one collective)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [extra.to(dt)])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        stop_any = bool(flat[-1].item() > 0)
+        tail = flat[n_grad:].double().cpu()
+        stop_any = bool(tail[0].item() > 0)
+        self.rescale_seq = int(round(float(tail[1])))
+        if gns and counts is not None:
+            self.local_sq = [float(v) for v in tail[2:]]
+            self.global_sq = float(flat[:n_grad].double().pow(2).sum())
         if self.average:
             flat /= self.world
         off = 0

@@ -52,7 +52,13 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
 
     batches = local_batches_for(world_size, env, [w["local_batch"] for w in workers])
     gb = spec.get("global_batch")
-    if gb is not None and int(gb) != sum(batches):
+    elastic = spec.get("elastic")
+    if elastic:  # the planner chose this segment's batch within the job's range
+        lo, hi = int(elastic.get("min_batch", gb)), int(elastic.get("max_batch", gb))
+        if not lo <= sum(batches) <= hi:
+            raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, outside "
+                             f"the job's elastic range [{lo}, {hi}]", f"job {job!r}")
+    elif gb is not None and int(gb) != sum(batches):
         raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, the job's "
                          f"global_batch is {gb}", f"job {job!r}")
     types = env.get("HETSCHED_GPU_TYPES", "")
@@ -68,6 +74,8 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
         seed=int(overrides.get("seed") or 0),
         checkpoint=str(overrides.get("checkpoint") or default_checkpoint(job)),
         report=str(overrides.get("report") or default_report(job)),
+        lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
+        base_batch=int(gb) if gb is not None else None,
     )
     for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
         if overrides.get(k) is not None:

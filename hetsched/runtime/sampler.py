@@ -77,6 +77,13 @@ class ShareSampler:
         self._perm_epoch = -1
         self._perm = np.arange(0)
 
+    def set_shares(self, shares: Sequence[int]) -> None:
+        """New local batches from the next step on (an in-place rescale); position kept."""
+        if len(shares) != len(self.shares) or any(int(s) < 1 for s in shares):
+            raise ValueError(f"need {len(self.shares)} local batches >= 1, got {list(shares)}")
+        self.shares = [int(s) for s in shares]
+        self.global_batch = sum(self.shares)
+
     @property
     def steps_per_epoch(self) -> int:
         return -(-self.dataset_size // self.global_batch)

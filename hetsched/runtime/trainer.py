@@ -14,6 +14,7 @@ import torch
 
 from hetsched.io.reports import Reporter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
+from hetsched.runtime.elastic import NoiseScale, Rescaler, request_path, set_lr, steps_left
 from hetsched.runtime.emulate import emulation_for
 from hetsched.runtime.hetdp import HeteroDataParallel
 from hetsched.runtime.launcher import (
@@ -22,7 +23,7 @@ from hetsched.runtime.launcher import (
     init_distributed,
     shutdown_distributed,
 )
-from hetsched.runtime.sampler import ShareSampler
+from hetsched.runtime.sampler import ShareSampler, split_counts
 from hetsched.runtime.workloads import gather, load_workload
 
 
@@ -49,6 +50,11 @@ class TrainConfig:
     device: str | None = None
     #: rank 0 saves the final parameters here (tests compare them)
     save_params: str | None = None
+    #: elastic jobs (runtime/elastic.py): the rescale request file rank 0 polls
+    #: (default: next to the checkpoint), the LR rule and the batch the LR was tuned at
+    rescale_request: str | None = None
+    lr_scaling: str = "none"
+    base_batch: int | None = None
 
     @property
     def global_batch(self) -> int:
@@ -94,7 +100,18 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
     rep = Reporter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
                    gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
     cuda = dev.type == "cuda"
-    total = cfg.total_steps
+    batches = list(cfg.local_batches)
+    # counted from where the data is: a job rescaled before its checkpoint ran
+    # other batches than these so far (cfg.total_steps when nothing was)
+    total = step + steps_left(cfg.dataset_size, sum(batches), sampler.state.epoch,
+                              sampler.state.offset, cfg.epochs)
+    req_path = cfg.rescale_request or (str(request_path(cfg.checkpoint)) if cfg.checkpoint
+                                       else None)
+    base = cfg.base_batch or sum(batches)
+    if cfg.lr_scaling != "none":
+        set_lr(opt, cfg.lr_scaling, sum(batches), base)
+    resc = Rescaler(req_path, rank, renv.world_size, cfg.lr_scaling, base)
+    gns = NoiseScale()
     # Slurm sends SIGTERM before killing a step (scancel, requeue by a replan,
     # time limit): finish the current step, agree on stopping, checkpoint, exit
     stop_signal: list[int] = []
@@ -119,7 +136,11 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
         if emul is not None:
             emul.pad(len(idx), t0)
         t1 = time.perf_counter()
-        sync_s, stopped = hdp.sync_gradients(stop=bool(stop_signal))
+        sync_s, stopped = hdp.sync_gradients(
+            stop=bool(stop_signal), counts=split_counts(n_global, sampler.shares),
+            rescale_seq=resc.poll())
+        if hdp.local_sq is not None and hdp.global_sq is not None:
+            gns.update(hdp.local_sq, split_counts(n_global, sampler.shares), hdp.global_sq)
         t2 = time.perf_counter()
         opt.step()
         if cuda:
@@ -134,28 +155,41 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
         acc["step"] += t3 - t0
         acc["samples"] += len(idx)
         if acc["n"] >= cfg.report_every or step == total:
-            _report_steps(rep, acc, cfg.local_batches[rank], step)
+            _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
+        change = resc.apply(hdp.rescale_seq, sampler, opt)
+        if change is not None:  # the next step runs at the new batch (or we restart)
+            _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
+            if rank == 0:
+                rep.write("rescale", step=step, **change)
+            if change["in_place"]:
+                batches = list(sampler.shares)
+                total = step + steps_left(cfg.dataset_size, sum(batches), sampler.state.epoch,
+                                          sampler.state.offset, cfg.epochs)
+            else:
+                stopped = True
         if sampler.state.offset == 0:  # an epoch just ended
             if rank == 0:
                 el = time.perf_counter() - epoch_t0
                 rep.write("epoch", epoch=sampler.state.epoch - 1, time_s=round(el, 6),
                           steps=epoch_steps, samples_per_s=round(cfg.dataset_size / el, 3),
-                          local_batches=cfg.local_batches)
+                          local_batches=batches, dataset_size=cfg.dataset_size,
+                          loss=losses[-1] if losses else None,
+                          first_loss=losses[0] if losses else None, gns=gns.value)
             epoch_t0 = time.perf_counter()
             epoch_steps = 0
         if cfg.checkpoint and rank == 0 and (step % cfg.checkpoint_every == 0 or step == total
                                              or stopped):
             save_checkpoint(cfg.checkpoint, model=model, optimizer=opt,
                             sampler=sampler.state_dict(), step=step,
-                            extra={"local_batches": cfg.local_batches})
+                            extra={"local_batches": batches})
         if stopped:
             break
     restore_handlers()
     if acc["n"]:
-        _report_steps(rep, acc, cfg.local_batches[rank], step)
+        _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
     if cfg.checkpoint and rank == 0 and done_here and step % cfg.checkpoint_every and not stopped:
         save_checkpoint(cfg.checkpoint, model=model, optimizer=opt, sampler=sampler.state_dict(),
-                        step=step, extra={"local_batches": cfg.local_batches})
+                        step=step, extra={"local_batches": batches})
     wall = time.perf_counter() - run_t0
     if renv.world_size > 1:
         dist.barrier()  # rank 0's checkpoint is on disk before anyone reports success
@@ -164,10 +198,11 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                        cfg.save_params)
         rep.write("done" if step >= total else "stopped", steps=step, steps_this_run=done_here,
-                  reason="signal" if stopped else "max_steps" if step < total else None,
+                  reason=("rescale" if resc.restart_needed else "signal") if stopped
+                  else "max_steps" if step < total else None,
                   time_s=round(wall, 6),
                   mean_step_s=round(wall / done_here, 6) if done_here else None,
-                  local_batches=cfg.local_batches,
+                  local_batches=batches, gns=gns.value,
                   first_loss=losses[0] if losses else None,
                   last_loss=losses[-1] if losses else None)
     return {"rank": rank, "steps": step, "steps_this_run": done_here, "time_s": wall,
@@ -203,13 +238,14 @@ def _ranks_here(renv: RankEnv) -> int:
     return 1 if renv.source == "slurm" else renv.world_size
 
 
-def _report_steps(rep: Reporter, acc: dict[str, Any], local_batch: int, step: int) -> None:
+def _report_steps(rep: Reporter, acc: dict[str, Any], local_batch: int, step: int,
+                  gns: float | None = None, global_batch: int | None = None) -> None:
     n = acc["n"]
     if not n:
         return
     step_s = acc["step"] / n
     rep.write("steps", step=step, n=n, local_batch=local_batch,
               compute_s=round(acc["compute"] / n, 6), sync_s=round(acc["sync"] / n, 6),
-              step_s=round(step_s, 6),
+              step_s=round(step_s, 6), gns=gns, global_batch=global_batch,
               samples_per_s=round(acc["samples"] / acc["step"], 3) if acc["step"] else None)
     acc.update(n=0, compute=0.0, sync=0.0, step=0.0, samples=0)

@@ -252,7 +252,9 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         "comment": submission_comment(plan_id, job.name, segment),
         "log_dir": str(log_dir),
         "workload": spec.workload if spec is not None else "",
-        "global_batch": spec.global_batch if spec is not None else sum(batches),
+        # an elastic job's segment runs at the batch the planner chose for it
+        "global_batch": job.segments[segment].global_batch or (
+            spec.global_batch if spec is not None else sum(batches)),
         "local_batches": ",".join(str(b) for b in batches),
         "gpu_types": ",".join(c.gpu_type for c in comps for _ in c.local_batches),
         "rank_nodes": ",".join(c.node for c in comps for _ in c.local_batches),

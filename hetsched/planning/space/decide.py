@@ -98,7 +98,7 @@ class Decider:
         start = tl.t + (self.restart_cost_s if moved and tl.has_run[i] else 0.0)
         if not moved:
             start = max(tl.t, tl.ready_at[i])
-        return start + tl.remaining[i] * tm.iteration_s
+        return start + tl.remaining[i] * tm.per_work_s
 
     def score(self, cand: Alloc, ref: Alloc, jobs: list[int]) -> float:
         """Predicted weighted completion of ``jobs`` under allocation ``cand``.
@@ -116,7 +116,7 @@ class Decider:
                 continue
             if gs == tl.alloc.get(i):
                 ends[i] = (max(t, tl.ready_at[i])
-                           + remaining[i] * pev.timing(i, gs, self.shares).iteration_s)
+                           + remaining[i] * pev.timing(i, gs, self.shares).per_work_s)
             else:
                 ends[i] = self.predicted_end(i, gs, True)
         first_free = min(ends.values(), default=t)
@@ -133,7 +133,7 @@ class Decider:
             # its minimal set if no candidate runs it now.
             gs_other = ref.get(i)
             if gs_other:
-                best = pev.timing(i, gs_other, self.shares).iteration_s
+                best = pev.timing(i, gs_other, self.shares).per_work_s
             else:
                 best = pp.iter_time(i, best_counts(pp, i))[0]
             # A job that has run pays the restart cost when it gets GPUs again;

@@ -12,6 +12,12 @@ steps, each in its own module:
   shares, the node layout's bandwidth).
 
 Every policy goes through this same code, so their objectives are comparable.
+
+Elastic batches (docs/elastic.md): a policy with ``decides_batch`` (``ones``)
+also chooses each elastic job's global batch (``batch_for(i)``); its
+decision is applied as made at every event (it does its own selection), a
+batch change on the same GPUs costs an in-place rescale instead of a
+restart, and progress is counted in efficient samples (:mod:`.scorer`).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
              restart_cost_s: float = 60.0, reporter: BaseReporter | None = None,
              predicted: PlanningProblem | None = None,
-             deadline: float | None = None) -> Plan:
+             deadline: float | None = None, stat_efficiency: bool = True) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
 
     ``predicted`` (same jobs and cluster, other step times) is what the policy
@@ -59,18 +65,23 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     ``hetsched simulate --noise``). A policy with ``next_wakeup(t)`` is also asked
     at the times it names; one with ``plan_extra()`` adds that to ``Plan.extra``.
     ``deadline`` (a ``time.perf_counter()`` value): raise OverBudget at the first
-    event past it (auto's time budget).
+    event past it (auto's time budget). ``stat_efficiency=False`` counts an
+    elastic job's progress in plain samples (ONES's assumption) instead of
+    efficient samples.
     """
     started_clock = time.perf_counter()
     p = problem
-    ev = Evaluator(p)
+    ev = Evaluator(p, stat_efficiency)
     pp = predicted if predicted is not None else p
-    pev = Evaluator(pp) if predicted is not None else ev
+    pev = Evaluator(pp, stat_efficiency) if predicted is not None else ev
     placer = Placer(ev)
     tl = Timeline(p, ev, restart_cost_s)
     decider = Decider(tl, pev, pp, policy.shares, static or not policy.preemptive,
                       restart_cost_s)
     oblivious = policy.placement == "oblivious"
+    keep_only = static or not policy.preemptive
+    decides = bool(getattr(policy, "decides_batch", False))
+    want: dict[int, int] = {}
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -87,6 +98,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         )
         X = np.asarray(policy.allocate(pp, snap), dtype=int)
         _validate(p, policy, snap, X)
+        if decides:
+            want.update(_validate_batches(p, policy, snap, X))
         counts = {int(i): X[r] for r, i in enumerate(jobs)}
         return placer.place(counts, free_mask, cur, oblivious)
 
@@ -102,11 +115,34 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             raise OverBudget(f"stopped at the time budget (plan_budget_s) after {spent:,.1f} s, "
                              f"{int(tl.done.sum())} of {p.S} jobs simulated")
         if active:
-            new = decider.decide(active, ask)
-            tl.apply(new, active, policy.shares, policy.name)
+            if decides and not keep_only:  # it chose GPUs and batches for every active job
+                new = ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
+            else:
+                new = decider.decide(active, ask)
+            tl.apply(new, active, policy.shares, policy.name, want)
             decider.applied()
         tl.advance(getattr(policy, "next_wakeup", None), policy.name)
     return _plan(p, policy, tl, static, restart_cost_s, started_clock)
+
+
+def _validate_batches(p: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray
+                      ) -> dict[int, int]:
+    """A decides_batch policy's global batches: in the job's range, held by its GPUs."""
+    out = {}
+    for r, i in enumerate(snap.jobs):
+        i = int(i)
+        k = int(X[r].sum())
+        if k == 0:
+            continue
+        B = int(policy.batch_for(i))  # type: ignore[attr-defined]
+        el = p.jobs[i].elastic
+        lo, hi = (el.min_batch, el.max_batch) if el is not None else (int(p.B[i]), int(p.B[i]))
+        held = int((p.cap[i] * X[r]).sum())
+        if not (lo <= B <= hi and k <= B <= held):
+            raise AssertionError(f"{policy.name}: job {p.jobs[i].name} got global batch {B} "
+                                 f"on {k} GPUs holding {held}; its range is [{lo}, {hi}]")
+        out[i] = B
+    return out
 
 
 def _plan(p: PlanningProblem, policy: Policy, tl: Timeline, static: bool,

@@ -21,6 +21,8 @@ from hetsched.errors import PlanningError
 from hetsched.planning.space.scorer import Evaluator, Timing
 
 EPS = 1e-9
+#: seconds an in-place batch rescale costs a job (ONES reports about 1 s; bench_ones measures ours)
+RESCALE_IN_PLACE_S = 1.0
 
 
 class Timeline:
@@ -39,6 +41,8 @@ class Timeline:
         self.plans = [JobPlan(j.name, j.weight, j.arrival_s, spec=j) for j in p.jobs]
         self.open_seg: dict[int, Segment] = {}
         self.timing: dict[int, Timing] = {}
+        #: each job's current global batch (elastic jobs may change it; docs/elastic.md)
+        self.batch = p.B.astype(int).copy()
         self.order = np.argsort(p.arrival, kind="stable")
         self.next_arr = 0
         self.t = float(p.arrival[self.order[0]])
@@ -60,14 +64,19 @@ class Timeline:
         return np.bincount(self.ev.gpu_type[gs], minlength=self.p.T)
 
     def apply(self, new: dict[int, list[int]], active: list[int], shares: str,
-              who: str) -> None:
+              who: str, want: dict[int, int] | None = None) -> None:
         """Give each active job its GPUs in ``new``: changed jobs close and open segments.
 
         Every changed job's GPUs are released first, so a job that leaves a GPU
         never clears the ownership of the job that takes it over in this event.
+        ``want``: global batches a batch-deciding policy chose; a job whose batch
+        changes on the same GPUs is rescaled in place (RESCALE_IN_PLACE_S).
         """
         t, alloc, owner = self.t, self.alloc, self.owner
-        changed = [i for i in active if alloc.get(i, []) != new.get(i, [])]
+        want = want or {}
+        changed = [i for i in active if alloc.get(i, []) != new.get(i, [])
+                   or (new.get(i) and want.get(i, self.batch[i]) != self.batch[i])]
+        rescaled = {i for i in changed if alloc.get(i) and alloc.get(i) == new.get(i)}
         for i in changed:
             if i in self.open_seg:
                 seg = self.open_seg.pop(i)
@@ -81,12 +90,16 @@ class Timeline:
                 continue
             if (owner[nw] >= 0).any():
                 raise AssertionError(f"{who}: GPU given to two jobs at t={t}")
-            ws, tm = self.ev.workers(i, nw, shares)
-            rc = self.restart_cost_s if self.has_run[i] else 0.0
+            self.batch[i] = want.get(i, self.batch[i])
+            ws, tm = self.ev.workers(i, nw, shares, int(self.batch[i]))
+            rc = RESCALE_IN_PLACE_S if i in rescaled else \
+                self.restart_cost_s if self.has_run[i] else 0.0
             self.ready_at[i] = t + rc
             self.open_seg[i] = Segment(start_s=t, end_s=t, workers=ws,
                                        iteration_s=tm.iteration_s, compute_s=tm.compute_s,
-                                       comm_s=tm.comm_s, restart_s=rc)
+                                       comm_s=tm.comm_s, restart_s=rc,
+                                       global_batch=int(self.batch[i])
+                                       if self.p.jobs[i].elastic else None)
             self.timing[i] = tm
             alloc[i] = nw
             owner[nw] = i
@@ -94,7 +107,7 @@ class Timeline:
 
     def finish_times(self) -> dict[int, float]:
         t = self.t
-        return {i: max(t, self.ready_at[i]) + self.remaining[i] * self.timing[i].iteration_s
+        return {i: max(t, self.ready_at[i]) + self.remaining[i] * self.timing[i].per_work_s
                 for i in self.alloc}
 
     def advance(self, wakeup: Callable[[float], float] | None, who: str) -> None:
@@ -115,16 +128,15 @@ class Timeline:
             ran = max(0.0, t_next - max(t, self.ready_at[i]))
             seg = self.open_seg[i]
             if fin[i] <= t_next + EPS * max(1.0, t_next):
-                seg.iterations += self.remaining[i]
+                seg.iterations += self.remaining[i] / tm.work
                 seg.end_s = fin[i]
                 self.remaining[i] = 0.0
                 self.done[i] = True
                 self.plans[i].segments.append(self.open_seg.pop(i))
                 self.owner[self.alloc.pop(i)] = -1
             else:
-                it = ran / tm.iteration_s
-                seg.iterations += it
-                self.remaining[i] -= it
+                seg.iterations += ran / tm.iteration_s
+                self.remaining[i] -= ran / tm.per_work_s
         self.t = t_next
 
 

@@ -9,6 +9,7 @@ from hetsched.planning.space.policies import (  # noqa: F401
     homo,
     jps,
     las,
+    ones,
     opd,
     optimus,
 )

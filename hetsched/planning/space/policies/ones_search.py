@@ -1,0 +1,174 @@
+"""ONES's genome, its feasibility repair and its SRUF score (Bian et al., Sec. 3.2).
+
+A candidate schedule maps every GPU (a *slot*: GPUs of one type are
+interchangeable for the model, the evaluator's placer picks the concrete
+ones and packs them onto few nodes) to a job or to nothing, and gives each
+job on it a global batch. The per-GPU local batches follow from the global
+batch by the evaluator's exact water-filling shares (ONES encodes them in
+the genome directly; deriving them is what the paper's workers would be
+told anyway, and it keeps every candidate's shares optimal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsched.core.efficiency import efficiency
+from hetsched.core.model import continuous_time_counts
+from hetsched.core.problem import PlanningProblem
+
+INF = float("inf")
+
+
+@dataclass
+class Cand:
+    owner: np.ndarray  # (K,) job index per slot, -1 idle
+    batch: dict[int, int] = field(default_factory=dict)
+
+    def copy(self) -> Cand:
+        return Cand(self.owner.copy(), dict(self.batch))
+
+    def jobs(self) -> list[int]:
+        return [int(i) for i in np.unique(self.owner) if i >= 0]
+
+    def key(self, slot_type: np.ndarray, T: int) -> tuple[object, ...]:
+        """Counts and batches (what the evaluator sees): equal keys are the same schedule."""
+        out: list[object] = []
+        for i in self.jobs():
+            out.append((i, tuple(np.bincount(slot_type[self.owner == i], minlength=T).tolist()),
+                        self.batch.get(i)))
+        return tuple(out)
+
+
+class Model:
+    """Per-problem timing and the batch rules one candidate must satisfy."""
+
+    def __init__(self, p: PlanningProblem, use_efficiency: bool) -> None:
+        self.p = p
+        self.slot_type = np.repeat(np.arange(p.T), p.n_type)
+        self.K = len(self.slot_type)
+        self.use_eff = use_efficiency
+        self._it: dict[tuple[int, tuple[int, ...], int], float] = \
+            p.estimates.extra.setdefault("ones_it", {})
+
+    # -- batch ranges --------------------------------------------------
+    def batch_range(self, i: int) -> tuple[int, int]:
+        el = self.p.jobs[i].elastic
+        B0 = int(self.p.B[i])
+        return (el.min_batch, el.max_batch) if el is not None else (B0, B0)
+
+    def counts(self, c: Cand, i: int) -> np.ndarray:
+        return np.bincount(self.slot_type[c.owner == i], minlength=self.p.T)
+
+    def feasible_batches(self, i: int, n: np.ndarray, limit: int | None) -> tuple[int, int]:
+        """[lo, hi] of global batches job i may run with counts n (lo > hi: none)."""
+        p = self.p
+        k = int(n.sum())
+        blo, bhi = self.batch_range(i)
+        held = int((p.cap[i] * n).sum())
+        hi = min(bhi, held, limit if limit is not None else bhi)
+        lo = max(blo, k)
+        if k < p.lo[i] or k > p.hi[i] or (n[~p.allowed[i]] > 0).any():
+            return 1, 0
+        return lo, hi
+
+    # -- time ----------------------------------------------------------
+    def iter_time(self, i: int, n: np.ndarray, B: int) -> float:
+        key = (i, tuple(n.tolist()), B)
+        hit = self._it.get(key)
+        if hit is None:
+            p = self.p
+            comp = continuous_time_counts(p.a[i], p.c[i], p.cap[i], n[None, :], float(B))[0]
+            hit = float(comp + p.comm_estimate(i, n[None, :])[0])
+            self._it[key] = hit
+        return hit
+
+    def per_work(self, i: int, n: np.ndarray, B: int) -> float:
+        """Seconds per iteration of remaining work (counted at the spec's batch B0)."""
+        p = self.p
+        B0 = int(p.B[i])
+        el = p.jobs[i].elastic
+        eff = efficiency(B, B0, el.noise_scale) if (el is not None and self.use_eff) else 1.0
+        return self.iter_time(i, n, B) * B0 / (B * eff)
+
+
+def repair(m: Model, c: Cand, limit: dict[int, int], max_gpus: dict[int, int],
+           frozen: set[int]) -> Cand:
+    """Make ``c`` feasible: drop disallowed or surplus GPUs, clamp batches, drop what cannot run."""
+    p = m.p
+    for i in c.jobs():
+        if i in frozen:
+            continue
+        slots = np.nonzero(c.owner == i)[0]
+        bad = [s for s in slots if not p.allowed[i, m.slot_type[s]]]
+        c.owner[bad] = -1
+        slots = np.nonzero(c.owner == i)[0]
+        cap_k = min(int(p.hi[i]), max_gpus.get(i, int(p.hi[i])))
+        if len(slots) > cap_k:
+            c.owner[slots[cap_k:]] = -1
+        n = m.counts(c, i)
+        lo, hi = m.feasible_batches(i, n, limit.get(i))
+        if lo > hi:
+            c.owner[c.owner == i] = -1
+            c.batch.pop(i, None)
+            continue
+        c.batch[i] = int(min(max(c.batch.get(i, hi), lo), hi))
+    for i in list(c.batch):
+        if not (c.owner == i).any():
+            c.batch.pop(i)
+    return c
+
+
+def reorder(m: Model, c: Cand) -> Cand:
+    """ONES's reorder: within each GPU type, a job's slots become contiguous, jobs in order of
+    first occurrence (the placer then packs each job onto few nodes)."""
+    first: dict[int, int] = {}
+    for s, i in enumerate(c.owner.tolist()):
+        if i >= 0 and i not in first:
+            first[i] = s
+    for t in range(m.p.T):
+        idx = np.nonzero(m.slot_type == t)[0]
+        block = c.owner[idx].tolist()
+        block.sort(key=lambda i: (i == -2, i == -1, first.get(i, 0)))
+        c.owner[idx] = block
+    return c
+
+
+def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray,
+         current: dict[int, tuple[tuple[int, ...], int]], restart_s: float, waiting_time: dict[int, tuple[int, float]]) -> float:
+    """Expected SRUF utilization (ONES eq. 8): sum over jobs of GPUs x remaining time.
+
+    ``W`` is (draws, len(jobs)) remaining work; a job the candidate leaves
+    waiting counts its minimal GPU set for the time until the candidate's
+    first job ends plus its own run there; moving a running job adds a
+    restart (its GPUs idle meanwhile), rescaling it in place one second.
+    """
+    T = np.zeros(W.shape[0])
+    run_T: list[np.ndarray] = []
+    wait_rows: list[int] = []
+    total = np.zeros(W.shape[0])
+    for r, i in enumerate(jobs):
+        i = int(i)
+        n = m.counts(c, i)
+        k = int(n.sum())
+        if k == 0:
+            wait_rows.append(r)
+            continue
+        B = c.batch[i]
+        t = W[:, r] * m.per_work(i, n, B)
+        cur = current.get(i)
+        if cur is not None and cur[0] != tuple(n.tolist()):
+            t = t + restart_s
+        elif cur is not None and cur[1] != B:
+            t = t + 1.0
+        run_T.append(t)
+        total += k * t
+    if wait_rows:
+        first = np.min(np.stack(run_T), axis=0) if run_T else T
+        for r in wait_rows:
+            i = int(jobs[r])
+            k_min, t_min = waiting_time[i]
+            total += k_min * (first + W[:, r] * t_min)
+    return float(total.mean())
