@@ -76,6 +76,12 @@ def train(cfg: TrainConfig, renv: RankEnv) -> dict[str, Any]:
 
 
 def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
+    """One rank's training loop: steps, stop signals, rescales, reports, checkpoints.
+
+    Size: one loop whose state (step, sampler position, batches, the stop and
+    rescale agreements, the report accumulators) every step reads and changes;
+    split into functions, each would take and return most of it.
+    """
     import torch.distributed as dist
 
     rank = renv.rank
