@@ -262,5 +262,15 @@ def check_plan(p: PlanningProblem, plan: Plan, *, restart_cost_s: float = 60.0) 
 
 
 def moved_running_job(plan: Plan) -> bool:
-    """True if any job has more than one segment (it was moved or preempted)."""
-    return any(len(jp.segments) > 1 for jp in plan.jobs)
+    """True if any job was moved or preempted: a later segment on other GPUs, or after a gap.
+
+    A new segment on the same GPUs right after the last is an elastic job's batch
+    rescaled in place (docs/elastic.md), which costs no restart.
+    """
+    for jp in plan.jobs:
+        for a, b in zip(jp.segments, jp.segments[1:]):
+            gpus_a = sorted((w.node, w.gpu) for w in a.workers)
+            gpus_b = sorted((w.node, w.gpu) for w in b.workers)
+            if gpus_a != gpus_b or b.start_s > a.end_s + 1e-6:
+                return True
+    return False

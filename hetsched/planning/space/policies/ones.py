@@ -68,6 +68,8 @@ class Ones(Policy):
         self.m = Model(p, self.efficiency)
         self.rng = np.random.default_rng(self.seed)
         self.pop: list[Cand] = []
+        self._rem_seen: dict[int, float] = {}
+        self._wake_s = self.tick_s
         self.batch: dict[int, int] = {}
         self.limit: dict[int, int] = {}
         self.max_gpus: dict[int, int] = {}
@@ -89,8 +91,13 @@ class Ones(Policy):
         return self.batch[i]
 
     def next_wakeup(self, t: float) -> float:
-        """Decide again ``tick_s`` later while jobs run (epochs end between arrivals)."""
-        return t + self.tick_s if getattr(self, "_placed", False) else float("inf")
+        """Decide again ``tick_s`` later while jobs run (epochs end between arrivals).
+
+        While no running job makes progress (all restarting), the interval doubles:
+        a long restart must not cost one evolutionary search per tick (arrivals and
+        completions still wake the policy at once).
+        """
+        return t + self._wake_s if getattr(self, "_placed", False) else float("inf")
 
     def _spe(self, i: int) -> float:
         return float(self._problem.jobs[i].steps_per_epoch) if self._problem else 1.0
@@ -138,6 +145,11 @@ class Ones(Policy):
         jobs = np.asarray(snap.jobs, dtype=int)
         running = {int(i) for r, i in enumerate(jobs) if snap.current[r].sum() > 0}
         self._rem_now = {int(i): float(snap.remaining[r]) for r, i in enumerate(jobs)}
+        last = getattr(self, "_rem_seen", {})
+        moved = not last or any(v < last.get(i, np.inf) - 1e-9 for i, v in self._rem_now.items())
+        self._wake_s = self.tick_s if moved else min(2.0 * getattr(self, "_wake_s", self.tick_s),
+                                                      1e9)
+        self._rem_seen = dict(self._rem_now)
         update = all(self.mark.get(i, np.inf) - float(snap.remaining[r]) >= self._spe(i) - 1e-9
                      for r, i in enumerate(jobs) if int(i) in running)
         self._limits(snap, running, update)
