@@ -268,7 +268,7 @@ def moved_running_job(plan: Plan) -> bool:
     rescaled in place (docs/elastic.md), which costs no restart.
     """
     for jp in plan.jobs:
-        for a, b in zip(jp.segments, jp.segments[1:]):
+        for a, b in zip(jp.segments, jp.segments[1:], strict=False):
             gpus_a = sorted((w.node, w.gpu) for w in a.workers)
             gpus_b = sorted((w.node, w.gpu) for w in b.workers)
             if gpus_a != gpus_b or b.start_s > a.end_s + 1e-6:

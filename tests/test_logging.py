@@ -18,13 +18,19 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           text=True, env=env, timeout=300, cwd=tmp_path)
 
 
-def test_vv_shows_every_slurm_command_on_stderr(tmp_path: Path) -> None:
-    # no Slurm here: the command fails, but -vv has already said what it ran
+def test_vv_shows_every_slurm_command_on_stderr(tmp_path: Path, monkeypatch) -> None:
+    # a stand-in sinfo that fails at once: -vv has already said what hetsched ran
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'sinfo: error: invalid partition' >&2\n"
+                                   "exit 1\n")
+    (bin_dir / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     res = run(["-vv", "cluster", "-p", "gpu"], tmp_path)
+    plain = run(["cluster", "-p", "gpu"], tmp_path)
     assert res.returncode != 0
     assert "hetsched: debug: run: sinfo --json" in res.stderr
     assert res.stdout == ""
-    plain = run(["cluster", "-p", "gpu"], tmp_path)
     assert "debug" not in plain.stderr and plain.stderr.startswith("hetsched: error:")
 
 
