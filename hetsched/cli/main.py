@@ -145,8 +145,9 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     chart. Exit code 2 on bad input.
     """
     from hetsched.app.runnable import plan_placeable
+    from hetsched.cli.pictures import png_gantt
     from hetsched.cli.progress import RichReporter
-    from hetsched.cli.render import plan_yaml, png_gantt, render_plan
+    from hetsched.cli.render import plan_yaml, render_plan
     from hetsched.io.specs import load_jobs
     from hetsched.planning.space.policies.base import parse_param
 

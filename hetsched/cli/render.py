@@ -166,13 +166,6 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
         plt.close(fig)
 
 
-def png_gantt(plan: Plan, path: str | Path) -> None:
-    """The plan's Gantt chart PNG (cli/pictures.py: per-GPU rows for few jobs, per-job for many)."""
-    from hetsched.cli.pictures import png_gantt as draw
-
-    draw(plan, path)
-
-
 # ---------------------------------------------------------------------------
 # Pool mode (issue 3): per-GPU views of the plan's ``tasks`` section
 

@@ -103,7 +103,7 @@ def _pngs(res: object, path: str) -> None:
     import matplotlib.pyplot as plt
 
     from hetsched.app.simulate import SimResult
-    from hetsched.cli.render import png_gantt
+    from hetsched.cli.pictures import png_gantt
 
     assert isinstance(res, SimResult)
     fig, ax = plt.subplots(figsize=(7, 4))
