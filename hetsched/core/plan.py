@@ -48,6 +48,10 @@ class Segment:
     restart_s: float = 0.0
     #: the segment's global batch when the planner chose it (elastic jobs); None = the spec's
     global_batch: int | None = None
+    #: co-location (Harmony): segments of different jobs with the same group id share
+    #: the same GPUs at the same time, interleaving one job's compute with another's
+    #: communication; None = the GPUs serve this job alone
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -59,6 +63,8 @@ class Segment:
         }
         if self.global_batch is not None:
             d["global_batch"] = self.global_batch
+        if self.group is not None:
+            d["group"] = self.group
         return d
 
 

@@ -69,6 +69,10 @@ class SegmentModel(_Strict):
     global_batch: Annotated[int, Field(ge=1, description=(
         "the segment's global batch, chosen by the planner for an elastic job (ONES); "
         "absent: the spec's global_batch"))] | None = None
+    group: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
+                                description=(
+        "co-location group (Harmony): segments of different jobs with the same group "
+        "share their GPUs at the same time; absent: the GPUs serve this job alone"))] | None = None
 
 
 class JobModel(_Strict):
@@ -161,7 +165,7 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
                         [Worker(w.node, w.gpu_type, w.gpu, w.local_batch) for w in s.workers],
                         iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
                         iterations=s.iterations, restart_s=s.restart_s,
-                        global_batch=s.global_batch) for s in j.segments]
+                        global_batch=s.global_batch, group=s.group) for s in j.segments]
         jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job))
     if m.mode == "pool" and not m.tasks:
         raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")
