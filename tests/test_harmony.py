@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planner_helpers import check_plan, make_cluster, make_job, make_table
 
 from hetsched.core.colocation import (
     cluster_utilisation,
@@ -37,7 +38,6 @@ from hetsched.planning.space.policies.harmony_model import (
     schedule,
     utilisation,
 )
-from tests.planner_helpers import check_plan, make_cluster, make_job, make_table
 
 ROOT = Path(__file__).resolve().parents[1]
 GAVEL = Path("/work/shared/data/gavel/simulation_throughputs.json")

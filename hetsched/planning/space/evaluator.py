@@ -98,9 +98,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     keep_only = static or not policy.preemptive
     decides = bool(getattr(policy, "decides_batch", False))
     want: dict[int, int] = {}
-    coloc = bool(getattr(policy, "colocates", False))
-    timer = GroupTimer(p, ev, bool(getattr(policy, "coordinated", True))) if coloc else None
-    groups: dict[int, str | None] = {}
+    coloc, timer, groups, asked = _colocation(p, ev, policy)
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -117,11 +115,11 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         )
         X = np.asarray(policy.allocate(pp, snap), dtype=int)
         if coloc:  # one placement per group; its members share the GPUs (.groups)
-            groups.update({i: policy.group_of(i) for i in jobs})  # type: ignore[attr-defined]
-            lead = leaders(jobs, groups)
+            asked.append({i: policy.group_of(i) for i in jobs})  # type: ignore[attr-defined]
+            lead = leaders(jobs, asked[-1])
             _validate(p, policy, snap, X, lead)
-            counts = {int(i): X[r] for r, i in enumerate(jobs) if i in lead}
-            return spread(placer.place(counts, free_mask, cur, oblivious), lead)
+            return spread(placer.place({i: X[r] for r, i in enumerate(jobs) if i in lead},
+                                       free_mask, cur, oblivious), lead)
         _validate(p, policy, snap, X)
         if decides:
             want.update(_validate_batches(p, policy, snap, X))
@@ -140,16 +138,48 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             raise OverBudget(f"stopped at the time budget (plan_budget_s) after {spent:,.1f} s, "
                              f"{int(tl.done.sum())} of {p.S} jobs simulated")
         if active:
-            if (decides or coloc) and not keep_only:
-                # it chose GPUs (and batches, or groups) for every active job
+            asked.clear()
+            if decides and not keep_only:  # it chose GPUs and batches for every active job
                 new = ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
             else:
                 new = decider.decide(active, ask)
+            if coloc:
+                _adopt(groups, asked, decider.chosen, active, tl.alloc, policy)
             tl.apply(new, active, policy.shares, policy.name, want,
                      groups if coloc else None, timer)
             decider.applied()
         tl.advance(getattr(policy, "next_wakeup", None), policy.name)
     return _plan(p, policy, tl, static, restart_cost_s, started_clock)
+
+
+def _colocation(p: PlanningProblem, ev: Evaluator, policy: Policy
+                ) -> tuple[bool, GroupTimer | None, dict[int, str | None],
+                           list[dict[int, str | None]]]:
+    """Does the policy co-locate; its group timer; the groups applied; each ask's groups."""
+    coloc = bool(getattr(policy, "colocates", False))
+    timer = GroupTimer(p, ev, bool(getattr(policy, "coordinated", True))) if coloc else None
+    return coloc, timer, {}, []
+
+
+def _adopt(groups: dict[int, str | None], asked: list[dict[int, str | None]], chosen: str,
+           active: list[int], alloc: dict[int, list[int]], policy: Policy) -> None:
+    """The groups of the allocation the decider kept; the policy learns them.
+
+    "fresh" takes the last ask's groups (every active job); "keep" keeps the
+    running jobs' and adds the waiting jobs' from the ask about them alone (if
+    there were free GPUs to ask about); "wait" leaves the waiting jobs alone.
+    The decider prices each candidate's restarts with every job timed alone
+    on its GPUs (optimistic for a group's members).
+    """
+    if chosen == "fresh" and asked:
+        groups.update({i: asked[-1].get(i) for i in active})
+    else:
+        waiting = [i for i in active if not alloc.get(i)]
+        first = asked[0] if asked and all(not alloc.get(i) for i in asked[0]) else {}
+        groups.update({i: first.get(i) if chosen == "keep" else None for i in waiting})
+    adopt = getattr(policy, "adopt", None)
+    if adopt is not None:
+        adopt({i: groups.get(i) for i in active})
 
 
 def _validate_batches(p: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray

@@ -178,6 +178,7 @@ class Timeline:
                 self.plans[i].segments.append(self.open_seg.pop(i))
                 self._release(i)
                 self.alloc.pop(i)
+                self.mates.pop(i, None)
             else:
                 seg.iterations += ran / tm.iteration_s
                 self.remaining[i] -= ran / tm.per_work_s

@@ -62,6 +62,15 @@ class _Colocating(Policy):
     def group_of(self, i: int) -> str | None:
         return self._gid.get(int(i))
 
+    def adopt(self, groups: dict[int, str | None]) -> None:
+        """The evaluator's word on the groups it applied (it may keep the running ones
+        where moving them would not pay for their restarts)."""
+        self._gid = {int(i): g for i, g in groups.items() if g is not None}
+        sets: dict[str, set[int]] = {}
+        for i, g in self._gid.items():
+            sets.setdefault(g, set()).add(i)
+        self._sets = {frozenset(v): g for g, v in sets.items()}
+
     def _emit(self, p: PlanningProblem, snap: Snapshot, J: Jobs, g: Grouping) -> np.ndarray:
         """Per-type counts (one type per group) and group ids; groups that fit nowhere wait."""
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
@@ -70,11 +79,13 @@ class _Colocating(Policy):
         self._gid = {}
         sets: dict[frozenset[int], str] = {}
         queue = [(np.asarray(ms), int(m)) for ms, m in zip(g.members, g.dop, strict=True)]
+        prefs = _type_prefs(p, J, g, mem)
         while queue:
             members, m = queue.pop(0)
             ids = [int(J.ids[k]) for k in members]
-            prev = [int(np.argmax(snap.current[k])) for k in members if snap.current[k].sum()]
-            got = self._type_for(p, ids, m, free, mem, prev)
+            pref = prefs.pop(0) if prefs and len(prefs) == len(queue) + 1 else None
+            fast = [t for t in pref if free[t] >= m] if pref is not None else []
+            got = (fast[0], m) if fast else self._type_for(p, ids, m, free, mem)
             if got is None:  # a group that fits nowhere: its members try alone
                 if len(members) > 1:
                     queue += [(members[k:k + 1], m) for k in range(len(members))]
@@ -105,10 +116,10 @@ class _Colocating(Policy):
 
     @staticmethod
     def _type_for(p: PlanningProblem, ids: list[int], m: int, free: np.ndarray,
-                  mem: np.ndarray, prev: list[int]) -> tuple[int, int] | None:
-        """(GPU type, GPU count) a group runs on: its current type if it still fits, else
-        the type where its members compute fastest at ``m`` GPUs among those with ``m``
-        free, then the others by free GPUs; the count nearest ``m`` (more first) that
+                  mem: np.ndarray) -> tuple[int, int] | None:
+        """(GPU type, GPU count) a group runs on: the type where its members compute
+        fastest at ``m`` GPUs among those with ``m`` free, then the others by free GPUs
+        (whether a running group's move pays is the evaluator's keep/fresh decision); the count nearest ``m`` (more first) that
         holds every member's batch and fits the GPU's memory."""
         state = [job_state_gb(p.jobs[i]) for i in ids]
         lo, hi = int(p.lo[ids].max()), int(min(p.hi[ids].min(), p.B[ids].min()))
@@ -116,7 +127,7 @@ class _Colocating(Policy):
         comp = np.where(p.allowed[ids].all(axis=0) & (free >= m), comp, np.inf)
         order = [int(t) for t in np.argsort(comp, kind="stable") if np.isfinite(comp[t])]
         order += [int(t) for t in np.argsort(-free, kind="stable")]
-        for t in prev[:1] + order:
+        for t in order:
             if not p.allowed[ids, t].all():
                 continue
             top = min(hi, int(free[t]))
@@ -130,6 +141,30 @@ class _Colocating(Policy):
                                             float(mem[t])):
                     return t, k
         return None
+
+
+def _type_prefs(p: PlanningProblem, J: Jobs, g: Grouping, mem: np.ndarray) -> list[list[int]]:
+    """Per group, the types on which it fits at its DoP as it is (members allowed, batches
+    within the caps, memory), fastest first: the common case, vectorised over groups."""
+    if not g.members:
+        return []
+    sizes = np.array([len(ms) for ms in g.members])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    ids = J.ids[np.concatenate(g.members).astype(int)]
+    m = np.repeat(g.dop, sizes)
+    b = np.ceil(p.B[ids] / m)
+    okj = p.allowed[ids] & (b[:, None] <= p.cap[ids]) & (m <= p.B[ids])[:, None] \
+        & (m >= p.lo[ids])[:, None] & (m <= p.hi[ids])[:, None]
+    ok = np.minimum.reduceat(okj.astype(int), starts, axis=0) > 0
+    state = np.array([job_state_gb(p.jobs[i]) for i in ids])
+    per = np.maximum(0.0, mem[None, :] - state[:, None]) / np.maximum(1, p.cap[ids])
+    used = np.add.reduceat(state[:, None] + per * b[:, None], starts, axis=0)
+    ok &= (sizes[:, None] == 1) | (used <= mem[None, :] * (1 + 1e-9))
+    comp = np.add.reduceat(p.a[ids] + p.c[ids] * b[:, None], starts, axis=0)
+    comp = np.where(ok, comp, np.inf)
+    order = np.argsort(comp, axis=1, kind="stable")
+    return [[int(t) for t in row if np.isfinite(c[t])] for row, c in zip(order, comp,
+                                                                         strict=True)]
 
 
 def _ref_jobs(p: PlanningProblem, snap: Snapshot) -> tuple[Jobs, int]:
