@@ -88,6 +88,18 @@ def test_mincost_picks_the_cheapest_window_and_server() -> None:
     assert one is not None and one.y.tolist() == [2, 0] and one.start == 2
 
 
+def test_equal_cost_ties_follow_the_papers_loop_order_or_the_earliest_end() -> None:
+    node_type, cap = _two_nodes()
+    free = np.repeat(cap[:, None], 4, axis=1)
+    delta = np.zeros((2, 4))  # every price 0: every schedule costs 0
+    dur = {0: {1: (4, 4), 2: (2, 3)}}
+    # Algorithm 6 loops workers 1..D_j and replaces only if strictly cheaper: 1 worker
+    loop = mincost_one(JobMenu(0, 10.0, dur), free, delta, node_type)
+    assert loop is not None and (loop.phi, loop.start, loop.y.tolist()) == (1, 0, [1, 0])
+    end = mincost_one(JobMenu(0, 10.0, dur, ties="end"), free, delta, node_type)
+    assert end is not None and (end.phi, end.length) == (2, 2)  # the earliest end
+
+
 def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
     node_type, cap = np.array([0, 0]), np.array([4, 4])
     lam = lam_param(1, 2, 1, 1.0)  # 2*1*2*1*1 + 1 = 5

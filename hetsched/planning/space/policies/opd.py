@@ -99,19 +99,25 @@ class OPD(Policy):
         "frames": "'arrival' (default): run A_dual on the unscheduled jobs at every event, "
                   "tau fitted to them (not in the paper); 'doubling': A_online's frames "
                   "tau_i = 2**(i-1) (paper)",
+        "ties": "equal-cost schedules: 'loop' (the paper's loop order: fastest type, fewest "
+                "workers, earliest start) or 'end' (earliest end, then fewest GPU-slots)",
         "faithful": "true: the paper's A_online exactly (frames=doubling, launch=alpha, "
                  "eager=false; overrides those), the variant Theorem 5's 4*alpha bound is "
                  "proved for",
     }
 
     def __init__(self, *, slot_s: float = 0.0, launch: str = "frame",
-                 eager: bool = True, frames: str = "arrival", faithful: bool = False) -> None:
+                 eager: bool = True, frames: str = "arrival", ties: str = "loop",
+                 faithful: bool = False) -> None:
         if slot_s < 0:
             raise ValueError("slot_s must be >= 0 (0: automatic)")
         if launch not in ("frame", "alpha"):
             raise ValueError("launch must be 'frame' or 'alpha'")
         if frames not in ("doubling", "arrival"):
             raise ValueError("frames must be 'doubling' or 'arrival'")
+        if ties not in ("loop", "end"):
+            raise ValueError("ties must be 'loop' or 'end'")
+        self.ties = ties
         if faithful:  # overrides the three knobs
             launch, eager, frames = "alpha", False, "doubling"
         self.faithful = bool(faithful)
@@ -156,7 +162,7 @@ class OPD(Policy):
         dur: dict[int, dict[int, tuple[int, int]]] = {}
         exact: dict[tuple[int, int, int], float] = {}
         gmin, gmax = math.inf, 0.0
-        for m in range(p.T):
+        for m in fastest_types(p, i):  # the menu's order: the paper's m' loop, fastest first
             if not p.allowed[i, m]:
                 continue
             ks = _counts(int(p.lo[i]), int(min(p.hi[i], p.n_type[m])))
@@ -225,7 +231,8 @@ class OPD(Policy):
         rounds = min(alpha, 2 * len(menus_raw) + 2)
         base = alpha * tau if self.launch == "alpha" else tau
         base = max(base, now) if self.frames == "doubling" else now
-        menus = [JobMenu(i, scale * p.weight[i], dur, ex) for i, dur, ex, _, _ in menus_raw]
+        menus = [JobMenu(i, scale * p.weight[i], dur, ex, self.ties)
+                 for i, dur, ex, _, _ in menus_raw]
         free = self._free(base, base + rounds * tau)
         chosen = dual(menus, free, self._cap, self._node_type, tau, rounds, lam)
         for ch in chosen:
@@ -324,4 +331,5 @@ class OPD(Policy):
                         "bound_proved": faithful,
                         "variant": "paper" if faithful else
                         f"frames={self.frames},launch={self.launch},eager={self.eager}",
-                        "slot_s": self._slot, "launch": self.launch, "frames": self._rounds}}
+                        "ties": self.ties, "slot_s": self._slot, "launch": self.launch,
+                        "frames": self._rounds}}
