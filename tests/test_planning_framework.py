@@ -276,3 +276,22 @@ def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:
     assert sampled.params["exact_max"] == 100
     with pytest.raises(Exception, match="max_categories"):
         simulate(p, has.build({"max_categories": 100}))
+
+
+def test_saturating_category_count_matches_the_exact_count() -> None:
+    """Issue 11.3: HAS's "more than exact_max?" check saturates instead of counting all."""
+    import random
+
+    from hetsched.planning.space.policies.sampling import bounded_compositions, count_bounded
+
+    rnd = random.Random(1)
+    for _ in range(400):
+        n, total = rnd.randint(1, 5), rnd.randint(0, 25)
+        lo = [rnd.randint(0, 5) for _ in range(n)]
+        hi = [rnd.randint(0, 15) for _ in range(n)]
+        exact = count_bounded(total, lo, hi)
+        assert exact == sum(1 for _ in bounded_compositions(total, lo, hi))
+        lim = rnd.randint(0, 40)
+        assert count_bounded(total, lo, hi, limit=lim) == min(exact, lim + 1)
+    # 100 jobs on 360 GPUs: astronomically many, answered at once
+    assert count_bounded(360, [1] * 100, [16] * 100, limit=20_000) == 20_001
