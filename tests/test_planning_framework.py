@@ -104,6 +104,28 @@ def test_best_of_in_processes_matches_one_process() -> None:
     assert one.scores == two.scores and one.best_name == two.best_name
 
 
+def test_best_of_in_processes_ends_candidates_at_the_budget() -> None:
+    """A candidate stuck in one long step (no event to check the deadline at) is ended at
+    the budget in parallel mode; the first candidate always runs to its end."""
+    import time as _time
+
+    def run(name: str, deadline: float | None) -> float:
+        _time.sleep({"first": 1.0, "stuck": 60.0, "quick": 0.0, "late": 0.0}[name])
+        return {"first": 2.0, "stuck": 0.5, "quick": 1.0, "late": 0.1}[name]
+
+    rep = RecordingReporter()
+    t0 = _time.perf_counter()
+    sel = best_of(["first", "stuck", "quick", "late"], run, float, reporter=rep,
+                  budget_s=0.5, workers=2)
+    took = _time.perf_counter() - t0
+    assert took < 10.0  # not the stuck candidate's 60 s
+    assert sel.best_name == "first" and set(sel.scores) == {"first"}
+    assert "time budget" in sel.skipped["stuck"] and "ended" in sel.skipped["stuck"]
+    # quick and late wait for a free worker until the budget is spent
+    assert "not started" in sel.skipped["quick"] and "not started" in sel.skipped["late"]
+    assert sorted(a[0] for a in rep.hooks("candidate_skipped")) == ["late", "quick", "stuck"]
+
+
 def test_auto_survives_a_failing_candidate_and_says_so(monkeypatch) -> None:
     import hetsched.planning.space.policies.jps as jps_mod
 

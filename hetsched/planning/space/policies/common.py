@@ -302,16 +302,18 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
     hi = p.hi.tolist()
     allowed = [row[3] for row in p.estimates.rows]
     cnt = {r: [int(v) for v in X[r]] for r in rows}
+    size = {r: sum(cnt[r]) for r in rows}
+    # each row's types in preference order, the allowed ones only (looked up once)
+    order = {r: [t for t in order_of(jobs[r]) if allowed[jobs[r]][t]] for r in rows}
     fl = [int(v) for v in free]
 
     def gain(r: int) -> tuple[float, int]:
         i = jobs[r]
         x = cnt[r]
-        if sum(x) >= hi[i]:
+        if size[r] >= hi[i]:
             return 0.0, -1
-        ok = allowed[i]
-        for t in order_of(i):
-            if fl[t] > 0 and ok[t]:
+        for t in order[r]:
+            if fl[t] > 0:
                 break
         else:
             return 0.0, -1
@@ -344,6 +346,7 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
             heapq.heappush(heap, (-g, r, t2))
             continue
         cnt[r][t2] += 1
+        size[r] += 1
         fl[t2] -= 1
         left -= 1
         g, t3 = gain(r)
