@@ -162,7 +162,8 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
                                 policy=policy, params=kv, static=static,
                                 restart_cost_s=restart_cost, jobs_source=jobs_file,
                                 reporter=reporter, mode=mode, task_iterations=task_iterations,
-                                warn=lambda m: click.echo(m, err=True))
+                                warn=lambda m: click.echo(m, err=True),
+                                progress_history=_load_progress_history(policy))
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
@@ -231,6 +232,25 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
                          "profiles.csv (e.g. examples/gavel_throughputs.csv)")
     with open_store(path) as st:
         return table_from_store(st)
+
+
+def _load_progress_history(policy: str) -> tuple[Any, Any] | None:
+    """Completed jobs' training history from the state store, for a policy that predicts
+    remaining work (``ones``); None when it needs none or there is no state file."""
+    from hetsched.planning.space.policies.base import REGISTRY
+
+    if not getattr(REGISTRY.get(policy), "uses_progress_history", False):
+        return None
+    from hetsched.state.history import progress_points
+    from hetsched.state.store import open_store_readonly
+
+    st = open_store_readonly()
+    if st is None:
+        return None
+    try:
+        return progress_points(st)
+    finally:
+        st.close()
 
 
 @main.command()

@@ -28,6 +28,10 @@ class PlanningProblem:
     cluster: Cluster
     table: ThroughputTable
     jobs_source: str = "jobs"
+    #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
+    #: the state store (hetsched.state.history.progress_points); None: no history
+    progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,
+                                                                   compare=False)
     types: list[str] = field(init=False)
     n_type: np.ndarray = field(init=False)  # (T,) GPUs per type
     a: np.ndarray = field(init=False)  # (S, T) step-time intercept

@@ -57,13 +57,19 @@ class Evaluator:
         nindex = {n: k for k, n in enumerate(nodes)}
         self.gpu_node = np.array([nindex[g.node] for g in gpus], dtype=int)
         self.nodes = nodes
+        self.gpu_node_list = self.gpu_node.tolist()
         self._cache: dict[tuple[int, tuple[int, ...], bool, str, int], Timing] = {}
+        self._layout: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
 
     def timing(self, i: int, gpu_ids: list[int], shares: str, batch: int | None = None
                ) -> Timing:
         p = self.p
-        types = tuple(sorted(int(self.gpu_type[g]) for g in gpu_ids))
-        single = len({int(self.gpu_node[g]) for g in gpu_ids}) == 1
+        ids = tuple(gpu_ids)
+        lay = self._layout.get(ids)
+        if lay is None:  # (worker types in order, on one node?) of this GPU set
+            lay = self._layout[ids] = (tuple(sorted(self.gpu_type_list[g] for g in ids)),
+                                       len({self.gpu_node_list[g] for g in ids}) == 1)
+        types, single = lay
         B0 = int(p.B[i])
         B = B0 if batch is None else int(batch)
         key = (i, types, single, shares, B)
