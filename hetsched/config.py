@@ -77,6 +77,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
             "test only: emulated per-sample cost in seconds"),
+    Setting("emulate_link", "HETSCHED_EMULATE_LINK", "",
+            "test only: emulated slow link, 'A,C': every all-reduce takes at least "
+            "A seconds + C seconds per MiB of gradients"),
     # how jobs are submitted (docs/slurm.md, "Sbatch options"): the site's defaults,
     # below a job's own `slurm:` keys, the jobs file's and `hetsched submit`'s options
     Setting("sbatch_time", "HETSCHED_SBATCH_TIME", "",

@@ -45,14 +45,14 @@ class Ones(Policy):
         "mutation_rate": "probability a job is preempted / its batch changed in a mutation",
         "samples": "Beta draws of remaining work per score",
         "tick_s": "seconds between decisions besides arrivals and completions",
-        "restart_s": "restart cost the score charges a moved job",
+        "restart_s": "restart cost the score charges a moved job (-1: the evaluator's)",
         "efficiency": "score progress in efficient samples (gradient noise scale) if known",
         "history": "report files / directory of completed jobs for the progress predictor",
     }
 
     def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 3,
                  mutation_rate: float = 0.2, samples: int = 8, tick_s: float = 120.0,
-                 restart_s: float = 60.0, efficiency: bool = True, history: str = "") -> None:
+                 restart_s: float = -1.0, efficiency: bool = True, history: str = "") -> None:
         if population < 0 or generations < 1 or samples < 1 or tick_s <= 0:
             raise ValueError("population >= 0, generations >= 1, samples >= 1, tick_s > 0")
         if not 0 <= mutation_rate <= 1:
@@ -167,12 +167,19 @@ class Ones(Policy):
             else:
                 wait_t[i] = (1, 1e9)
 
+        rc = self._rc = self.restart_s if self.restart_s >= 0 else \
+            snap.restart_cost_s if snap.restart_cost_s is not None else 60.0
+        self._curkey = curkey
+
         def score(c: Cand) -> float:
-            return sruf(m, c, jobs, draws, curkey, self.restart_s, wait_t)
+            return sruf(m, c, jobs, draws, curkey, rc, wait_t)
 
         active = set(int(i) for i in jobs)
         pop = [self._refresh(c, cur, active, running, frozen, jobs, draws) for c in self.pop]
         pop.append(self._refresh(cur.copy(), cur, active, running, frozen, jobs, draws))
+        # the incumbent: every running job kept as it is, new jobs on free GPUs only (the
+        # choice SRUF must be able to make when moving a running job costs more than it saves)
+        pop.append(self._refresh(cur.copy(), cur, active, running, running, jobs, draws))
         while len(pop) < self.n_pop:  # initial population: a random job on each GPU
             c = cur.copy()
             free = np.nonzero(c.owner == -1)[0]
@@ -330,7 +337,9 @@ class Ones(Policy):
                         continue
                     B = min(hi, max(lo, 2 * c.batch[i]))  # scale up: double with more GPUs
                     before = n.sum() * w * m.per_work(i, n, c.batch[i])
-                    after = n2.sum() * w * m.per_work(i, n2, B)
+                    # a running job grown off its current GPUs restarts: its lost progress
+                    rc = self._rc if self._curkey.get(i, ((),))[0] == tuple(n.tolist()) else 0.0
+                    after = n2.sum() * (w * m.per_work(i, n2, B) + rc)
                     opts.append((i, n2 - n, B, max(before - after, 0.0) + 1e-9))
             if not opts:
                 break
