@@ -137,8 +137,10 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
             for m in members:
                 if m.done:
                     continue
-                t0 = time.perf_counter()
+                t_load = time.perf_counter()
                 _make_room(m, members, budget)
+                t0 = time.perf_counter()
+                m.acc["reload"] += t0 - t_load  # reported apart: COMP is the job's own work
                 if m.future is not None:
                     t_wait = time.perf_counter()
                     flat, comm_s = m.future.result()
