@@ -98,6 +98,16 @@ def test_equal_cost_ties_follow_the_papers_loop_order_or_the_earliest_end() -> N
     assert loop is not None and (loop.phi, loop.start, loop.y.tolist()) == (1, 0, [1, 0])
     end = mincost_one(JobMenu(0, 10.0, dur, ties="end"), free, delta, node_type)
     assert end is not None and (end.phi, end.length) == (2, 2)  # the earliest end
+    # impact: end + GPU-slots / GPUs of the type (4 here): 1 worker 4 + 4/4 = 5,
+    # 2 workers 2 + 4/4 = 3 -> 2 workers; with 1 GPU of the type counted: 4+4 = 8
+    # against 2+4 = 6 -> still 2; longer for 2 workers (3.5 slots): 3.5+7 = 10.5 > 8 -> 1
+    imp = mincost_one(JobMenu(0, 10.0, dur, ties="impact", type_gpus={0: 4}), free, delta,
+                      node_type)
+    assert imp is not None and imp.phi == 2
+    slow = {0: {1: (4, 4), 2: (4, 4)}}
+    imp = mincost_one(JobMenu(0, 10.0, slow, {(0, 1, 1): 4.0, (0, 2, 1): 3.5}, "impact",
+                             {0: 1}), free, delta, node_type)
+    assert imp is not None and imp.phi == 1
 
 
 def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
@@ -144,14 +154,16 @@ def test_alpha_reported_with_a_plan_is_the_papers_for_that_batch() -> None:
     assert o["alpha"] == max(f["alpha"] for f in o["frames"])
     assert o["competitive_bound"] == 4 * o["alpha"]
     # the default is the engineering variant: Theorem 5 is not claimed for it
-    assert o["variant"] == "frames=arrival,launch=frame,eager=True" and not o["bound_proved"]
+    assert o["variant"] == "frames=arrival,launch=frame,eager=True,ties=impact" and not o["bound_proved"]
 
 
 def test_opd_default_and_the_paper_variant() -> None:
     d = make_policy("opd")
-    assert (d.frames, d.eager, d.launch, d.faithful) == ("arrival", True, "frame", False)
+    assert (d.frames, d.eager, d.launch, d.ties, d.faithful) == (
+        "arrival", True, "frame", "impact", False)
     p = make_policy("opd", {"faithful": True, "frames": "arrival", "eager": True})
-    assert (p.frames, p.eager, p.launch, p.faithful) == ("doubling", False, "alpha", True)
+    assert (p.frames, p.eager, p.launch, p.ties, p.faithful) == (
+        "doubling", False, "alpha", "loop", True)
     plan = simulate(_problem(25.0), p)
     o = plan.extra["opd"]
     assert o["variant"] == "paper" and o["bound_proved"]
@@ -167,7 +179,7 @@ def test_replan_plans_opd_with_the_default_variant() -> None:
     p = _problem(25.0)
     s = how_planned(None, "opd")
     plan = make_plan(list(p.jobs), p.cluster, p.table, **s.make_plan_kwargs())
-    assert plan.extra["opd"]["variant"] == "frames=arrival,launch=frame,eager=True"
+    assert plan.extra["opd"]["variant"] == "frames=arrival,launch=frame,eager=True,ties=impact"
     paper = make_plan(list(p.jobs), p.cluster, p.table, policy="opd", params={"faithful": True})
     again = how_planned(paper, None)  # a plan made with faithful=true is replanned the same way
     assert again.params == {"faithful": True}

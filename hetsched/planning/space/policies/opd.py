@@ -7,12 +7,15 @@ count from the min-cost subroutines A_RAmincost1/2 priced by (11)):
 * the default, ``frames='arrival'``, ``eager=True`` (an engineering variant,
   not in the paper): A_dual runs on the known unscheduled jobs at every event,
   ``tau`` the smallest power of two that fits their quickest schedules, and a
-  scheduled job starts as soon as its GPUs are free (work-conserving). It is
+  scheduled job starts as soon as its GPUs are free (work-conserving), and
+  equal-cost schedules (a job alone in a batch sees every price at 0) go to
+  the least end + GPU-slots / GPUs of the type (``ties='impact'``). It is
   the paper's batch algorithm used in receding horizon; Theorem 5's bound is
   not proved for it (alpha is still reported per batch);
 * ``faithful=True``: A_online (Algorithm 1) as written: batches J_i of the jobs
   that arrived by ``tau_i = 2**(i-1)`` slots, run from ``alpha*tau_i``
-  (``frames='doubling'``, ``launch='alpha'``, ``eager=False``), the variant
+  (``frames='doubling'``, ``launch='alpha'``, ``eager=False``, ties in the
+  paper's loop order ``ties='loop'``), the variant
   that is 4*alpha-competitive for sum w_j c_j (c_j counted from time 0).
   ``frames='doubling'`` alone keeps ``launch='frame'``: a batch runs from its
   decision time tau_i, packed around earlier frames' reservations.
@@ -99,15 +102,16 @@ class OPD(Policy):
         "frames": "'arrival' (default): run A_dual on the unscheduled jobs at every event, "
                   "tau fitted to them (not in the paper); 'doubling': A_online's frames "
                   "tau_i = 2**(i-1) (paper)",
-        "ties": "equal-cost schedules: 'loop' (the paper's loop order: fastest type, fewest "
+        "ties": "equal-cost schedules: 'impact' (least end + GPU-slots / GPUs of the type; "
+                "not in the paper), 'loop' (the paper's loop order: fastest type, fewest "
                 "workers, earliest start) or 'end' (earliest end, then fewest GPU-slots)",
         "faithful": "true: the paper's A_online exactly (frames=doubling, launch=alpha, "
-                 "eager=false; overrides those), the variant Theorem 5's 4*alpha bound is "
+                 "eager=false, ties=loop; overrides those), the variant Theorem 5's 4*alpha bound is "
                  "proved for",
     }
 
     def __init__(self, *, slot_s: float = 0.0, launch: str = "frame",
-                 eager: bool = True, frames: str = "arrival", ties: str = "loop",
+                 eager: bool = True, frames: str = "arrival", ties: str = "impact",
                  faithful: bool = False) -> None:
         if slot_s < 0:
             raise ValueError("slot_s must be >= 0 (0: automatic)")
@@ -115,11 +119,11 @@ class OPD(Policy):
             raise ValueError("launch must be 'frame' or 'alpha'")
         if frames not in ("doubling", "arrival"):
             raise ValueError("frames must be 'doubling' or 'arrival'")
-        if ties not in ("loop", "end"):
-            raise ValueError("ties must be 'loop' or 'end'")
+        if ties not in ("impact", "loop", "end"):
+            raise ValueError("ties must be 'impact', 'loop' or 'end'")
+        if faithful:  # overrides the other knobs
+            launch, eager, frames, ties = "alpha", False, "doubling", "loop"
         self.ties = ties
-        if faithful:  # overrides the three knobs
-            launch, eager, frames = "alpha", False, "doubling"
         self.faithful = bool(faithful)
         self.slot_s, self.launch, self.eager = float(slot_s), launch, bool(eager)
         self.frames = frames
@@ -231,7 +235,8 @@ class OPD(Policy):
         rounds = min(alpha, 2 * len(menus_raw) + 2)
         base = alpha * tau if self.launch == "alpha" else tau
         base = max(base, now) if self.frames == "doubling" else now
-        menus = [JobMenu(i, scale * p.weight[i], dur, ex, self.ties)
+        per_type = {m: int(n) for m, n in enumerate(p.n_type)}
+        menus = [JobMenu(i, scale * p.weight[i], dur, ex, self.ties, per_type)
                  for i, dur, ex, _, _ in menus_raw]
         free = self._free(base, base + rounds * tau)
         chosen = dual(menus, free, self._cap, self._node_type, tau, rounds, lam)
@@ -327,9 +332,11 @@ class OPD(Policy):
         return {"opd": {"alpha": max(alphas, default=1),
                         "competitive_bound": 4 * max(alphas, default=1),
                         # Theorem 5 is proved for A_online as written (doubling frames,
-                        # batches run from alpha*tau_i); other variants only report alpha
+                        # batches run from alpha*tau_i; any min-cost tie rule); other
+                        # variants only report alpha
                         "bound_proved": faithful,
-                        "variant": "paper" if faithful else
-                        f"frames={self.frames},launch={self.launch},eager={self.eager}",
+                        "variant": "paper" if faithful and self.ties == "loop" else
+                        f"frames={self.frames},launch={self.launch},eager={self.eager},"
+                        f"ties={self.ties}",
                         "ties": self.ties, "slot_s": self._slot, "launch": self.launch,
                         "frames": self._rounds}}
