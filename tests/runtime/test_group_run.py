@@ -176,3 +176,22 @@ def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
         grouped, alone = _params(d / f"{name}.pt"), _params(runs[f"alone-{name}"] / "params.pt")
         for k in alone:
             assert torch.allclose(grouped[k], alone[k], rtol=1e-5, atol=1e-6), (name, k)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--job", "a", "--group", "g1"], "give exactly one of --job and --group"),
+    (["--group", "nope"], "no group 'nope' in the plan (groups: g1)"),
+    (["--group", "g1", "--report", "r.jsonl"], "--checkpoint and --report name one job's"),
+])
+def test_run_group_bad_input_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    plan = write_plan(group_plan([group_job(n, w, b, dataset_size=d, epochs=EPOCHS)
+                                  for n, w, b, d in JOBS]), tmp_path / "plan.json")
+    r = subprocess.run([sys.executable, "-m", "hetsched", "run", "--plan", str(plan), *args],
+                       capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
