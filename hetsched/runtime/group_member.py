@@ -45,12 +45,21 @@ class Member:
             restore(state, model=self.model, optimizer=self.opt)
             self.sampler.load_state_dict(state["sampler"])
             self.step = int(state["step"])
-        self.hdp = HeteroDataParallel(self.model, average=cfg.average)  # rank 0's start
+        # rank 0's start: gloo broadcasts the host tensors now; NCCL needs them on the GPU
+        self.hdp = HeteroDataParallel(self.model, average=cfg.average,
+                                      broadcast=not self.cuda)
         self.slot = JobSlot(self.model, dev)  # parameters now in the host buffer
         self.opt_host: dict[tuple[int, str], torch.Tensor] = {}
         self.total = self.step + steps_left(cfg.dataset_size, sum(cfg.local_batches),
                                             self.sampler.state.epoch,
                                             self.sampler.state.offset, cfg.epochs)
+        if self.cuda and self.hdp.world > 1:
+            import torch.distributed as dist
+
+            self.load()
+            with torch.no_grad():
+                for p in self.slot.params:
+                    dist.broadcast(p.data, src=0)
         self.future: Any = None  # this job's COMM in flight: -> (flat, comm_s)
         self.done = False
         self.stopped = False
