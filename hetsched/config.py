@@ -60,6 +60,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "where jobs write checkpoints (default: <state>.files/checkpoints)"),
     Setting("report_dir", "HETSCHED_REPORT_DIR", "",
             "where jobs write reports (default: <state>.files/reports)"),
+    Setting("report_every", "HETSCHED_REPORT_EVERY", 10.0,
+            "steps between a training rank's 'steps' report records (1: every step)", float),
     Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
     Setting("spool", "HETSCHED_SPOOL", "", "spool directory of the local test Slurm"),
     Setting("master_addr", "HETSCHED_MASTER_ADDR", "",

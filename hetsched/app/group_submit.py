@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetsched import config
+from hetsched.app.runnable import UnrunnableError
 from hetsched.core.groups import GroupView, plan_groups
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
@@ -109,6 +110,13 @@ def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path:
         view = u.group
         if view is None:
             continue
+        for job in view.jobs:
+            spec = plan.job(job).spec
+            if spec is not None and spec.command and not spec.entrypoint:
+                raise UnrunnableError("plan", f"job {job!r} of group {view.group!r} is a "
+                                      "command; a co-location group trains built-in "
+                                      "workloads and entrypoints only (the group runtime "
+                                      "builds each model): plan it alone", f"job {job!r}")
         limit, warn = time_limit(view.end_s - view.start_s)
         if sbatch.time:
             limit = time_minutes(sbatch.time)

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.core.estimates import Estimates
-from hetsched.core.model import allreduce_time, continuous_time_counts, ring_allreduce_s
+from hetsched.core.model import (
+    Curve,
+    allreduce_time,
+    continuous_time_counts,
+    ring_allreduce_s,
+    worker_time,
+)
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import StepFit, ThroughputTable
 from hetsched.errors import InputError
@@ -64,6 +70,9 @@ class PlanningProblem:
         self.sync = np.zeros((S, T))
         #: per job: GPU type -> fit whose sync was calibrated at several scales (issue 11.7)
         self.calibrated: list[dict[int, StepFit]] = [{} for _ in range(S)]
+        #: per job: None (every allowed type affine) or, per type, the piecewise curve
+        #: where the affine fit is poor (issue 11.7): predictions and batch shares use it
+        self.curves: list[list[Curve] | None] = [None] * S
         self.allowed = np.zeros((S, T), dtype=bool)
         node_max = {t: 0 for t in self.types}
         for n in cluster.nodes:
@@ -87,12 +96,7 @@ class PlanningProblem:
                 fit = table.get(job.workload, g)
                 if fit is None or (job.gpu_types is not None and g not in job.gpu_types):
                     continue
-                self.allowed[i, t] = True
-                self.a[i, t], self.c[i, t] = fit.a, fit.c
-                self.cap[i, t] = fit.max_batch
-                self.sync[i, t] = fit.sync_s
-                if fit.sync_curve:
-                    self.calibrated[i][t] = fit
+                self._set_fit(i, t, fit)
             if not self.allowed[i].any():
                 raise InputError(src, f"fits no GPU: workload {job.workload!r} is profiled on "
                                  f"{', '.join(profiled)}, the partition has "
@@ -128,6 +132,21 @@ class PlanningProblem:
 
         self.estimates = Estimates.of(self)
 
+    def _set_fit(self, i: int, t: int, fit: StepFit) -> None:
+        """Job i may use type t, whose step time is ``fit``."""
+        self.allowed[i, t] = True
+        self.a[i, t], self.c[i, t] = fit.a, fit.c
+        self.cap[i, t] = fit.max_batch
+        self.sync[i, t] = fit.sync_s
+        if fit.sync_curve:
+            self.calibrated[i][t] = fit
+        curve = fit.curve()
+        if curve is not None:
+            row = self.curves[i]
+            if row is None:
+                row = self.curves[i] = [None] * len(self.types)
+            row[t] = curve
+
     def clear_caches(self) -> None:
         """Forget memoised model evaluations (benchmarks time cold runs with this)."""
         self.estimates.clear()
@@ -152,7 +171,8 @@ class PlanningProblem:
         """Continuous optimal step time of job i for count rows N (M, T); inf if infeasible."""
         N = np.atleast_2d(N)
         bad = (N[:, ~self.allowed[i]] > 0).any(axis=1)
-        out = continuous_time_counts(self.a[i], self.c[i], self.cap[i], N, float(self.B[i]))
+        out = continuous_time_counts(self.a[i], self.c[i], self.cap[i], N, float(self.B[i]),
+                                     self.curves[i])
         out[bad] = np.inf
         out[N.sum(axis=1) > self.B[i]] = np.inf
         return out
@@ -222,6 +242,11 @@ class PlanningProblem:
         if K == 0 or K > B:
             cache[key] = INF
             return INF
+        if self.curves[i] is not None:  # piecewise types: the vectorised water-filling
+            comp = float(self.compute_time(i, np.array([n]))[0])
+            comp += float(self.comm_estimate(i, np.array([n]))[0])
+            cache[key] = comp
+            return comp
 
         def g(T: float) -> float:
             return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
@@ -255,12 +280,28 @@ class PlanningProblem:
     def per_gpu_rate(self, i: int, local_batch: np.ndarray | float | None = None) -> np.ndarray:
         """Samples/s of one GPU of each type for job i (0 where not allowed).
 
-        At ``local_batch`` (clipped to each type's cap), or at the cap (peak).
+        At ``local_batch`` (clipped to each type's cap), or the peak: at the cap, or
+        the best knot of a piecewise curve.
         """
         b = self.cap[i].astype(float) if local_batch is None else np.minimum(
             np.maximum(local_batch, 1.0), self.cap[i])
         r = b / (self.a[i] + self.c[i] * b)
+        for t, cv in enumerate(self.curves[i] or ()):
+            if cv is None:
+                continue
+            if local_batch is None:  # peak: a rate on a linear piece is monotone, so at a knot
+                r[t] = float((cv[0] / cv[1]).max())
+            else:
+                r[t] = b[t] / float(worker_time(0.0, 0.0, cv, b[t]))
         return np.where(self.allowed[i], r, 0.0)
+
+    def step_times(self, i: int, b: np.ndarray) -> np.ndarray:
+        """Job i's step time on one GPU of each type at local batches ``b`` (..., T)."""
+        out = self.a[i] + self.c[i] * b
+        for t, cv in enumerate(self.curves[i] or ()):
+            if cv is not None:
+                out[..., t] = np.interp(b[..., t], cv[0], cv[1])
+        return out
 
     def type_order(self) -> list[int]:
         """GPU types in the order they first appear in the cluster's node list."""

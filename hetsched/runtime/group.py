@@ -17,8 +17,8 @@ step of a job is two subtasks:
 The loop visits the jobs round-robin: job j waits for its own COMM, steps,
 computes, queues its next COMM, and the next job computes while it is in
 flight. A round (every job one step) takes Harmony's eq. (1)
-``max(Σ comp, Σ comm, max(comp_j + comm_j))``: the measured mean is reported
-(``kind: group``) next to the per-job ``steps`` records.
+``max(Σ comp, Σ comm, max(comp_j + comm_j))``: the measured mean and median
+are reported (``kind: group``) next to the per-job ``steps`` records.
 
 Each job keeps the isolated runtime's semantics: share-weighted gradients
 (hetdp, uneven local batches), the share sampler (every sample once per
@@ -29,6 +29,7 @@ SIGTERM/SIGUSR1 agreed through each job's own all-reduce.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -165,12 +166,11 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
     return _finish(cfg, renv, members, rounds, time.perf_counter() - t_start)
 
 
-def group_iteration(rounds: list[tuple[float, bool]]) -> tuple[float | None, int]:
-    """Mean seconds of a round in which, like the next one, every job computed (the
-    first round, which starts every job cold, is left out); and how many."""
-    times = [rounds[k + 1][0] - rounds[k][0] for k in range(1, len(rounds) - 1)
-             if rounds[k][1] and rounds[k + 1][1]]
-    return (sum(times) / len(times) if times else None), len(times)
+def round_times(rounds: list[tuple[float, bool]]) -> list[float]:
+    """Seconds of each round in which, like the next one, every job computed (the first
+    round, which starts every job cold, is left out)."""
+    return [rounds[k + 1][0] - rounds[k][0] for k in range(1, len(rounds) - 1)
+            if rounds[k][1] and rounds[k + 1][1]]
 
 
 def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
@@ -186,13 +186,17 @@ def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
                 json.dumps(m.trace))
     if renv.world_size > 1:
         dist.barrier()  # every checkpoint is on disk before anyone reports success
-    it_s, n = group_iteration(rounds)
+    times = round_times(rounds)
+    n = len(times)
+    it_s = sum(times) / n if n else None
+    med_s = statistics.median(times) if n else None
     if renv.rank == 0:
         for m in members:
             if m.cfg.save_params:
                 torch.save(m.params_cpu(), m.cfg.save_params)
             m.rep.write("group", jobs=[o.cfg.job for o in members], rounds=n,
                         iteration_s=round(it_s, 6) if it_s is not None else None,
+                        iteration_median_s=round(med_s, 6) if med_s is not None else None,
                         spills=m.spills, reloads=m.reloads)
             finished = m.step >= m.total
             m.rep.write("done" if finished else "stopped", steps=m.step,
@@ -203,7 +207,7 @@ def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
                         first_loss=m.losses[0] if m.losses else None,
                         last_loss=m.losses[-1] if m.losses else None)
     return {"rank": renv.rank, "group": cfg.group, "time_s": wall,
-            "group_iteration_s": it_s, "rounds_timed": n,
+            "group_iteration_s": it_s, "group_iteration_median_s": med_s, "rounds_timed": n,
             "jobs": {m.cfg.job: {"steps": m.step, "finished": m.step >= m.total,
                                  "stopped_by_signal": m.stopped, "spills": m.spills,
                                  "reloads": m.reloads} for m in members}}

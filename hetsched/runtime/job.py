@@ -76,6 +76,7 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
         report=str(overrides.get("report") or default_report(job)),
         lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
         base_batch=int(gb) if gb is not None else None,
+        report_every=max(1, int(config.get("report_every"))),
     )
     for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
         if overrides.get(k) is not None:

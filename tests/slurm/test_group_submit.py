@@ -9,6 +9,7 @@ twice; cancelling part of a group is refused; a replan moves a group whole.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -130,4 +131,15 @@ def test_members_on_different_gpus_are_refused(tmp_path: Path) -> None:
                        group_job("b", "mlp", (8,), dataset_size=64, slots=SLOTS[:1])])
     with pytest.raises(InputError, match="group 'g1': job 'b' .* does not run on the same "
                        "GPUs as job 'a'"):
+        submit(plan, None, None, dry_run=True)
+
+
+def test_a_command_job_cannot_join_a_group(tmp_path: Path) -> None:
+    from hetsched.app.runnable import UnrunnableError
+
+    plan = mixed_plan(tmp_path)
+    spec = plan.job("b").spec
+    assert spec is not None
+    plan.job("b").spec = dataclasses.replace(spec, command=("python", "train.py"))
+    with pytest.raises(UnrunnableError, match="job 'b' of group 'g1' is a command"):
         submit(plan, None, None, dry_run=True)

@@ -79,7 +79,10 @@ class Evaluator:
         a = [float(p.a[i, t]) for t in types]
         c = [float(p.c[i, t]) for t in types]
         caps = [int(p.cap[i, t]) for t in types]
-        b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
+        # the planner's model: piecewise curves where the affine fit is poor (issue 11.7)
+        pc = p.curves[i]
+        cv = None if pc is None else [pc[t] for t in types]
+        b = balanced_shares(a, c, caps, B, cv) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
         cal = p.calibrated_comm(i, types, len(types)) if len(types) > 1 else None
         comm = cal if cal is not None else comm_time(len(types), float(p.model_mb[i]),
@@ -87,7 +90,7 @@ class Evaluator:
         el = p.jobs[i].elastic
         eff = efficiency(B, B0, el.noise_scale) if el is not None and self.stat_efficiency \
             else 1.0
-        tm = Timing(b, step_time(a, c, b), comm, work=B * eff / B0)
+        tm = Timing(b, step_time(a, c, b, cv), comm, work=B * eff / B0)
         self._cache[key] = tm
         return tm
 

@@ -258,7 +258,9 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     if caps.sum() < p.B[i]:
         return INF
     b = equal_shares(list(caps), int(p.B[i]))
-    comp = step_time(p.a[i, types], p.c[i, types], b)
+    pc = p.curves[i]
+    cv = None if pc is None else [pc[t] for t in types]
+    comp = step_time(p.a[i, types], p.c[i, types], b, cv)
     return comp + float(p.comm_estimate(i, n[None, :])[0])
 
 

@@ -119,7 +119,7 @@ class CategorySolver:
             tab = np.full((len(self.jobs), len(ks) + 1, p.T), -np.inf)
             for j, i in enumerate(self.jobs):
                 b = np.clip(p.B[i] / ks[:, None], 1.0, p.cap[i][None, :])
-                r = b / (p.a[i][None, :] + p.c[i][None, :] * b)
+                r = b / p.step_times(i, b)
                 if normalized:
                     r = r / r.max(axis=1, keepdims=True)
                 tab[j, 1:] = np.where(p.allowed[i][None, :], r, -np.inf)
