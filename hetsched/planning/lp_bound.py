@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -152,6 +152,8 @@ class _LP:
     C: list[Any]
     MB: list[Any]
     U: list[list[Any]]
+    #: per job: per interval it may run in, (z, that interval's y per configuration)
+    Z: list[list[tuple[Any, list[Any]]]] = field(default_factory=list)
 
 
 def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
@@ -167,6 +169,7 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         ptu = pt / scale
         work, run, mbt = [], [], []
         per_conf: list[list[Any]] = [[] for _ in range(len(X))]
+        zs: list[tuple[Any, list[Any]]] = []
         for k in range(K + 1):
             hi = left[k + 1] if k < K else math.inf
             if hi <= au[i] + 1e-12:
@@ -185,10 +188,13 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
             run += row
             if k < K:
                 prob += pulp.lpSum(v * c for v, c in row) <= hi - lo
+                # the work done in this interval has its mean at least Q(y_k) after ``lo``
+                zs.append((prob.add_variable(f"z_{i}_{k}", lowBound=0), [v for v, _ in row]))
         prob += pulp.lpSum(work) == 1
         c = prob.add_variable(f"C_{i}", lowBound=float(au[i] + Pmin[i] / scale))
         prob += c >= float(au[i]) + pulp.lpSum(v * q for v, q in run)
-        lp.MB.append(pulp.lpSum(v * lo for v, lo in mbt))
+        lp.MB.append(pulp.lpSum(v * lo for v, lo in mbt) + pulp.lpSum(z for z, _ in zs))
+        lp.Z.append(zs)
         lp.U.append([pulp.lpSum(vs) for vs in per_conf])
         # the tail cut at "everything on the fastest configuration": C >= M + P/2
         prob += c >= lp.MB[i] + float(Pmin[i] / scale / 2.0)
@@ -220,7 +226,8 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
             break
         value = max(value, sum(float(w[i]) * (float(lp.C[i].value()) - float(au[i]))
                                for i in range(len(lp.C))) * scale)
-        if not _add_tail_cuts(lp.prob, confs, scale, lp.C, lp.MB, lp.U):
+        tails = _add_tail_cuts(lp.prob, confs, scale, lp.C, lp.MB, lp.U)
+        if not (_add_interval_cuts(lp, confs, scale) or tails):
             break
     return value, rounds
 
@@ -252,4 +259,34 @@ def _add_tail_cuts(prob: Any, confs: list[tuple[np.ndarray, np.ndarray]], scale:
         prob += C[i] >= MB[i] + pulp.lpSum(float(g[r]) * U[i][r] for r in range(len(g))
                                            if g[r] > 0) - q
         added = True
+    return added
+
+
+def _add_interval_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float
+                       ) -> bool:
+    """Add ``z_ik >= grad Q(y*).y - Q(y*)`` where the LP point has ``z_ik < Q(y_ik)``.
+
+    Inside interval k the fractions ``y_ik`` of job i's work take
+    ``y p_r`` seconds each; their contribution to the mean busy time
+    ``int t dW`` is least when they run back to back from the interval's start,
+    fastest configuration first (Smith's rule, weights y, times y p), which is
+    ``lo y + Q(y)`` with the same kernel as the tail. So ``M_i >= sum_k (lo_k
+    y_ik + Q(y_ik))`` for every schedule; Q is convex, tangents lie below it.
+    Returns True if a cut was added.
+    """
+    import pulp
+
+    added = False
+    for i, (_X, pt) in enumerate(confs):
+        ptu = pt / scale
+        ker = np.minimum.outer(ptu, ptu)
+        for z, ys in lp.Z[i]:
+            y = np.array([float(v.value() or 0.0) for v in ys])
+            q = 0.5 * float(y @ ker @ y)
+            if q <= float(z.value() or 0.0) * (1.0 + 1e-6) + 1e-9:
+                continue
+            g = ker @ y
+            lp.prob += z >= pulp.lpSum(float(g[r]) * ys[r] for r in range(len(g))
+                                       if g[r] > 0) - q
+            added = True
     return added
