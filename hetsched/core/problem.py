@@ -239,7 +239,11 @@ class PlanningProblem:
             cache[key] = INF
             return INF
         curves = self.curves[i]
-        bent = {t: curves[t] for t in used if curves is not None and curves[t] is not None}
+        bent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for t in used:
+            cv_t = curves[t] if curves is not None else None
+            if cv_t is not None:
+                bent[t] = cv_t
 
         def g(T: float) -> float:
             if not bent:
