@@ -4,9 +4,9 @@ Cost of one poll cycle (what bench/bench_slurm.py measures):
 
 * **one** ``squeue --json`` for every job, whatever their number;
 * plus **one** ``sinfo --json`` only when needed: on the first cycle, when a
-  job failed/was requeued or waits for an unavailable node, and every
-  ``node_every``-th cycle (default 6) so drained nodes and GPUs that come
-  back are seen even when no job notices them;
+  job failed/was requeued or waits for a node that is not merely busy, and
+  every ``node_every``-th cycle (default 6) so drained nodes and GPUs that
+  come back are seen even when no job notices them;
 * plus ``scontrol show job`` once per job that vanished from squeue before
   hetsched saw it finish (rare: it needs MinJobAge to pass between polls).
 
@@ -20,11 +20,13 @@ the spool directory). ``job-started`` is recorded for the record only.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hostlist
 import tenacity
 
 from hetsched.core.spec import USABLE_STATES
@@ -35,8 +37,13 @@ from hetsched.state.store import GONE, SUBMITTING, SUPERSEDED, Store, Submission
 
 RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "job-cancelled",
                          "node-down", "node-drained", "node-back", "spool-new"})
-#: pending reasons that mean "a node this job needs is not available"
+#: pending reasons that may mean "a node this job needs is not available". Slurm 22.05
+#: gives "ReqNodeNotAvail, UnavailableNodes:NODE" for a node that is down or drained
+#: *and* for one that is only busy (a job pinned with --nodelist to a full node),
+#: depending on which scheduler pass looked last: see :func:`waits_for_unavailable_node`
 NODE_REASONS = ("ReqNodeNotAvail", "NodeDown", "UnavailableNodes")
+_UNAVAILABLE_RE = re.compile(r"UnavailableNodes:(\S+)")
+_BUSY_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
 #: hetsched's rows that are still worth asking Slurm about
 WATCHED = (ACTIVE_STATES | {SUBMITTING, "SUBMITTED"}) - {SUPERSEDED}
 
@@ -65,6 +72,38 @@ class Cycle:
     commands: int = 0
     seconds: float = 0.0
     checked_nodes: bool = False
+
+
+def _expand(nodes: str) -> set[str]:
+    try:
+        return set(hostlist.expand_hostlist(nodes)) if nodes else set()
+    except hostlist.BadHostlist:
+        return set()
+
+
+def busy_nodes(jobs: Iterable[JobInfo]) -> set[str]:
+    """Nodes on which squeue shows a job running (any user's): busy, so usable."""
+    return {n for j in jobs if j.state in _BUSY_STATES for n in _expand(j.nodes)}
+
+
+def waits_for_unavailable_node(comps: Iterable[JobInfo], busy: set[str]) -> bool:
+    """Whether a pending job waits for a node that is not merely busy (down, drained...).
+
+    Slurm's reason text cannot tell (module constant ``NODE_REASONS``), so the
+    nodes it names (``UnavailableNodes:``, else the job's ``--nodelist``) are
+    checked against the nodes squeue shows running jobs on: when every one of
+    them runs a job the job waits for GPUs, not for a node, and no ``sinfo``
+    is needed. A node that runs nothing and still keeps a pinned job waiting
+    is down, drained or reserved: then the monitor looks.
+    """
+    for c in comps:
+        if not any(r in c.reason or r in c.reason_detail for r in NODE_REASONS):
+            continue
+        m = _UNAVAILABLE_RE.search(c.reason_detail or c.reason)
+        named = _expand(m.group(1)) if m else _expand(c.required_nodes)
+        if not named or not named <= busy:
+            return True
+    return False
 
 
 def combined_state(components: list[JobInfo]) -> str:
@@ -143,6 +182,7 @@ class Monitor:
         for j in jobs:
             by_leader.setdefault(j.leader, []).append(j)
         need_nodes = self.cycles % self.node_every == 0
+        busy = busy_nodes(jobs)
         for sub in self.live():
             assert sub.slurm_id is not None
             comps = by_leader.get(sub.slurm_id)
@@ -152,7 +192,7 @@ class Monitor:
             new = combined_state(comps) if comps else GONE
             cycle.jobs[sub.job] = new
             cycle.infos[sub.job] = comps
-            if any(r in c.reason for c in comps for r in NODE_REASONS):
+            if new == "PENDING" and waits_for_unavailable_node(comps, busy):
                 need_nodes = True
             if new == sub.state:
                 continue

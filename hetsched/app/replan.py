@@ -52,6 +52,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
+from hetsched.state.history import progress_points
 from hetsched.state.store import (
     CANCELLED,
     GAVE_UP,
@@ -264,7 +265,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         **settings.make_plan_kwargs())
+                         progress_history=progress_points(store), **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()

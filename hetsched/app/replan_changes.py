@@ -12,6 +12,12 @@
   on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
   earlier than its predicted end where it runs. Otherwise it is kept.
 
+* A **co-location group** is one Slurm job (app/group_submit.py): its jobs
+  move together. When one member is submitted or cancelled, every member
+  that would have been kept is cancelled and resubmitted with it
+  (``whole_groups``), whether the group is the old plan's (one Slurm job) or
+  the new plan's (one unit to submit).
+
 Every change is reported as a row (job, was, now, why).
 """
 
@@ -95,7 +101,41 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
             d.to_cancel.append(cur)
             d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
                                     f"{cur.state.lower()}; new GPUs: resubmitted"))
+    whole_groups(d, new_plan, rows)
     return d
+
+
+def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) -> None:
+    """Move co-location groups whole (module doc): old groups are rows sharing a Slurm
+    id, new ones the new plan's first segments with the same group id."""
+    blocks: list[set[str]] = []
+    new: dict[str, set[str]] = {}
+    for jp in new_plan.jobs:
+        if jp.segments and jp.segments[0].group is not None:
+            new.setdefault(str(jp.segments[0].group), set()).add(jp.name)
+    blocks += [m for m in new.values() if len(m) > 1]
+    old: dict[str, set[str]] = {}
+    for name, r in rows.items():
+        if r.slurm_id:
+            old.setdefault(r.slurm_id, set()).add(name)
+    blocks += [m for m in old.values() if len(m) > 1]
+    planned = {jp.name for jp in new_plan.jobs if jp.segments}
+    changed = True
+    while changed:
+        changed = False
+        moving = d.to_submit | {r.job for r in d.to_cancel}
+        for block in blocks:
+            if not block & moving:
+                continue
+            for name in sorted(block & set(d.kept)):
+                d.kept.remove(name)
+                d.to_cancel.append(rows[name])
+                if name in planned:
+                    d.to_submit.add(name)
+                d.changes.append(Change(name, workers_summary(rows[name].workers),
+                                        "with its group", "co-location group moves whole: "
+                                        "cancelled and resubmitted with it"))
+                changed = True
 
 
 def _dep_ids(info: JobInfo | None) -> set[str]:

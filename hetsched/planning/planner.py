@@ -52,20 +52,24 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               restart_cost_s: float = DEFAULT_RESTART_COST_S, jobs_source: str = "jobs",
               progress: Callable[[str], None] | None = None, mode: str = "space",
               task_iterations: int | None = None,
-              reporter: BaseReporter | None = None) -> Plan:
+              reporter: BaseReporter | None = None,
+              progress_history: tuple[Any, Any] | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
     (Hare; :mod:`hetsched.planning.pool`, docs/pool.md); ``task_iterations`` is its task size.
     ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`);
-    ``progress`` is the former one-string callback.
+    ``progress`` is the former one-string callback. ``progress_history``:
+    completed jobs' (features, progress) pairs from the state store, for the
+    policies that predict remaining work (``ones``).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
     rep = as_reporter(reporter, progress)
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
-    problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source)
+    problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
+                              progress_history=progress_history)
     if mode == "pool":  # pool mode (issue 3) lives in its own package
         from hetsched.planning.pool import plan_pool
 

@@ -63,6 +63,9 @@ class JobInfo:
     end_time: int = 0  # epoch seconds: the end, or the expected end (time limit)
     dependency: str = ""  # e.g. "afterany:12(unfulfilled)"; "" when none is left
     time_limit_min: int | None = None
+    #: squeue's full reason text, e.g. "ReqNodeNotAvail, UnavailableNodes:a100-1"
+    reason_detail: str = ""
+    required_nodes: str = ""  # the job's --nodelist (hostlist expression), "" when none
 
     @property
     def leader(self) -> str:
@@ -214,6 +217,8 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         end_time=_num(j.get("end_time")) or 0,
         dependency=_str(j.get("dependency")) if _str(j.get("dependency")) != "(null)" else "",
         time_limit_min=_num(j.get("time_limit")),
+        reason_detail=_str(j.get("state_description")),
+        required_nodes=_str(j.get("required_nodes")),
     )
 
 

@@ -45,6 +45,7 @@ class _Job:
     after: list[str] = field(default_factory=list)
     state: str = "PENDING"
     reason: str = "Priority"
+    reason_detail: str = ""
     start: int = 0
     end: int = 0
     restarts: int = 0
@@ -147,8 +148,13 @@ class MemorySlurm:
                 continue
             place = self._place(j)
             if place is None:
-                j.reason = "Resources"
+                # Slurm 22.05 names a pinned job's node as unavailable also when it
+                # is only busy (tests/slurm/test_monitor_replan.py)
+                pinned = ",".join(c.node for c in j.comps if c.node)
+                j.reason = "ReqNodeNotAvail" if pinned else "Resources"
+                j.reason_detail = f"ReqNodeNotAvail, UnavailableNodes:{pinned}" if pinned else ""
                 continue
+            j.reason_detail = ""
             for c, n in zip(j.comps, place, strict=True):
                 c.running_on = n
             j.state, j.reason, j.start = "RUNNING", "None", int(self.clock())
@@ -242,11 +248,14 @@ class MemorySlurm:
         base = JobInfo(job_id=j.id, name=j.name, state=j.state, reason=j.reason,
                        comment=j.comment, restarts=j.restarts, start_time=j.start,
                        end_time=j.end, partition="gpu", dependency=dep)
+        base = replace(base, reason_detail=j.reason_detail if j.state == "PENDING" else "")
         if len(j.comps) == 1:
             c = j.comps[0]
-            return [replace(base, nodes=c.running_on, gres=f"gpu:{c.gpu_type}:{c.gpus}")]
+            return [replace(base, nodes=c.running_on, gres=f"gpu:{c.gpu_type}:{c.gpus}",
+                            required_nodes=c.node)]
         return [replace(base, job_id=str(int(j.id) + k), het_job_id=j.id, het_offset=k,
-                        nodes=c.running_on, gres=f"gpu:{c.gpu_type}:{c.gpus}")
+                        nodes=c.running_on, gres=f"gpu:{c.gpu_type}:{c.gpus}",
+                        required_nodes=c.node)
                 for k, c in enumerate(j.comps)]
 
 
