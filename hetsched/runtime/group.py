@@ -76,13 +76,25 @@ def run_group(cfg: GroupConfig, renv: RankEnv) -> dict[str, Any]:
         shutdown_distributed()
 
 
-def _comm(flat: torch.Tensor, pg: Any, link: Any, world: int) -> tuple[torch.Tensor, float]:
-    """A COMM subtask (the communication thread): all-reduce, then the link's floor."""
+def _comm(flat: torch.Tensor, pg: Any, link: Any, world: int, ready: Any = None,
+          stream: Any = None) -> tuple[torch.Tensor, float]:
+    """A COMM subtask (the communication thread): all-reduce, then the link's floor.
+
+    On CUDA it runs on the communication thread's own stream, after the event
+    ``ready`` (the packed gradients), so the next job's kernels on the compute
+    stream never wait behind it; it returns once the result is complete.
+    """
     import torch.distributed as dist
 
     t0 = time.perf_counter()
     if world > 1:
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+        if stream is not None:
+            stream.wait_event(ready)
+            with torch.cuda.stream(stream):
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+            stream.synchronize()
+        else:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
         if link is not None:
             link.pad(flat.numel() * flat.element_size(), t0)
     return flat, time.perf_counter() - t0
@@ -127,6 +139,7 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
     stop_signal: list[int] = []
     undo = _install_stop_handlers(stop_signal)
     net = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hetsched-comm")
+    comm_stream = torch.cuda.Stream(dev) if dev.type == "cuda" else None
     rounds: list[tuple[float, bool]] = []  # (start, every job computed in it)
     t_start = time.perf_counter()
     try:
@@ -137,8 +150,10 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
             for m in members:
                 if m.done:
                     continue
-                t0 = time.perf_counter()
+                t_load = time.perf_counter()
                 _make_room(m, members, budget)
+                t0 = time.perf_counter()
+                m.acc["reload"] += t0 - t_load  # reported apart: COMP is the job's own work
                 if m.future is not None:
                     t_wait = time.perf_counter()
                     flat, comm_s = m.future.result()
@@ -157,7 +172,12 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
                     t0 = time.perf_counter()
                 flat = m.compute(bool(stop_signal), emul, cfg.trace_dir is not None)
                 m.comp_s += time.perf_counter() - t0
-                m.future = net.submit(_comm, flat, m.pg, link, renv.world_size)
+                ready = None
+                if comm_stream is not None:
+                    ready = torch.cuda.Event()
+                    ready.record()
+                m.future = net.submit(_comm, flat, m.pg, link, renv.world_size, ready,
+                                      comm_stream)
                 computed += 1
             rounds.append((r0, computed == len(members)))
     finally:
