@@ -184,6 +184,19 @@ def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, 
     return True
 
 
+def held_gpus(rows: dict[str, Submission], names: set[str]) -> dict[str, list[tuple[str, int]]]:
+    """The placement hint for the planner: each queued job's GPUs in Slurm now.
+
+    Running jobs first, then pending ones in submission order (the placer's
+    priority when two hints overlap). With it a job the new plan gives the
+    same per-type counts keeps its nodes, so its Slurm job is left alone.
+    """
+    live = [r for n, r in rows.items() if n in names and r.slurm_id and r.workers
+            and (r.state in RUNNING_STATES or r.state == "PENDING")]
+    live.sort(key=lambda r: (r.state not in RUNNING_STATES, r.id))
+    return {r.job: [(str(w["node"]), int(w["gpu"])) for w in r.workers] for r in live}
+
+
 def latest_rows(store: Store) -> dict[str, Submission]:
     """Each job's most recent submission that was not superseded by a replan."""
     out: dict[str, Submission] = {}
@@ -264,6 +277,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
                          **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan

@@ -28,6 +28,11 @@ class PlanningProblem:
     cluster: Cluster
     table: ThroughputTable
     jobs_source: str = "jobs"
+    #: placement hint (replan): job name -> the (node, GPU index) it holds or waits for
+    #: in Slurm now; the placer keeps them when the job gets the same per-type counts
+    #: (planning/space/placer.py). Never changes a policy's decisions.
+    prefer_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
+                                                           compare=False)
     types: list[str] = field(init=False)
     n_type: np.ndarray = field(init=False)  # (T,) GPUs per type
     a: np.ndarray = field(init=False)  # (S, T) step-time intercept

@@ -52,20 +52,24 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               restart_cost_s: float = DEFAULT_RESTART_COST_S, jobs_source: str = "jobs",
               progress: Callable[[str], None] | None = None, mode: str = "space",
               task_iterations: int | None = None,
-              reporter: BaseReporter | None = None) -> Plan:
+              reporter: BaseReporter | None = None,
+              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
     (Hare; :mod:`hetsched.planning.pool`, docs/pool.md); ``task_iterations`` is its task size.
     ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`);
-    ``progress`` is the former one-string callback.
+    ``progress`` is the former one-string callback. ``prefer_gpus`` (replan: job ->
+    the (node, GPU index) it holds or waits for in Slurm) makes space mode keep those
+    GPUs for a job given the same per-type counts (planning/space/placer.py).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
     rep = as_reporter(reporter, progress)
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
-    problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source)
+    problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
+                              prefer_gpus=dict(prefer_gpus or {}))
     if mode == "pool":  # pool mode (issue 3) lives in its own package
         from hetsched.planning.pool import plan_pool
 
