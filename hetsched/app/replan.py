@@ -42,7 +42,14 @@ from typing import Any
 
 from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
-from hetsched.app.replan_changes import Change, Decision, decide, update_dependencies
+from hetsched.app.replan_changes import (
+    Change,
+    Decision,
+    after_in_place,
+    decide,
+    update_dependencies,
+)
+from hetsched.app.replan_inplace import update_in_place
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -112,6 +119,7 @@ class ReplanResult:
     new_plan_id: str | None = None
     submitted: list[tuple[str, str]] = field(default_factory=list)
     cancelled: list[tuple[str, str]] = field(default_factory=list)
+    updated: list[tuple[str, str]] = field(default_factory=list)  # pending, changed in place
     kept: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
@@ -123,7 +131,7 @@ class ReplanResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled or self.changes)
+        return bool(self.submitted or self.cancelled or self.updated or self.changes)
 
     def notes(self) -> list[str]:
         """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
@@ -144,6 +152,8 @@ class ReplanResult:
             parts.append("submitted " + ", ".join(f"{j}={i}" for j, i in self.submitted))
         if self.cancelled:
             parts.append("cancelled " + ", ".join(f"{j}={i}" for j, i in self.cancelled))
+        if self.updated:
+            parts.append("updated in place " + ", ".join(f"{j}={i}" for j, i in self.updated))
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
         return "; ".join(parts + self.notes())
@@ -297,6 +307,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
         result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
+        result.updated = [(r.job, r.slurm_id or "?") for r in dec.to_update]
         return result
 
     _apply(store, client, new_plan, dec, result, partition, reason=reason, old_id=old_id)
@@ -364,7 +375,17 @@ def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,
 
 def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
                    result: ReplanResult, partition: str | None) -> None:
-    """Submit, cancel and update in place what ``dec`` says (replan_changes.py)."""
+    """Update in place, submit, cancel what ``dec`` says (replan_changes.py).
+
+    In-place updates come first: one Slurm refuses is resubmitted in the same
+    pass, and the plan they point at is stored before any row names it.
+    """
+    store.add_plan(new_plan.to_dict(), source="replan")
+    ip = update_in_place(store, client, new_plan,
+                         [(r, new_plan.job(r.job)) for r in dec.to_update])
+    rows = {r.job: r for r in dec.to_update}
+    after_in_place(dec, rows, ip.started, ip.refused)
+    result.updated = ip.updated
     if dec.to_submit:
         # new hetjobs first: if this fails, the old ones are still queued
         res = submit(new_plan, store, client, only=dec.to_submit, partition=partition,
@@ -379,7 +400,8 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
     client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
     result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
     ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
-    result.changes += update_dependencies(new_plan, result.kept, ids, client)
+    result.changes += update_dependencies(new_plan, result.kept + [j for j, _ in ip.updated],
+                                          ids, client)
 
 
 def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,

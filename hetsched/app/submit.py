@@ -43,12 +43,13 @@ from pathlib import Path
 
 from hetsched import config
 from hetsched.app.order import dependency_expr, plan_order, predecessors
-from hetsched.app.runnable import UnrunnableError, listing, unrunnable
-from hetsched.core.plan import Plan
+from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
+from hetsched.core.plan import Plan, worker_groups
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
+from hetsched.io.layout import Layout, groups_of, write_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
@@ -109,6 +110,18 @@ def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
     return (cli or SbatchOptions()).over(site)
 
 
+def layout_path(base: Path, pid: str, job: str, segment: int) -> Path:
+    """Where a submission's rank layout lives (io/layout.py): ``FILES/layouts/PLAN/JOB-SEG.json``."""
+    return base / "layouts" / pid / f"{job}-{segment}.json"
+
+
+def job_layout(plan: Plan, pid: str, plan_path: Path, job: str, segment: int,
+               pinned: bool = True) -> Layout:
+    """The layout of a job's segment as submitted: components in the plan's rank order."""
+    workers = [w.to_dict() for w in plan.job(job).segments[segment].workers]
+    return Layout(str(plan_path), pid, job, segment, groups_of(worker_groups(workers)), pinned)
+
+
 def time_limit(duration_s: float) -> tuple[int, int]:
     """(time limit in minutes, seconds of warning before it) for a predicted duration.
 
@@ -150,7 +163,7 @@ def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
         out[j.name] = (seg, render_hetjob(
             pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
             pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
-))
+            layout_path=layout_path(plan_path.parent.parent, pid, j.name, seg)))
     return out
 
 
@@ -202,6 +215,8 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     # render everything first: a bad value fails before anything reaches Slurm
     scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch)
+    if pin_nodes:
+        check_node_types(plan, client, set(scripts), partition)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(scripts))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +228,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                           order=order, after={k: v for k, v in preds.items() if k in scripts},
                           unrunnable=bad)
 
-    _submit_in_order(plan, store, client, scripts, preds, result, base, progress)
+    _submit_in_order(plan, store, client, scripts, preds, result, base, progress, pin_nodes)
     if result.submitted:
         store.add_event("submitted", detail=json.dumps(
             {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
@@ -223,7 +238,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
 def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                      scripts: Mapping[str, tuple[int, Script]], preds: Mapping[str, list[str]],
                      result: SubmitResult, base: Path,
-                     progress: Callable[[str], None] | None) -> None:
+                     progress: Callable[[str], None] | None, pin_nodes: bool = True) -> None:
     """The sbatch loop: in the plan's order, with dependencies, all or nothing."""
     pid, order = result.plan_id, result.order
     # crash recovery: intents without an id may have reached Slurm
@@ -254,6 +269,9 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                 continue
             path = base / "scripts" / pid / f"{name}-{seg}.sh"
             atomic_write(path, script.text)
+            assert result.plan_path is not None
+            write_layout(layout_path(base, pid, name, seg),
+                         job_layout(plan, pid, result.plan_path, name, seg, pin_nodes))
             workers = [w.to_dict() for w in plan.job(name).segments[seg].workers]
             sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
             dep = dependency_expr(preds.get(name, []), ids)
