@@ -60,6 +60,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "where jobs write checkpoints (default: <state>.files/checkpoints)"),
     Setting("report_dir", "HETSCHED_REPORT_DIR", "",
             "where jobs write reports (default: <state>.files/reports)"),
+    Setting("report_every", "HETSCHED_REPORT_EVERY", 10.0,
+            "steps between a training rank's 'steps' report records (1: every step)", float),
     Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
     Setting("spool", "HETSCHED_SPOOL", "", "spool directory of the local test Slurm"),
     Setting("master_addr", "HETSCHED_MASTER_ADDR", "",
@@ -77,6 +79,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
             "test only: emulated per-sample cost in seconds"),
+    Setting("emulate_link", "HETSCHED_EMULATE_LINK", "",
+            "test only: emulated slow link, 'A,C': every all-reduce takes at least "
+            "A seconds + C seconds per MiB of gradients"),
     # how jobs are submitted (docs/slurm.md, "Sbatch options"): the site's defaults,
     # below a job's own `slurm:` keys, the jobs file's and `hetsched submit`'s options
     Setting("sbatch_time", "HETSCHED_SBATCH_TIME", "",

@@ -56,8 +56,6 @@ def test_restart_cost_is_what_a_move_costs(inst) -> None:
     for name in POLICIES:
         plan = simulate(p, make_policy(name), restart_cost_s=1e7)
         check_plan(p, plan, restart_cost_s=1e7)
-        if name == "ones":  # KNOWN DEFECT (issue 13 stays open): ones's own selection can
-            continue        # still move a running job when a restart costs more than it saves
         assert not moved_running_job(plan), name
         assert plan.weighted_jct_s < 1e7
 

@@ -130,7 +130,33 @@ def test_cli_plan_marks_segment_batches_and_predictions(tmp_path: Path) -> None:
     assert jp.segments[k].global_batch == segs[k]["global_batch"]
     script = render_hetjob(plan.plan_id or "x", jp, k, plan_path=out, log_dir=tmp_path).text
     assert "--layout" in script  # the segment's batch reaches the ranks through its layout
-    from hetsched.app.submit import job_layout
+    from hetsched.io.layout import job_layout
 
     lay = job_layout(plan, plan.plan_id or "x", out, "r18", k)
     assert sum(w["local_batch"] for w in lay.workers()) == segs[k]["global_batch"]
+
+
+def test_restart_cost_is_priced_a_short_job_takes_gpus_only_when_a_move_is_cheap() -> None:
+    """A short job arrives while a long one holds both GPUs (after its first epoch).
+
+    Free restarts: ones's refresh gives the new job a GPU taken from the running one
+    (the paper's preferential allocation). A prohibitive restart cost: SRUF prices
+    the move as lost progress, so the running job keeps its GPUs and the new one waits.
+    """
+    from planner_helpers import make_cluster, make_job, make_table, moved_running_job
+
+    from hetsched.core.problem import PlanningProblem
+
+    table = make_table({("w", "v100"): (0.01, 0.001, 64)})
+    cl = make_cluster([("n0", "v100", 2)])
+    jobs = [make_job("long", "w", dataset_size=64000, epochs=4, global_batch=64),
+            make_job("short", "w", dataset_size=640, epochs=1, global_batch=64,
+                     arrival_s=50.0)]
+    p = PlanningProblem(jobs, cl, table)
+    cheap = simulate(p, make_policy("ones"), restart_cost_s=0.0)
+    assert moved_running_job(cheap)
+    assert cheap.job("short").segments[0].start_s == 50.0
+    dear = simulate(p, make_policy("ones"), restart_cost_s=1e7)
+    assert not moved_running_job(dear)
+    assert len(dear.job("long").segments) == 1
+    assert dear.job("short").segments[0].start_s == dear.job("long").end_s

@@ -59,6 +59,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
+from hetsched.state.history import progress_points
 from hetsched.state.store import (
     CANCELLED,
     GAVE_UP,
@@ -288,7 +289,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
                          prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
-                         **settings.make_plan_kwargs())
+                         progress_history=progress_points(store), **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()

@@ -13,11 +13,18 @@
   on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
   earlier than its predicted end where it runs. Otherwise it is kept.
 
+* A **co-location group** is one Slurm job (app/group_submit.py): its jobs
+  move together. When one member is submitted or cancelled, every member
+  that would have been kept is cancelled and resubmitted with it
+  (``whole_groups``), whether the group is the old plan's (one Slurm job) or
+  the new plan's (one unit to submit).
+
 Every change is reported as a row (job, was, now, why).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +74,7 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
     it runs (from the old plan and its elapsed time).
     """
     d = Decision()
+    shared = Counter(r.slurm_id for r in rows.values() if r.slurm_id)  # groups: one job
     for jp in new_plan.jobs:
         if not jp.segments:
             continue
@@ -95,6 +103,8 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
                 d.kept.append(jp.name)
         else:
             order, why = component_order(cur.workers, ws)
+            if jp.segments[0].group is not None or shared[cur.slurm_id or ""] > 1:
+                order, why = None, "a co-location group's job: the group is one Slurm job"
             if order is not None and cur.slurm_id and cur.state == "PENDING":
                 d.to_update.append(cur)
                 d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
@@ -105,6 +115,7 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
             d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
                                     f"{cur.state.lower()}; new GPUs: resubmitted"
                                     + (f" ({why})" if why else "")))
+    whole_groups(d, new_plan, rows)
     return d
 
 
@@ -127,6 +138,39 @@ def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequenc
             d.kept.append(c.job)
             d.changes[k] = Change(c.job, c.was, c.was, "started before it could be changed "
                                   "in place: runs where it was")
+
+
+def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) -> None:
+    """Move co-location groups whole (module doc): old groups are rows sharing a Slurm
+    id, new ones the new plan's first segments with the same group id."""
+    blocks: list[set[str]] = []
+    new: dict[str, set[str]] = {}
+    for jp in new_plan.jobs:
+        if jp.segments and jp.segments[0].group is not None:
+            new.setdefault(str(jp.segments[0].group), set()).add(jp.name)
+    blocks += [m for m in new.values() if len(m) > 1]
+    old: dict[str, set[str]] = {}
+    for name, r in rows.items():
+        if r.slurm_id:
+            old.setdefault(r.slurm_id, set()).add(name)
+    blocks += [m for m in old.values() if len(m) > 1]
+    planned = {jp.name for jp in new_plan.jobs if jp.segments}
+    changed = True
+    while changed:
+        changed = False
+        moving = d.to_submit | {r.job for r in d.to_cancel}
+        for block in blocks:
+            if not block & moving:
+                continue
+            for name in sorted(block & set(d.kept)):
+                d.kept.remove(name)
+                d.to_cancel.append(rows[name])
+                if name in planned:
+                    d.to_submit.add(name)
+                d.changes.append(Change(name, workers_summary(rows[name].workers),
+                                        "with its group", "co-location group moves whole: "
+                                        "cancelled and resubmitted with it"))
+                changed = True
 
 
 def _dep_ids(info: JobInfo | None) -> set[str]:

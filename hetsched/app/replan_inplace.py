@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.submit import base_sbatch, files_dir, job_layout, time_limit
+from hetsched.app.submit import base_sbatch, files_dir, time_limit
 from hetsched.core.plan import JobPlan, Plan, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write
-from hetsched.io.layout import Layout, groups_of, write_layout
+from hetsched.io.layout import Layout, groups_of, job_layout, write_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.slurm.runner import CommandError

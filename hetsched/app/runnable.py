@@ -128,14 +128,16 @@ def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
 
 
 def check_node_types(plan: Plan, client: SlurmClient, names: set[str],
-                     partition: str | None) -> None:
+                     partition: str | None, pinned: bool = True) -> None:
     """Each pinned worker's GPU type is its node's (one ``sinfo``), before any sbatch.
 
     Pinned components ask Slurm for untyped GPUs on their node (templates.py: so
     a replan can move a pending job to another type's node in place), so Slurm
     no longer refuses a plan that names the wrong type for a node: this does.
-    Nodes Slurm does not list are left to sbatch's own error.
+    Nodes Slurm does not list are left to sbatch's own error. Unpinned: nothing to check.
     """
+    if not pinned:
+        return
     have = {n.name: n.gres for n in client.nodes(partition)}
     for j in plan.jobs:
         if j.name not in names or not j.segments:

@@ -162,7 +162,8 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
                                 policy=policy, params=kv, static=static,
                                 restart_cost_s=restart_cost, jobs_source=jobs_file,
                                 reporter=reporter, mode=mode, task_iterations=task_iterations,
-                                warn=lambda m: click.echo(m, err=True))
+                                warn=lambda m: click.echo(m, err=True),
+                                progress_history=_load_progress_history(policy))
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
@@ -231,6 +232,25 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
                          "profiles.csv (e.g. examples/gavel_throughputs.csv)")
     with open_store(path) as st:
         return table_from_store(st)
+
+
+def _load_progress_history(policy: str) -> tuple[Any, Any] | None:
+    """Completed jobs' training history from the state store, for a policy that predicts
+    remaining work (``ones``); None when it needs none or there is no state file."""
+    from hetsched.planning.space.policies.base import REGISTRY
+
+    if not getattr(REGISTRY.get(policy), "uses_progress_history", False):
+        return None
+    from hetsched.state.history import progress_points
+    from hetsched.state.store import open_store_readonly
+
+    st = open_store_readonly()
+    if st is None:
+        return None
+    try:
+        return progress_points(st)
+    finally:
+        st.close()
 
 
 @main.command()
@@ -302,6 +322,40 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
         click.echo(text, nl=False)
     if skipped:
         click.echo(f"skipped {skipped} job(s) without a batch size (A3C, CycleGAN)", err=True)
+
+
+@convert.command("philly-trace")
+@click.option("--throughputs", required=True, type=click.Path(dir_okay=False),
+              help="Profile CSV with multi-GPU v100 rows (examples/gavel_throughputs.csv).")
+@click.option("--gpus", required=True, type=click.IntRange(min=1),
+              help="GPUs of the partition the offered load is relative to.")
+@click.option("--jobs", "-n", "n", default=60, show_default=True,
+              type=click.IntRange(min=1, max=100_000), help="Jobs to draw.")
+@click.option("--load", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Offered load: V100 GPU-seconds asked per second / --gpus.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same trace.")
+@click.option("--diurnal", default=0.0, show_default=True, type=click.FloatRange(0, 1, max_open=True),
+              help="Day-period rate modulation (an assumption: no published Philly number).")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
+def convert_philly(throughputs: str, gpus: int, n: int, load: float, seed: int, diurnal: float,
+                   out: str | None) -> None:
+    """Published Philly statistics -> a seeded synthetic jobs YAML (docs/online.md)."""
+    import yaml
+
+    from hetsched.io.files import read_text
+    from hetsched.io.philly import philly_jobs
+    from hetsched.io.profiles import parse_csv
+
+    rows = parse_csv(read_text(Path(throughputs), "a throughput CSV"), throughputs)
+    try:
+        jobs = philly_jobs(rows, n, gpus=gpus, load=load, seed=seed, diurnal=diurnal)
+    except ValueError as e:
+        raise InputError(throughputs, str(e)) from None
+    text = yaml.safe_dump({"jobs": jobs}, sort_keys=False)
+    if out:
+        _write(out, text)
+    else:
+        click.echo(text, nl=False)
 
 
 def _register_commands() -> None:

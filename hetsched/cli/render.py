@@ -88,6 +88,11 @@ def summary_table(plan: Plan) -> Table:
         best = min(plan.candidates.values())
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
+    opd = plan.extra.get("opd")
+    if isinstance(opd, dict) and "alpha" in opd:  # issue 15: alpha beside opd's plans
+        proved = "proved" if opd.get("bound_proved") else "not proved for this variant"
+        tab.add_row("opd alpha", f"{opd['alpha']} (paper's bound 4*alpha = "
+                    f"{opd.get('competitive_bound')}, {proved})")
     skipped = plan.extra.get("skipped")
     if isinstance(skipped, dict) and skipped:
         tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))

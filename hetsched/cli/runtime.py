@@ -27,7 +27,14 @@ from hetsched.errors import InputError
 
 @click.command("run")
 @click.option("--plan", "plan_path", type=click.Path(), required=True, help="Plan JSON (the hetjob passes it).")
-@click.option("--job", required=True, help="Job name in the plan.")
+@click.option("--job", default=None, help="Job name in the plan.")
+@click.option("--group", default=None,
+              help="Instead of --job: every job of this co-location group, one task per "
+              "shared GPU (Harmony; docs/executor.md, Groups).")
+@click.option("--memory-budget-mb", type=click.FloatRange(min=0), default=None,
+              help="--group: device memory the group's jobs may hold together; idle jobs "
+              "beyond it are spilled to host memory and reloaded before their next "
+              "computation [default: no limit].")
 @click.option("--segment", type=click.IntRange(0), default=None,
               help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
 @click.option("--layout", type=click.Path(dir_okay=False), default=None,
@@ -51,9 +58,11 @@ from hetsched.errors import InputError
               help="Force the device (default: CUDA when torch sees a GPU; NCCL there, gloo on "
               "CPU).")
 @click.option("--seed", type=int, default=0, show_default=True)
-def run_cmd(plan_path: str, job: str, segment: int | None, layout: str | None, local: bool,
-            checkpoint: str | None, checkpoint_every: int | None, report: str | None,
-            epochs: float | None, max_steps: int | None, device: str | None, seed: int) -> None:
+def run_cmd(plan_path: str, job: str | None, group: str | None,
+            memory_budget_mb: float | None, segment: int | None, layout: str | None,
+            local: bool, checkpoint: str | None, checkpoint_every: int | None,
+            report: str | None, epochs: float | None, max_steps: int | None,
+            device: str | None, seed: int) -> None:
     """Train one planned job: this rank inside a Slurm step (the hetjob's `srun`).
 
     Ranks are numbered across the hetjob's components; each takes its local
@@ -61,7 +70,26 @@ def run_cmd(plan_path: str, job: str, segment: int | None, layout: str | None, l
     local batch, so a step equals one step on the whole global batch. Jobs
     with a `command` instead of an entrypoint/built-in workload get their
     rank's HETSCHED_LOCAL_BATCH in the environment and run without a shell.
+
+    With --group, this task trains every job of the plan's co-location group
+    on its GPU: one computation at a time, another job's all-reduce meanwhile.
     """
+    if (job is None) == (group is None):
+        raise InputError("hetsched run", "give exactly one of --job and --group")
+    if group is not None:
+        if checkpoint or report:
+            raise InputError("hetsched run", "--checkpoint and --report name one job's "
+                             "files; a group's jobs use $HETSCHED_CHECKPOINT_DIR/JOB.pt and "
+                             "$HETSCHED_REPORT_DIR/JOB.jsonl")
+        from hetsched.runtime.job import run_group_job
+
+        res = run_group_job(plan_path, group, local=local, overrides={
+            "checkpoint_every": checkpoint_every, "epochs": epochs, "max_steps": max_steps,
+            "device": device, "seed": seed, "memory_budget_mb": memory_budget_mb})
+        if res and (local or res.get("rank") == 0):
+            click.echo(json.dumps(res, default=str), err=True)
+        return
+    assert job is not None
     from hetsched.runtime.job import run
 
     res = run(plan_path, job, segment=segment, local=local, layout=layout, overrides={

@@ -65,6 +65,20 @@ class StepFit:
             return piecewise_step_time(self.knots, self.c, b)
         return self.a + self.c * b
 
+    def curve(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The planner's piecewise model (None where the line is used): batches from 1 to
+        the cap through the knots, and :meth:`step_time` there, made strictly increasing
+        (by at most a relative 1e-9 per point, where the isotonic fit is flat) so that
+        water-filling can invert it (``hetsched.core.model.Curve``)."""
+        if not self.knots:
+            return None
+        cap = float(self.max_batch)
+        bs = sorted({1.0, cap} | {b for b, _ in self.knots if 1.0 < b < cap})
+        ts = [self.step_time(b) for b in bs]
+        for k in range(1, len(ts)):
+            ts[k] = max(ts[k], ts[k - 1] * (1 + 1e-9))
+        return np.array(bs), np.array(ts)
+
     def throughput(self, b: float) -> float:
         """Samples per second at local batch b."""
         return b / self.step_time(b)

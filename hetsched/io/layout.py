@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetsched.core.plan import Plan, worker_groups
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, read_text
 
@@ -95,3 +96,26 @@ def read_layout(path: str | Path) -> Layout:
     return Layout(_field(d, "plan", str, src), _field(d, "plan_id", str, src),
                   _field(d, "job", str, src), seg, tuple(groups),
                   bool(d.get("pinned", True)))
+
+
+def layout_path(base: Path, pid: str, job: str, segment: int) -> Path:
+    """Where a submission's rank layout lives (io/layout.py): ``FILES/layouts/PLAN/JOB-SEG.json``."""
+    return base / "layouts" / pid / f"{job}-{segment}.json"
+
+
+def job_layout(plan: Plan, pid: str, plan_path: Path, job: str, segment: int,
+               pinned: bool = True) -> Layout:
+    """The layout of a job's segment as submitted: components in the plan's rank order."""
+    workers = [w.to_dict() for w in plan.job(job).segments[segment].workers]
+    return Layout(str(plan_path), pid, job, segment, groups_of(worker_groups(workers)), pinned)
+
+
+def write_job_layout(base: Path, plan: Plan, pid: str, job: str, segment: int,
+                     pinned: bool = True, alone: bool = True) -> None:
+    """Submit's layout for a job's segment (the file ``hetsched run --layout`` reads), beside
+    the plan file ``base/plans/PID.json``; none for a co-location group's job (``alone``
+    false: the group runtime reads the plan, and a group is never changed in place)."""
+    if not alone:
+        return
+    write_layout(layout_path(base, pid, job, segment),
+                 job_layout(plan, pid, base / "plans" / f"{pid}.json", job, segment, pinned))

@@ -14,6 +14,18 @@ the measured time, it does not depend on how busy the shared CPU is, so
 probes and training runs on the testbed see stable, affine, type-dependent
 step times. Types not listed run unthrottled. Both the probe and the training
 loop apply it; sbatch passes the submitting shell's environment to the job.
+
+An emulated slow link between nodes (communication-heavy jobs on a testbed
+whose "nodes" share one host):
+
+    HETSCHED_EMULATE_LINK="0.01,0.5"     # A seconds per all-reduce + C seconds per MiB
+
+makes every gradient all-reduce of a job with more than one rank (the COMM
+part: ``hetdp.sync_gradients``, a group's communication thread) take at least
+``A + C * MiB`` seconds, MiB being the all-reduced buffer's size; again a floor
+after the real all-reduce, slept without holding the GIL, so another job's
+computation runs meanwhile. It applies to every all-reduce, whether the ranks
+sit on one node or several (the testbed's nodes are one host).
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ from hetsched.errors import InputError
 
 SPEED_VAR = config.SETTINGS["emulate_speed"].env
 COST_VAR = config.SETTINGS["emulate_cost"].env
+LINK_VAR = config.SETTINGS["emulate_link"].env
+MIB = float(1 << 20)
 DEFAULT_COST = (0.02, 0.004)  # 20 ms per step + 4 ms per sample at speed 1
 
 
@@ -90,3 +104,37 @@ def emulation_for(gpu_type: str | None, env: Mapping[str, str] | None = None) ->
         if a < 0 or c <= 0:
             raise InputError(COST_VAR, f"{cost!r}: need A >= 0 and C > 0")
     return Emulation(gpu_type.lower(), speed, a, c)
+
+
+@dataclass(frozen=True)
+class LinkEmulation:
+    """The emulated all-reduce time: ``a + c * MiB`` seconds (a floor)."""
+
+    a: float
+    c: float
+
+    def comm_time(self, nbytes: int) -> float:
+        return self.a + self.c * nbytes / MIB
+
+    def pad(self, nbytes: int, started: float) -> float:
+        """Sleep until the emulated all-reduce time since ``started`` (perf_counter)."""
+        left = self.comm_time(nbytes) - (time.perf_counter() - started)
+        if left > 0:
+            time.sleep(left)
+        return max(left, 0.0)
+
+
+def link_emulation(env: Mapping[str, str] | None = None) -> LinkEmulation | None:
+    """The emulated link from ``HETSCHED_EMULATE_LINK``, or None (the real network)."""
+    env = os.environ if env is None else env
+    raw = env.get(LINK_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        a, c = (float(x) for x in raw.split(","))
+    except ValueError:
+        raise InputError(LINK_VAR, f"{raw!r} is not 'A,C' (seconds per all-reduce, seconds "
+                         "per MiB of gradients), e.g. '0.01,0.5'") from None
+    if not (a >= 0 and c >= 0) or a + c <= 0:
+        raise InputError(LINK_VAR, f"{raw!r}: need A >= 0, C >= 0, not both 0")
+    return LinkEmulation(a, c)

@@ -18,6 +18,7 @@ profiler can learn both.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,8 @@ class HeteroDataParallel:
         self.rescale_seq = 0
         self.local_sq: list[float] | None = None
         self.global_sq: float | None = None
+        #: an emulated slow link (runtime/emulate.py, testbed only): the COMM part's floor
+        self.link: Any = None
         if broadcast and self.world > 1:
             # identical start on every rank, whatever each rank's seed did
             with torch.no_grad():
@@ -94,6 +97,8 @@ class HeteroDataParallel:
         # the extra slots travel in the gradients' dtype (one buffer, one collective)
         flat = torch.cat([g.reshape(-1) for g in grads] + [extra.to(dt)])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        if self.link is not None:
+            self.link.pad(flat.numel() * flat.element_size(), t0)
         tail = flat[n_grad:].double().cpu()
         stop_any = bool(tail[0].item() > 0)
         self.rescale_seq = int(round(float(tail[1])))
@@ -117,3 +122,26 @@ class HeteroDataParallel:
 
     def gradient_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.params)
+
+    # -- a co-location group's COMM (runtime/group.py): pack, all-reduce elsewhere, unpack
+    def pack(self, stop: bool = False) -> torch.Tensor:
+        """The gradients and a stop flag in one flat buffer (summed by the all-reduce)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        dt, dv = grads[0].dtype, grads[0].device
+        extra = torch.tensor([1.0 if stop else 0.0], dtype=dt, device=dv)
+        return torch.cat([g.reshape(-1) for g in grads] + [extra])
+
+    def unpack(self, flat: torch.Tensor) -> bool:
+        """Reduced gradients from ``flat`` into ``.grad``; whether any rank asked to stop."""
+        if self.average and self.world > 1:
+            flat = flat / self.world
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            view = flat[off:off + n].view_as(p).to(p.device, non_blocking=True)
+            if p.grad is None or p.grad.device != p.device:
+                p.grad = view.clone()
+            else:
+                p.grad.copy_(view)
+            off += n
+        return bool(float(flat[off]) > 0)

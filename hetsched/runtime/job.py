@@ -121,6 +121,7 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
         report=str(overrides.get("report") or default_report(job)),
         lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
         base_batch=int(gb) if gb is not None else None,
+        report_every=max(1, int(config.get("report_every"))),
     )
     for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
         if overrides.get(k) is not None:
@@ -204,3 +205,69 @@ class RuntimeFailure(InputError):
 
     def __init__(self, message: str) -> None:
         super().__init__("hetsched run", message)
+
+
+# -- co-location groups (runtime/group.py) -----------------------------------------
+
+def build_group_config(plan_path: str, group: str, world_size: int | None,
+                       env: Mapping[str, str], overrides: Mapping[str, Any]) -> Any:
+    """A GroupConfig: one TrainConfig per job of ``group``, local batches in the group's
+    rank order (core.groups), checkpoints and reports at each job's usual paths."""
+    from hetsched.core.groups import group_of
+    from hetsched.runtime.group import GroupConfig
+
+    plan = load_plan(plan_path)
+    view = group_of(plan, group, plan_path)
+    world = len(view.slots) if world_size is None else world_size
+    if world != len(view.slots):
+        raise InputError(plan_path, f"group {group!r} shares {len(view.slots)} GPUs; the "
+                         f"step runs {world} tasks (one per GPU)", "--group")
+    # every job has its own local batches: the template's HETSCHED_LOCAL_BATCHES is not theirs
+    job_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
+    members = []
+    for m in view.members:
+        spec = plan.job(m.job).spec
+        workers = [{"gpu_type": s.gpu_type, "node": s.node, "local_batch": b}
+                   for s, b in zip(view.slots, m.local_batches, strict=True)]
+        per_job = dict(overrides)
+        for key in ("save_params", "trace_dir", "checkpoint", "report"):
+            per_job.pop(key, None)
+        cfg = build_config(spec.to_dict() if spec is not None else {}, workers, world, m.job,
+                           job_env, per_job)
+        if overrides.get("save_params_dir"):
+            cfg.save_params = str(Path(str(overrides["save_params_dir"])) / f"{m.job}.pt")
+        members.append(cfg)
+    types = env.get("HETSCHED_GPU_TYPES", "")
+    gpu_types = types.split(",") if types else [s.gpu_type for s in view.slots]
+    budget = overrides.get("memory_budget_mb")
+    return GroupConfig(group=group, members=members, gpu_types=[t.lower() for t in gpu_types],
+                       device=overrides.get("device"),
+                       memory_budget_mb=float(budget) if budget is not None else None,
+                       trace_dir=overrides.get("trace_dir"))
+
+
+def _local_group_main(cfg: Any) -> None:
+    from hetsched.runtime.group import run_group
+
+    run_group(cfg, from_env())
+
+
+def run_group_job(plan_path: str, group: str, *, local: bool = False,
+                  overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Run this rank of a co-location group (or, with ``local``, every rank locally)."""
+    overrides = dict(overrides or {})
+    if local:
+        cfg = build_group_config(plan_path, group, None, os.environ, overrides)
+        from hetsched.runtime.checkpoint import load_checkpoint
+
+        for m in cfg.members:
+            load_checkpoint(m.checkpoint)  # a bad one: one line here, not one per rank
+        codes = spawn_local(len(cfg.gpu_types), _local_group_main, (cfg,))
+        if any(codes):
+            raise RuntimeFailure(f"group {group!r}: local ranks exited with {codes}")
+        return {"ranks": len(cfg.gpu_types), "exit_codes": codes}
+    renv = from_env()
+    cfg = build_group_config(plan_path, group, renv.world_size, os.environ, overrides)
+    from hetsched.runtime.group import run_group
+
+    return run_group(cfg, renv)

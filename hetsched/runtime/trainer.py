@@ -15,7 +15,7 @@ import torch
 from hetsched.io.reports import Reporter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.elastic import NoiseScale, Rescaler, request_path, set_lr, steps_left
-from hetsched.runtime.emulate import emulation_for
+from hetsched.runtime.emulate import emulation_for, link_emulation
 from hetsched.runtime.hetdp import HeteroDataParallel
 from hetsched.runtime.launcher import (
     RankEnv,
@@ -103,6 +103,7 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
     hdp = HeteroDataParallel(model, average=cfg.average)
     gpu_type = cfg.gpu_types[rank] if rank < len(cfg.gpu_types) else ""
     emul = emulation_for(gpu_type)
+    hdp.link = link_emulation()
     rep = Reporter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
                    gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
     cuda = dev.type == "cuda"

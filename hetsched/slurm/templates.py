@@ -229,7 +229,8 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
     """The hetjob script for segment ``segment`` of one job of a plan.
 
     The rank layout is not in the script: ``hetsched run`` reads it from
-    ``layout_path`` (io/layout.py; default: beside ``plan_path``), so a replan
+    ``layout_path`` (io/layout.py; default: ``io.layout.layout_path``'s place for a
+    ``plan_path`` of ``FILES/plans/PLAN.json``), so a replan
     can change the pending job in place (``scontrol update`` of GRES, node list
     and task count, then the layout file). Pinned components ask for untyped
     GPUs on their node (``--gres=gpu:N --nodelist=NODE``; one GPU type per
@@ -255,8 +256,9 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         _name(c.gpu_type)
     spec = job.spec
     command = shlex.join(spec.command) if spec is not None and spec.command else ""
-    if layout_path is None:
-        layout_path = Path(str(plan_path)).parent / f"{_name(job.name)}-{segment}.layout.json"
+    if layout_path is None:  # submit's: FILES/layouts/PLAN/JOB-SEG.json beside FILES/plans/
+        layout_path = (Path(str(plan_path)).parent.parent / "layouts" / _name(plan_id)
+                       / f"{_name(job.name)}-{segment}.json")
     ctx = {
         "plan_id": plan_id, "job": job.name, "segment": segment,
         "components": [

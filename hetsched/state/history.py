@@ -15,7 +15,11 @@
 * :func:`ingest_reports` refines the history while jobs run: each rank's
   measured compute time per step (report kind ``steps``) moves the stored step
   time of its (workload, GPU type, local batch) by an exponentially weighted
-  moving average, ``new = (1 - alpha) * old + alpha * measured``.
+  moving average, ``new = (1 - alpha) * old + alpha * measured``. It also
+  keeps the training history ``ones`` predicts progress from (``epoch`` and
+  ``done`` records: tables ``progress_runs`` and ``progress_epochs``);
+  :func:`progress_points` turns completed jobs' epochs into the regression's
+  training points (docs/elastic.md).
 
 Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
 """
@@ -29,6 +33,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from hetsched.core.efficiency import features
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.errors import InputError
 from hetsched.io.profiles import write_csv
@@ -212,6 +219,9 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                             (key_path,)).fetchone()
             recs, new_off = read_reports(path, int(row[0]) if row else 0)
             for rec in recs:
+                if rec.get("kind") in ("epoch", "done"):
+                    _fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
+                    continue
                 if rec.get("kind") == "task" and workloads is not None:
                     rec = task_as_steps(rec, workloads) or {}
                 if rec.get("kind") != "steps":
@@ -247,3 +257,62 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
             c.execute("INSERT OR REPLACE INTO report_offsets VALUES (?,?,?)",
                       (key_path, new_off, time.time()))
     return changes
+
+
+# ---------------------------------------------------------------------------
+# training history for ONES's progress predictor (schema version 3)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def _fold_progress(c: Any, run: str, rec: dict[str, Any]) -> None:
+    """One rank-0 ``epoch`` record or a completed run's ``done`` record into the history."""
+    if int(rec.get("rank") or 0) != 0:
+        return
+    now = time.time()
+    if rec["kind"] == "epoch":
+        size = _num(rec.get("dataset_size"))
+        epoch = rec.get("epoch")
+        if size is None or size <= 0 or not isinstance(epoch, int) or epoch < 0:
+            return
+        c.execute("INSERT OR IGNORE INTO progress_runs (run, job, workload) VALUES (?,?,?)",
+                  (run, str(rec.get("job", "")), str(rec.get("workload") or "")))
+        c.execute("UPDATE progress_runs SET initial_loss = ? WHERE run = ? AND "
+                  "initial_loss IS NULL", (_num(rec.get("first_loss")), run))
+        c.execute("INSERT OR REPLACE INTO progress_epochs VALUES (?,?,?,?,?)",
+                  (run, epoch, size, _num(rec.get("loss")), now))
+    elif rec.get("reason") is None:  # done, not stopped: the run's length is now known
+        n = c.execute("SELECT COUNT(*) FROM progress_epochs WHERE run = ?", (run,)).fetchone()[0]
+        if n:
+            c.execute("UPDATE progress_runs SET epochs = ?, finished = ? WHERE run = ?",
+                      (int(n), now, run))
+
+
+def progress_points(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """(features, progress) of every epoch of every completed run: ONES's training set.
+
+    The progress after epoch k (counted from 1) of a run that finished E epochs
+    is k / E; the features are :func:`hetsched.core.efficiency.features`
+    (epoch size, the run's initial loss, epochs done, loss improvement ratio).
+    A file of schema version 2 opened read-only has no history: none.
+    """
+    if not store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'progress_runs'"
+                              ).fetchone():
+        return np.zeros((0, 5)), np.zeros(0)
+    rows = store.conn.execute(
+        "SELECT r.epochs, r.initial_loss, e.epoch, e.dataset_size, e.loss "
+        "FROM progress_runs r JOIN progress_epochs e ON e.run = r.run "
+        "WHERE r.epochs IS NOT NULL ORDER BY r.run, e.epoch").fetchall()
+    if not rows:
+        return np.zeros((0, 5)), np.zeros(0)
+    X = np.array([features(r[3], r[2] + 1, r[1], r[4]) for r in rows])
+    y = np.array([min(1.0, (r[2] + 1) / r[0]) for r in rows])
+    return X, y
+
+
+def completed_runs(store: Store) -> int:
+    """How many completed runs the progress history holds."""
+    return int(store.conn.execute(
+        "SELECT COUNT(*) FROM progress_runs WHERE epochs IS NOT NULL").fetchone()[0])

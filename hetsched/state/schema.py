@@ -1,11 +1,12 @@
 """The state file's SQLite schema and its migrations (the store opens, checks and migrates).
 
-Version 1 is documented in docs/slurm.md, version 2 (the profiler) in docs/runtime.md.
+Version 1 is documented in docs/slurm.md, version 2 (the profiler) in docs/runtime.md,
+version 3 (ONES's progress history) in docs/elastic.md.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "hetsched"
 
 SCHEMA = """
@@ -102,6 +103,28 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             path TEXT PRIMARY KEY,
             offset INTEGER NOT NULL,
             updated REAL NOT NULL
+        )""",
+    ),
+    # Version 3 (issue 13): training history for the ``ones`` progress predictor.
+    # One row per job run (its report file) and one per epoch it finished;
+    # ``epochs`` is set when the run reported ``done``: a completed job, whose
+    # progress after each epoch (k / epochs) trains the regression.
+    3: (
+        """CREATE TABLE progress_runs (
+            run TEXT PRIMARY KEY,
+            job TEXT NOT NULL,
+            workload TEXT NOT NULL DEFAULT '',
+            initial_loss REAL,
+            epochs INTEGER,
+            finished REAL
+        )""",
+        """CREATE TABLE progress_epochs (
+            run TEXT NOT NULL REFERENCES progress_runs(run),
+            epoch INTEGER NOT NULL,
+            dataset_size REAL NOT NULL,
+            loss REAL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (run, epoch)
         )""",
     ),
 }

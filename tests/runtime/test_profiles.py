@@ -45,12 +45,12 @@ def test_migrates_a_version_1_file(tmp_path: Path) -> None:
     p = tmp_path / "state.db"
     _v1_file(p)
     with open_store(p) as st:
-        assert st.schema_version == store_mod.SCHEMA_VERSION == 2
+        assert st.schema_version == store_mod.SCHEMA_VERSION == 3
         assert st.profiles()[0]["step_time_s"] == 0.1
         assert st.profiles()[0]["samples"] == 1
         set_status(st, "mlp", "a100", "ok")
     with open_store(p) as st:  # reopening does not migrate twice
-        assert st.schema_version == 2
+        assert st.schema_version == 3
 
 
 def _rows(w: str, g: str, a: float, c: float) -> list[ProfileRow]:

@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 from slurm_helpers import job_plan, wait_for
 
+from hetsched.core.groups import GroupMember, GroupView, Slot
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.group_script import render_group
 from hetsched.slurm.pool_script import render_pool
 from hetsched.slurm.templates import (
     Script,
@@ -116,6 +118,23 @@ def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
                        time_min=5)
 
 
+def _render_group(tmp: Path, stub: str, **field: Any) -> Script:
+    """A co-location group built straight from values (no validation: the template's own
+    defence)."""
+    node, gpu_type = field.get("node", "a100-1"), field.get("gpu_type", "a100")
+    view = GroupView(field.get("group", "g1"), (Slot(node, gpu_type, 0), Slot(node, gpu_type, 1)),
+                     (GroupMember("ga", 0, (4, 4)), GroupMember("gb", 0, (2, 6))), 0.0, 60.0)
+    opts = {k: field[k] for k in SBATCH_FIELDS if k in field}
+    if "extra" in opts:
+        opts["extra"] = ("--exclusive", opts["extra"])
+    return render_group(field.get("plan_id", "p1"), view,
+                        plan_path=field.get("plan_path", tmp / "plan.json"),
+                        log_dir=field.get("log_dir", tmp),
+                        partition=field.get("partition", "gpu"),
+                        hetsched=field.get("hetsched", stub), sbatch=SbatchOptions(**opts),
+                        time_min=5, signal_s=60, memory_mb=1024)
+
+
 # template -> (renderer, fields a user or a plan can set)
 TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "hetjob.sbatch.j2": (_render_hetjob, (
@@ -127,6 +146,9 @@ TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "pool.sbatch.j2": (_render_pool, (
         "plan_id", "node", "gpu_type", "partition", "log_dir", "plan_path",
         "report_dir", "checkpoint_dir", "hetsched", *SBATCH_FIELDS)),  # no job names here
+    "group.sbatch.j2": (_render_group, (
+        "plan_id", "group", "node", "gpu_type", "partition", "log_dir", "plan_path",
+        "hetsched", *SBATCH_FIELDS)),  # job names reach the runtime through the plan only
 }
 
 
@@ -183,6 +205,7 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
     assert ("hetjob.sbatch.j2", "command") in fields
     assert ("probe.sbatch.j2", "extra_arg") in fields
     assert ("pool.sbatch.j2", "report_dir") in fields
+    assert ("group.sbatch.j2", "plan_path") in fields
     # ... nothing with a line break is ever accepted
     assert not any("\n" in v or "\r" in v for _, _, v, _ in renders)
     for name, field, value, s in renders:

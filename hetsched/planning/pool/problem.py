@@ -123,7 +123,10 @@ class PoolProblem:
                 raise InputError(p.jobs_source, f"a task slice of {b} samples fits no GPU type",
                                  f"job {job.name!r}")
         bcol = self.slice_b[:, None].astype(float)
-        self.t_it = np.where(self.ok, p.a + p.c * bcol, np.inf)
+        # the space planner's step model, piecewise where the line is poor (issue 11.7)
+        steps = np.vstack([p.step_times(i, np.repeat(bcol[i], T)) for i in range(S)]) if S \
+            else p.a + p.c * bcol
+        self.t_it = np.where(self.ok, steps, np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
         bw = p.bandwidth(single_node)
         self.s_it = np.zeros((S, T))

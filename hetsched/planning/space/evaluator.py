@@ -94,7 +94,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             free=np.bincount(ev.gpu_type[free_mask], minlength=p.T),
             current=np.array([tl.counts_of(cur.get(i, [])) for i in jobs]).reshape(len(jobs),
                                                                                    p.T),
-            waited=tl.t - p.arrival[ja],
+            waited=tl.t - p.arrival[ja], restart_cost_s=restart_cost_s,
         )
         X = np.asarray(policy.allocate(pp, snap), dtype=int)
         _validate(p, policy, snap, X)

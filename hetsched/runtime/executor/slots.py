@@ -149,6 +149,21 @@ class JobSlot:
                 assert d is not None
                 d.copy_(self.host_views[i])
 
+    def ready_all(self) -> None:
+        """Every layer ready now (a co-location group steps the optimizer before the
+        forward pass: runtime/group.py); on CUDA the compute stream waits, the host not."""
+        for m, _ in self.layers:
+            self._ready(m, ())
+
+    def save_back(self) -> None:
+        """Copy the device copy into the host buffer (the device held the newer values:
+        a group's job trains on the device and spills its state here)."""
+        for i, d in enumerate(self.dev):
+            if d is not None:
+                self.host_views[i].copy_(d, non_blocking=self.cuda)
+        if self.cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+
     def check_loaded(self) -> None:
         """After the first forward: every layer must have been made ready by its hook."""
         if self.pending:

@@ -26,6 +26,8 @@ class Snapshot:
     ``jobs`` are problem job indices to place, ``remaining`` their iterations
     left, ``free`` the free GPUs per type, ``current`` each job's current
     per-type counts (zeros if waiting) and ``waited`` how long it has waited.
+    ``restart_cost_s`` is what the evaluator charges a running job it moves
+    (None: not given); a policy that does its own selection (``ones``) prices it.
     """
 
     t: float
@@ -34,6 +36,7 @@ class Snapshot:
     free: np.ndarray
     current: np.ndarray
     waited: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    restart_cost_s: float | None = None
 
 
 class Policy(BasePolicy):

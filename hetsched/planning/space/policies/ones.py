@@ -37,6 +37,7 @@ class Ones(Policy):
     paper = "Bian et al., SC 2021 (ONES), Sec. 3; efficiency: Qiao et al., OSDI 2021 (Pollux)"
     summary = "Evolutionary search over GPUs and elastic batch sizes, SRUF selection"
     decides_batch = True
+    uses_progress_history = True  # PlanningProblem.progress_history (the state store's)
     auto = False  # it changes batch sizes: asked for by name, compared in bench_ones
     param_docs = {
         "seed": "random seed (the same seed gives the same plan)",
@@ -45,21 +46,20 @@ class Ones(Policy):
         "mutation_rate": "probability a job is preempted / its batch changed in a mutation",
         "samples": "Beta draws of remaining work per score",
         "tick_s": "seconds between decisions besides arrivals and completions",
-        "restart_s": "restart cost the score charges a moved job",
+        "restart_s": "restart cost the score charges a moved job (-1: the evaluator's)",
         "efficiency": "score progress in efficient samples (gradient noise scale) if known",
-        "history": "report files / directory of completed jobs for the progress predictor",
     }
 
     def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 3,
                  mutation_rate: float = 0.2, samples: int = 8, tick_s: float = 120.0,
-                 restart_s: float = 60.0, efficiency: bool = True, history: str = "") -> None:
+                 restart_s: float = -1.0, efficiency: bool = True) -> None:
         if population < 0 or generations < 1 or samples < 1 or tick_s <= 0:
             raise ValueError("population >= 0, generations >= 1, samples >= 1, tick_s > 0")
         if not 0 <= mutation_rate <= 1:
             raise ValueError(f"mutation_rate must be in [0, 1], got {mutation_rate}")
         self.seed, self.population, self.generations = int(seed), int(population), generations
         self.mutation_rate, self.samples, self.tick_s = mutation_rate, samples, tick_s
-        self.restart_s, self.efficiency, self.history = restart_s, bool(efficiency), history
+        self.restart_s, self.efficiency = restart_s, bool(efficiency)
         self._problem: PlanningProblem | None = None
 
     # -- state -------------------------------------------------------------
@@ -83,12 +83,17 @@ class Ones(Policy):
         arr = np.sort(p.arrival)
         self.gamma = max(float(np.mean(np.diff(arr))), self.tick_s) \
             if len(arr) > 1 and arr[-1] > arr[0] else np.inf
-        model = fit_history(self.history.split(","), self.seed) if self.history else None
-        self.remaining = Remaining(p, model)
+        # the progress predictor, fitted on completed jobs from the state store
+        self.remaining = Remaining(p, fit_history(p.progress_history, self.seed))
         self.n_pop = self.population or min(16, max(4, self.m.K))
 
     def batch_for(self, i: int) -> int:
         return self.batch[i]
+
+    def plan_extra(self) -> dict[str, object]:
+        """Plan.extra["ones"]: how many completed-job epochs the progress predictor learnt from."""
+        model = self.remaining.model if self._problem is not None else None
+        return {"ones": {"predictor_points": model.n_train if model is not None else 0}}
 
     def next_wakeup(self, t: float) -> float:
         """Decide again ``tick_s`` later while jobs run (epochs end between arrivals).
@@ -167,12 +172,19 @@ class Ones(Policy):
             else:
                 wait_t[i] = (1, 1e9)
 
+        rc = self._rc = self.restart_s if self.restart_s >= 0 else \
+            snap.restart_cost_s if snap.restart_cost_s is not None else 60.0
+        self._curkey = curkey
+
         def score(c: Cand) -> float:
-            return sruf(m, c, jobs, draws, curkey, self.restart_s, wait_t)
+            return sruf(m, c, jobs, draws, curkey, rc, wait_t)
 
         active = set(int(i) for i in jobs)
         pop = [self._refresh(c, cur, active, running, frozen, jobs, draws) for c in self.pop]
         pop.append(self._refresh(cur.copy(), cur, active, running, frozen, jobs, draws))
+        # the incumbent: every running job kept as it is, new jobs on free GPUs only (the
+        # choice SRUF must be able to make when moving a running job costs more than it saves)
+        pop.append(self._refresh(cur.copy(), cur, active, running, running, jobs, draws))
         while len(pop) < self.n_pop:  # initial population: a random job on each GPU
             c = cur.copy()
             free = np.nonzero(c.owner == -1)[0]
@@ -330,7 +342,9 @@ class Ones(Policy):
                         continue
                     B = min(hi, max(lo, 2 * c.batch[i]))  # scale up: double with more GPUs
                     before = n.sum() * w * m.per_work(i, n, c.batch[i])
-                    after = n2.sum() * w * m.per_work(i, n2, B)
+                    # a running job grown off its current GPUs restarts: its lost progress
+                    rc = self._rc if self._curkey.get(i, ((),))[0] == tuple(n.tolist()) else 0.0
+                    after = n2.sum() * (w * m.per_work(i, n2, B) + rc)
                     opts.append((i, n2 - n, B, max(before - after, 0.0) + 1e-9))
             if not opts:
                 break

@@ -1,52 +1,37 @@
-"""ONES's remaining-work distributions: history of completed jobs -> Beta progress per job.
+"""ONES's remaining-work distributions: completed jobs' history -> Beta progress per job.
 
-Completed jobs' histories are the runtime's report files (JSON lines, the
-files ``hetsched monitor`` ingests into the state store): every ``epoch``
-record of a job that reported ``done`` gives one training point
-(features after k epochs, progress k / E). :class:`Remaining` then draws
-each active job's remaining work:
+The history is the state store's (``hetsched.state.history.progress_points``:
+every epoch of every completed run, features after k epochs and progress
+k / E), handed to the planner as ``PlanningProblem.progress_history`` by the
+CLI and by replan (planning never opens the store). :class:`Remaining` then
+draws each active job's remaining work:
 
 * a job with known ``epochs``: its exact remaining iterations (a Beta at the
   known progress would only add noise, so none is drawn);
 * a ``target_loss`` job (``epochs_predicted``): Beta progress from the
-  fitted :class:`~hetsched.core.efficiency.ProgressModel`, ONES eq. 7.
+  fitted :class:`~hetsched.core.efficiency.ProgressModel` (a Beta regression
+  by maximum likelihood with scipy.optimize), ONES eq. 7.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 
 from hetsched.core.efficiency import ProgressModel, features, sample_remaining
 from hetsched.core.problem import PlanningProblem
-from hetsched.io.reports import iter_records
+
+#: fewest training points the regression is fitted on (fewer: no predictor, the prior)
+MIN_POINTS = 3
 
 
-def history_points(paths: Iterable[str | Path]) -> tuple[np.ndarray, np.ndarray]:
-    """(features, progress) pairs from completed jobs' report files (or directories of them)."""
-    files: list[Path] = []
-    for p in map(Path, paths):
-        files += sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
-    X, y = [], []
-    for f in files:
-        if not any(r.get("reason") is None for r in iter_records(f, "done")):
-            continue  # unfinished: its total length is unknown
-        epochs = [r for r in iter_records(f, "epoch") if r.get("rank", 0) == 0]
-        E = len(epochs)
-        for k, r in enumerate(epochs, start=1):
-            size = float(r.get("dataset_size") or r.get("samples_per_s", 0) * r.get("time_s", 0))
-            X.append(features(size, k, r.get("first_loss"), r.get("loss")))
-            y.append(k / E)
-    if not X:
-        return np.zeros((0, 5)), np.zeros(0)
-    return np.array(X), np.array(y)
-
-
-def fit_history(paths: Iterable[str | Path], seed: int = 0) -> ProgressModel:
-    X, y = history_points(paths)
-    return ProgressModel().fit(X, y, seed=seed)
+def fit_history(history: tuple[np.ndarray, np.ndarray] | None, seed: int = 0
+                ) -> ProgressModel | None:
+    """The fitted predictor, or None without enough history."""
+    if history is None or len(history[1]) < MIN_POINTS:
+        return None
+    X, y = history
+    return ProgressModel().fit(np.asarray(X, dtype=float), np.asarray(y, dtype=float),
+                               seed=seed)
 
 
 class Remaining:

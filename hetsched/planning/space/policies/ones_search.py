@@ -18,6 +18,7 @@ import numpy as np
 from hetsched.core.efficiency import efficiency
 from hetsched.core.model import continuous_time_counts
 from hetsched.core.problem import PlanningProblem
+from hetsched.planning.space.timeline import RESCALE_IN_PLACE_S
 
 INF = float("inf")
 
@@ -137,13 +138,23 @@ def reorder(m: Model, c: Cand) -> Cand:
 
 
 def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray,
-         current: dict[int, tuple[tuple[int, ...], int]], restart_s: float, waiting_time: dict[int, tuple[int, float]]) -> float:
+         current: dict[int, tuple[tuple[int, ...], int]], restart_s: float,
+         waiting_time: dict[int, tuple[int, float]]) -> float:
     """Expected SRUF utilization (ONES eq. 8): sum over jobs of GPUs x remaining time.
 
     ``W`` is (draws, len(jobs)) remaining work; a job the candidate leaves
     waiting counts its minimal GPU set for the time until the candidate's
-    first job ends plus its own run there; moving a running job adds a
-    restart (its GPUs idle meanwhile), rescaling it in place one second.
+    first job ends plus its own run there. The restart is priced as lost
+    progress: a running job the candidate moves to other GPUs adds
+    ``restart_s`` (the evaluator's restart cost; its GPUs idle meanwhile), one
+    it preempts pays it when it resumes, and one rescaled in place (same GPUs,
+    new batch) only the in-place overhead ``RESCALE_IN_PLACE_S``.
+
+    A GPU the candidate leaves idle that an active job could use counts as
+    wasted until the candidate's first job ends. ONES's candidates have none
+    (its refresh fills every idle GPU); hetsched also scores the incumbent,
+    which grows no running job when a move costs a restart, and without this
+    term SRUF would prefer idle GPUs to any growth that costs a restart.
     """
     T = np.zeros(W.shape[0])
     run_T: list[np.ndarray] = []
@@ -162,13 +173,16 @@ def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray,
         if cur is not None and cur[0] != tuple(n.tolist()):
             t = t + restart_s
         elif cur is not None and cur[1] != B:
-            t = t + 1.0
+            t = t + RESCALE_IN_PLACE_S
         run_T.append(t)
         total += k * t
+    first = np.min(np.stack(run_T), axis=0) if run_T else T
+    usable = m.p.allowed[jobs].any(axis=0)[m.slot_type[c.owner == -1]]
+    total += int(usable.sum()) * first
     if wait_rows:
-        first = np.min(np.stack(run_T), axis=0) if run_T else T
         for r in wait_rows:
             i = int(jobs[r])
             k_min, t_min = waiting_time[i]
-            total += k_min * (first + W[:, r] * t_min)
+            rc = restart_s if i in current else 0.0  # a preempted running job restarts later
+            total += k_min * (first + rc + W[:, r] * t_min)
     return float(total.mean())
