@@ -30,6 +30,7 @@ def _job(name: str = "tj", command: list[str] | None = None,
 
 
 def _render(job: dict, tmp_path: Path, **kw: object):
+    kw.setdefault("layout_path", tmp_path / "tj-0.layout.json")
     return render_hetjob("p1", job_plan(job), plan_path=tmp_path / "plan.json", log_dir=tmp_path,
                          partition="gpu", **kw)  # type: ignore[arg-type]
 
@@ -70,6 +71,10 @@ def test_command_is_quoted(tmp_path: Path) -> None:
     assert "--gres=gpu:1\n#SBATCH --nodelist=t4-1" in s.text
     loose = _render(_job(), tmp_path, pin_nodes=False)
     assert "--gres=gpu:a100:2" in loose.text and "--nodelist" not in loose.text
+    # without one, the layout file is submit's: FILES/layouts/PLAN/JOB-SEG.json
+    plain = render_hetjob("p1", job_plan(_job()), plan_path=tmp_path / "plans" / "p1.json",
+                          log_dir=tmp_path)
+    assert f"--layout {tmp_path}/layouts/p1/tj-0.json" in plain.text
     p = render_probe("resnet 18;id", "t4", [8, 16], out=tmp_path / "o.csv", log_dir=tmp_path)
     assert "--workload 'resnet 18;id'" in p.text
     subprocess.run(["bash", "-n"], input=p.text, text=True, check=True)
