@@ -156,3 +156,7 @@ def test_planner_predicts_and_splits_with_the_same_piecewise_model() -> None:
         n[0, p.types.index(w.gpu_type)] += 1
     est = float(p.compute_time(0, n)[0])
     assert est <= seg.compute_s * (1 + 1e-9) and est >= 0.9 * seg.compute_s
+    # the scalar estimate the greedy policies use agrees with the vectorised one
+    for counts in ((1, 1), (2, 0), (0, 1), (2, 1), (1, 0)):
+        vec = np.array([counts])
+        assert p.iter_time1(0, counts) == pytest.approx(float(p.iter_time(0, vec)[0]), rel=1e-9)

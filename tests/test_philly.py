@@ -66,3 +66,31 @@ def test_diurnal_modulation_puts_more_arrivals_in_the_peak_half_day() -> None:
     assert (phase < 0.5).mean() == pytest.approx(0.5 + 0.8 / math.pi, abs=0.04)
     with pytest.raises(ValueError):
         philly_jobs(ROWS, 3, gpus=30, diurnal=1.0)
+
+
+def test_convert_philly_trace_cli_writes_jobs_yaml_simulate_reads(tmp_path) -> None:
+    import subprocess
+
+    import yaml
+
+    out = tmp_path / "philly.yaml"
+    r = subprocess.run(["hetsched", "convert", "philly-trace", "--throughputs", str(CSV),
+                        "--gpus", "30", "-n", "12", "--seed", "5", "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    jobs = yaml.safe_load(out.read_text())["jobs"]
+    assert jobs == philly_jobs(ROWS, 12, gpus=30, seed=5)
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
+        "name": "t", "network": {"intra_node_gbps": 300, "inter_node_gbps": 10},
+        "nodes": [{"names": "v[1-2]", "gpu_type": "v100", "gpus": 8},
+                  {"names": "k[1-2]", "gpu_type": "k80", "gpus": 8}]}))
+    sim = subprocess.run(["hetsched", "simulate", str(out), "--cluster",
+                          str(tmp_path / "cluster.yaml"), "--throughputs", str(CSV),
+                          "--offline", "none"], capture_output=True, text=True, timeout=300)
+    assert sim.returncode == 0, sim.stderr
+    assert "alpha" in sim.stdout  # the default policy is opd
+    bad = tmp_path / "k80only.csv"
+    bad.write_text("workload,gpu_type,local_batch,step_time_s\nresnet-18,k80,32,0.1\n")
+    r = subprocess.run(["hetsched", "convert", "philly-trace", "--throughputs", str(bad),
+                        "--gpus", "30"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and str(bad) in r.stderr and "Traceback" not in r.stderr

@@ -34,6 +34,11 @@ class PlanningProblem:
     cluster: Cluster
     table: ThroughputTable
     jobs_source: str = "jobs"
+    #: placement hint (replan): job name -> the (node, GPU index) it holds or waits for
+    #: in Slurm now; the placer keeps them when the job gets the same per-type counts
+    #: (planning/space/placer.py). Never changes a policy's decisions.
+    prefer_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
+                                                           compare=False)
     #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
     #: the state store (hetsched.state.history.progress_points); None: no history
     progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,
@@ -242,22 +247,33 @@ class PlanningProblem:
         if K == 0 or K > B:
             cache[key] = INF
             return INF
-        if self.curves[i] is not None:  # piecewise types: the vectorised water-filling
-            comp = float(self.compute_time(i, np.array([n]))[0])
-            comp += float(self.comm_estimate(i, np.array([n]))[0])
-            cache[key] = comp
-            return comp
+        curves = self.curves[i]
+        bent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for t in used:
+            cv_t = curves[t] if curves is not None else None
+            if cv_t is not None:
+                bent[t] = cv_t
 
         def g(T: float) -> float:
-            return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+            if not bent:
+                return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+            tot = 0.0
+            for t in used:
+                cv = bent.get(t)
+                x = (T - a[t]) / c[t] if cv is None else float(np.interp(T, cv[1], cv[0]))
+                tot += n[t] * min(max(x, 1.0), cap[t])
+            return tot
 
-        t0 = max(a[t] + c[t] for t in used)
+        ends = [(a[t] + c[t], a[t] + c[t] * cap[t]) if t not in bent else
+                (float(bent[t][1][0]), float(bent[t][1][-1])) for t in used]
+        t0 = max(lo for lo, _ in ends)
+        knots = {float(v) for cv in bent.values() for v in cv[1]}
         comp = INF
         prev, gprev = t0, g(t0)
         if gprev >= B - 1e-9:
             comp = t0
         else:
-            for bp in sorted({a[t] + c[t] * cap[t] for t in used} | {a[t] + c[t] for t in used}):
+            for bp in sorted({hi for _, hi in ends} | {lo for lo, _ in ends} | knots):
                 if bp <= t0:
                     continue
                 gb = g(bp)
