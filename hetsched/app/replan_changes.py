@@ -4,10 +4,11 @@
 * A **pending** job keeps its Slurm job (id, queue age) when its first
   segment's workers are unchanged; only its ``--dependency`` is rewritten in
   place (``scontrol update``) when the plan's order around it changed. When
-  its workers change it is resubmitted and the old job cancelled: the
-  script carries the rank layout (local batches, GPU types, nodes) for
-  ``hetsched run``, which ``scontrol update`` of GRES and nodes could not
-  keep consistent.
+  its workers change it is changed in place where Slurm allows it (GRES,
+  node list, task count: replan_inplace.py; the script does not carry the
+  rank layout, ``hetsched run`` reads it from the layout file), else
+  resubmitted (the new job first, then the old one cancelled), the change
+  table saying why.
 * A **running** job moves only when the plan says it pays: its predicted end
   on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
   earlier than its predicted end where it runs. Otherwise it is kept.
@@ -23,11 +24,13 @@ Every change is reported as a row (job, was, now, why).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.app.order import dependency_expr, predecessors
+from hetsched.app.replan_inplace import component_order
 from hetsched.core.plan import Plan
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.state.store import Submission
@@ -45,6 +48,7 @@ class Change:
 class Decision:
     to_submit: set[str] = field(default_factory=set)
     to_cancel: list[Submission] = field(default_factory=list)
+    to_update: list[Submission] = field(default_factory=list)  # pending: change in place
     kept: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
 
@@ -70,6 +74,7 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
     it runs (from the old plan and its elapsed time).
     """
     d = Decision()
+    shared = Counter(r.slurm_id for r in rows.values() if r.slurm_id)  # groups: one job
     for jp in new_plan.jobs:
         if not jp.segments:
             continue
@@ -97,12 +102,42 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
             else:
                 d.kept.append(jp.name)
         else:
+            order, why = component_order(cur.workers, ws)
+            if jp.segments[0].group is not None or shared[cur.slurm_id or ""] > 1:
+                order, why = None, "a co-location group's job: the group is one Slurm job"
+            if order is not None and cur.slurm_id and cur.state == "PENDING":
+                d.to_update.append(cur)
+                d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                                        IN_PLACE))
+                continue
             d.to_submit.add(jp.name)
             d.to_cancel.append(cur)
             d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
-                                    f"{cur.state.lower()}; new GPUs: resubmitted"))
+                                    f"{cur.state.lower()}; new GPUs: resubmitted"
+                                    + (f" ({why})" if why else "")))
     whole_groups(d, new_plan, rows)
     return d
+
+
+IN_PLACE = "pending; new GPUs: updated in place (scontrol update; id kept)"
+
+
+def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequence[str],
+                   refused: Mapping[str, str]) -> None:
+    """What Slurm did with the in-place updates: a refused one is resubmitted, one
+    that started meanwhile runs where it was; the change rows say so."""
+    for k, c in enumerate(d.changes):
+        if c.why != IN_PLACE:
+            continue
+        if c.job in refused:
+            d.to_submit.add(c.job)
+            d.to_cancel.append(rows[c.job])
+            d.changes[k] = Change(c.job, c.was, c.now,
+                                  f"pending; new GPUs: resubmitted ({refused[c.job]})")
+        elif c.job in started:
+            d.kept.append(c.job)
+            d.changes[k] = Change(c.job, c.was, c.was, "started before it could be changed "
+                                  "in place: runs where it was")
 
 
 def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) -> None:

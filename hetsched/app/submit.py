@@ -44,12 +44,13 @@ from pathlib import Path
 from hetsched import config
 from hetsched.app.group_submit import Unit, render_groups, unit_order, unit_preds, units_of
 from hetsched.app.order import dependency_expr, plan_order, predecessors
-from hetsched.app.runnable import UnrunnableError, listing, unrunnable
+from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
+from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
@@ -150,8 +151,7 @@ def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
             warn = int(min(float(config.get("signal_s")), limit * 30))
         out[j.name] = (seg, render_hetjob(
             pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
-            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
-))
+            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn))
     return out
 
 
@@ -230,6 +230,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     scripts, units, unit_of = render_units(
         plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
+    check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(unit_of))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +243,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                           order=order, after={k: v for k, v in upreds.items() if k in scripts},
                           unrunnable=bad)
 
-    _submit_in_order(plan, store, client, scripts, units, upreds, result, base, progress)
+    _submit_in_order(plan, store, client, scripts, units, upreds, result, base, progress, pin_nodes)
     if result.submitted:
         store.add_event("submitted", detail=json.dumps(
             {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
@@ -252,7 +253,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
 def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                      scripts: Mapping[str, tuple[int, Script]], units: Mapping[str, Unit],
                      preds: Mapping[str, list[str]], result: SubmitResult, base: Path,
-                     progress: Callable[[str], None] | None) -> None:
+                     progress: Callable[[str], None] | None, pin_nodes: bool = True) -> None:
     """The sbatch loop, unit by unit (a job, or a group's one job): in the plan's order,
     with dependencies, all or nothing."""
     pid, order = result.plan_id, result.order
@@ -286,6 +287,7 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                 continue
             path = base / "scripts" / pid / f"{name}-{seg}.sh"
             atomic_write(path, script.text)
+            write_job_layout(base, plan, pid, name, seg, pin_nodes, alone=unit.group is None)
             with store.tx():  # every member's intent, or none
                 subs = [store.begin_submission(
                     pid, job, k, script.sha256, str(path),

@@ -34,6 +34,11 @@ class PlanningProblem:
     cluster: Cluster
     table: ThroughputTable
     jobs_source: str = "jobs"
+    #: placement hint (replan): job name -> the (node, GPU index) it holds or waits for
+    #: in Slurm now; the placer keeps them when the job gets the same per-type counts
+    #: (planning/space/placer.py). Never changes a policy's decisions.
+    prefer_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
+                                                           compare=False)
     #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
     #: the state store (hetsched.state.history.progress_points); None: no history
     progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
-OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus")
+OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus", "colocated_with")
 #: an affine fit missing a measured point by more than this (relative) is "poor":
 #: the step time then follows a monotone piecewise-linear curve through the points
 POOR_FIT = 0.20
@@ -33,6 +33,9 @@ class ProfileRow:
     #: data-parallel workers of the measurement; above 1, step_time_s is the whole
     #: synchronous iteration (compute + synchronisation) at this per-worker batch
     gpus: int = 1
+    #: ``"workload:local_batch"`` of a job sharing the same GPU during the measurement
+    #: (Gavel's co-located pairs, Harmony); such rows are kept apart from the fits
+    colocated_with: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,16 @@ class ThroughputTable:
     def __init__(self, rows: Iterable[ProfileRow], source: str = "<profiles>") -> None:
         self.source = source
         groups: dict[tuple[str, str], list[ProfileRow]] = {}
+        #: (workload, batch, partner workload, partner batch, gpu_type) -> step seconds
+        #: measured while sharing one GPU with the partner (co-located pairs)
+        self.pairs: dict[tuple[str, int, str, int, str], float] = {}
+        self.pair_rows: list[ProfileRow] = []
         for r in rows:
+            if r.colocated_with is not None:
+                w2, b2 = r.colocated_with.rsplit(":", 1)
+                self.pairs[(r.workload, r.local_batch, w2, int(b2), r.gpu_type)] = r.step_time_s
+                self.pair_rows.append(r)
+                continue
             groups.setdefault((r.workload, r.gpu_type), []).append(r)
         self.rows = groups
         self.fits: dict[tuple[str, str], StepFit] = {}
@@ -236,4 +248,9 @@ class ThroughputTable:
         return sorted(g for w, g in self.fits if w == workload)
 
     def all_rows(self) -> list[ProfileRow]:
-        return [r for key in sorted(self.rows) for r in self.rows[key]]
+        return [r for key in sorted(self.rows) for r in self.rows[key]] + self.pair_rows
+
+    def pair_step_s(self, workload: str, batch: int, other: str, other_batch: int,
+                    gpu_type: str) -> float | None:
+        """Measured step time of ``workload`` at ``batch`` sharing one GPU with ``other``."""
+        return self.pairs.get((workload, batch, other, other_batch, gpu_type))

@@ -19,7 +19,7 @@ import torch
 
 from hetsched.io.reports import Reporter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
-from hetsched.runtime.elastic import steps_left
+from hetsched.runtime.elastic import set_lr, steps_left
 from hetsched.runtime.executor.slots import JobSlot
 from hetsched.runtime.hetdp import HeteroDataParallel
 from hetsched.runtime.sampler import ShareSampler
@@ -46,6 +46,9 @@ class Member:
             self.sampler.load_state_dict(state["sampler"])
             self.step = int(state["step"])
         # rank 0's start: gloo broadcasts the host tensors now; NCCL needs them on the GPU
+        if cfg.lr_scaling != "none":  # an elastic job's segment batch, as trainer.py does
+            set_lr(self.opt, cfg.lr_scaling, sum(cfg.local_batches),
+                   cfg.base_batch or sum(cfg.local_batches))
         self.hdp = HeteroDataParallel(self.model, average=cfg.average,
                                       broadcast=not self.cuda)
         self.slot = JobSlot(self.model, dev)  # parameters now in the host buffer

@@ -32,9 +32,14 @@ class Timing:
     comm_s: float
     #: iterations at the spec's batch one iteration here is worth (1 at the spec's batch)
     work: float = 1.0
+    #: in a co-located group (Harmony): seconds per own iteration there (eq. (1) or a
+    #: measured pair), replacing ``compute_s + comm_s``; None = the job runs alone
+    shared_s: float | None = None
 
     @property
     def iteration_s(self) -> float:
+        if self.shared_s is not None:
+            return self.shared_s
         return self.compute_s + self.comm_s
 
     @property
