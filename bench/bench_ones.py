@@ -57,8 +57,9 @@ FIXED = ("optimus", "has", "jps", "auto")
 EPOCHS = 30
 
 
-def cluster(k: int) -> Cluster:
-    per = {"v100": k // 3 + k % 3, "p100": k // 3, "k80": k // 3}
+def cluster(k: int, types: tuple[str, ...] = ("v100", "p100", "k80")) -> Cluster:
+    """k GPUs split evenly over ``types`` (the first takes the remainder), nodes of 4."""
+    per = {t: k // len(types) + (k % len(types) if j == 0 else 0) for j, t in enumerate(types)}
     nodes = []
     for t, n in per.items():
         for j in range(0, n, 4):
@@ -81,10 +82,11 @@ def jobs(n: int, load: float, elastic: bool) -> list[Any]:
     return parse_jobs({"jobs": raw}, "trace")
 
 
-def evaluate(n: int, k: int, load: float, seeds: int) -> dict[str, Any]:
+def evaluate(n: int, k: int, load: float, seeds: int,
+             types: tuple[str, ...] = ("v100", "p100", "k80")) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    fixed = PlanningProblem(jobs(n, load, False), cluster(k), TABLE)
-    el = PlanningProblem(jobs(n, load, True), cluster(k), TABLE)
+    fixed = PlanningProblem(jobs(n, load, False), cluster(k, types), TABLE)
+    el = PlanningProblem(jobs(n, load, True), cluster(k, types), TABLE)
     for eff in (False, True):
         tag = "efficiency" if eff else "plain"
         rows: dict[str, Any] = {}
@@ -162,12 +164,15 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=15)
     ap.add_argument("--load", type=float, default=4.0)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--types", default="v100,p100,k80",
+                    help="GPU types the GPUs are split over (v100: a homogeneous cluster)")
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
+    types = tuple(t for t in a.types.split(",") if t)
     res: dict[str, Any] = {"machine": platform.platform(), "jobs": a.jobs, "gpus": a.gpus,
-                           "load": a.load, "seeds": a.seeds}
-    res["jct"] = evaluate(a.jobs, a.gpus, a.load, a.seeds)
+                           "load": a.load, "seeds": a.seeds, "types": list(types)}
+    res["jct"] = evaluate(a.jobs, a.gpus, a.load, a.seeds, types)
     for tag, rows in res["jct"].items():
         print(f"[{tag}] {'policy':10s} {'avg JCT s':>12s} {'makespan s':>12s} {'plan s':>8s}")
         for p in (*FIXED, "ones"):

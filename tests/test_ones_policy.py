@@ -160,3 +160,25 @@ def test_restart_cost_is_priced_a_short_job_takes_gpus_only_when_a_move_is_cheap
     assert not moved_running_job(dear)
     assert len(dear.job("long").segments) == 1
     assert dear.job("short").segments[0].start_s == dear.job("long").end_s
+
+
+def test_idle_gpus_are_filled_only_with_scale_ups_that_finish_sooner() -> None:
+    """A fixed-batch job whose all-reduce costs more than its compute, alone on 8 GPUs.
+
+    The paper's fill gives idle GPUs to some job whatever the gain, and the job
+    ends later on its many GPUs; with ``grow_faster`` (the default) it keeps one.
+    """
+    from planner_helpers import make_cluster, make_job, make_table
+
+    from hetsched.core.problem import PlanningProblem
+
+    table = make_table({("w", "v100"): (0.001, 0.0001, 64)})
+    cl = make_cluster([("n0", "v100", 4), ("n1", "v100", 4)], intra=1.0, inter=0.1)
+    job = make_job("big", "w", dataset_size=64_000, epochs=3, global_batch=64,
+                   model_size_mb=2.0)
+    p = PlanningProblem([job], cl, table)
+    fast = simulate(p, make_policy("ones", {"seed": 0}))
+    paper = simulate(p, make_policy("ones", {"seed": 0, "grow_faster": False}))
+    assert {len(s.workers) for s in fast.job("big").segments} == {1}
+    assert max(len(s.workers) for s in paper.job("big").segments) > 1
+    assert fast.avg_jct_s < paper.avg_jct_s

@@ -48,11 +48,13 @@ class Ones(Policy):
         "tick_s": "seconds between decisions besides arrivals and completions",
         "restart_s": "restart cost the score charges a moved job (-1: the evaluator's)",
         "efficiency": "score progress in efficient samples (gradient noise scale) if known",
+        "grow_faster": "fill idle GPUs only with scale-ups that finish the job sooner",
     }
 
     def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 3,
                  mutation_rate: float = 0.2, samples: int = 8, tick_s: float = 120.0,
-                 restart_s: float = -1.0, efficiency: bool = True) -> None:
+                 restart_s: float = -1.0, efficiency: bool = True,
+                 grow_faster: bool = True) -> None:
         if population < 0 or generations < 1 or samples < 1 or tick_s <= 0:
             raise ValueError("population >= 0, generations >= 1, samples >= 1, tick_s > 0")
         if not 0 <= mutation_rate <= 1:
@@ -60,6 +62,7 @@ class Ones(Policy):
         self.seed, self.population, self.generations = int(seed), int(population), generations
         self.mutation_rate, self.samples, self.tick_s = mutation_rate, samples, tick_s
         self.restart_s, self.efficiency = restart_s, bool(efficiency)
+        self.grow_faster = bool(grow_faster)
         self._problem: PlanningProblem | None = None
 
     # -- state -------------------------------------------------------------
@@ -341,10 +344,12 @@ class Ones(Policy):
                     if lo > hi:
                         continue
                     B = min(hi, max(lo, 2 * c.batch[i]))  # scale up: double with more GPUs
-                    before = n.sum() * w * m.per_work(i, n, c.batch[i])
+                    t0, t1 = w * m.per_work(i, n, c.batch[i]), w * m.per_work(i, n2, B)
                     # a running job grown off its current GPUs restarts: its lost progress
                     rc = self._rc if self._curkey.get(i, ((),))[0] == tuple(n.tolist()) else 0.0
-                    after = n2.sum() * (w * m.per_work(i, n2, B) + rc)
+                    if self.grow_faster and t1 + rc >= t0:
+                        continue  # a scale-up that would not finish the job sooner
+                    before, after = n.sum() * t0, n2.sum() * (t1 + rc)
                     opts.append((i, n2 - n, B, max(before - after, 0.0) + 1e-9))
             if not opts:
                 break
