@@ -11,14 +11,23 @@ them start, then applies reset events one at a time, each followed by
 3. a node goes down (its jobs are requeued);
 4. the node comes back.
 
-Per replan it counts Slurm jobs cancelled, hetjobs submitted, dependencies
-rewritten in place, and the jobs whose allocation changed (the target:
-cancellations <= those), beside what cancel-and-resubmit-everything costs
-(every queued job).
+Per replan it counts Slurm jobs cancelled, pending jobs changed in place
+(``scontrol update``), hetjobs submitted, dependencies rewritten in place, and
+the jobs whose allocation changed (the target: cancellations <= those),
+beside what cancel-and-resubmit-everything costs (every queued job).
+
+Three variants run side by side on the same trace and events:
+
+* ``resubmit``: the replan before issue 12's last steps (no placement hint,
+  every pending job whose GPUs change is cancelled and resubmitted);
+* ``sticky``: the planner keeps a job's Slurm GPUs when its per-type counts
+  stay (``prefer_gpus``), pending jobs still resubmitted;
+* ``in-place`` (what replan does): sticky, and pending jobs changed in place
+  where Slurm allows it.
 
 Usage::
 
-    python bench/bench_replan_churn.py [--jobs 60] [--policy fifo] [--json]
+    python bench/bench_replan_churn.py [--jobs 60] [--policy fifo] [--json] [--variant V]
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ import json
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from unittest import mock
 
 from hetsched.app.monitor import Monitor
 from hetsched.app.replan import replan
@@ -57,7 +68,25 @@ def _jobs(trace: Path, n: int) -> list:
     return parse_jobs({"jobs": raw}, str(trace))
 
 
-def run(n_jobs: int, policy: str, trace: Path) -> dict:
+VARIANTS = ("resubmit", "sticky", "in-place")
+
+
+def _variant(stack: ExitStack, variant: str) -> None:
+    """Switch off what a variant lacks (module doc)."""
+    if variant == "resubmit":
+        stack.enter_context(mock.patch("hetsched.app.replan.held_gpus", lambda *_a: {}))
+    if variant in ("resubmit", "sticky"):
+        stack.enter_context(mock.patch("hetsched.app.replan_changes.component_order",
+                                       lambda *_a: (None, "")))
+
+
+def run(n_jobs: int, policy: str, trace: Path, variant: str = "in-place") -> dict:
+    with ExitStack() as stack:
+        _variant(stack, variant)
+        return _run(n_jobs, policy, trace)
+
+
+def _run(n_jobs: int, policy: str, trace: Path) -> dict:
     slurm = MemorySlurm(nodes_spec=NODES)
     table = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
     cluster = load_cluster_from_slurm(slurm, "gpu")
@@ -84,7 +113,7 @@ def run(n_jobs: int, policy: str, trace: Path) -> dict:
         for what, act in events:
             act()
             queued = len(slurm.active())
-            c0, s0, u0 = (slurm.count(k) for k in ("scancel", "sbatch", "scontrol update"))
+            c0, s0 = (slurm.count(k) for k in ("scancel", "sbatch"))
             cancelled0 = sum(len(a) for c, a in slurm.calls if c == "scancel")
             t0 = time.perf_counter()
             r = replan(st, slurm, table)
@@ -94,9 +123,9 @@ def run(n_jobs: int, policy: str, trace: Path) -> dict:
                      and "failed" not in c.why]
             rows.append({
                 "event": what, "queued_before": queued, "cancelled": cancelled,
-                "allocation_changed": len(moved),
+                "allocation_changed": len(moved), "updated_in_place": len(r.updated),
                 "submitted": slurm.count("sbatch") - s0,
-                "dependencies_updated": slurm.count("scontrol update") - u0,
+                "dependencies_updated": sum("dependency" in c.why for c in r.changes),
                 "kept": len(r.kept), "replan_s": round(dt, 2),
                 "resubmit_all_would_cancel": queued,
                 "scancel_calls": slurm.count("scancel") - c0,
@@ -114,20 +143,27 @@ def main() -> None:
     ap.add_argument("--policy", default="fifo")
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--variant", choices=VARIANTS, action="append",
+                    help="run only these variants (default: all three)")
     a = ap.parse_args()
-    res = run(a.jobs, a.policy, a.trace)
+    res = {v: run(a.jobs, a.policy, a.trace, v) for v in (a.variant or VARIANTS)}
     if a.json:
         print(json.dumps(res, indent=2))
         return
-    print(f"{res['trace']}: {res['jobs']} jobs planned ({res['skipped_unplaceable']} "
-          f"unplaceable skipped), policy {res['policy']}")
-    cols = ("event", "queued_before", "cancelled", "allocation_changed", "submitted",
-            "dependencies_updated", "kept", "resubmit_all_would_cancel", "replan_s")
-    print(" | ".join(cols))
-    for r in res["replans"]:
-        print(" | ".join(str(r[c]) for c in cols))
-    print("target (cancelled <= allocation changed):", "met" if res["target_met"] else "NOT met")
-    sys.exit(0 if res["target_met"] else 1)
+    first = next(iter(res.values()))
+    print(f"{first['trace']}: {first['jobs']} jobs planned ({first['skipped_unplaceable']} "
+          f"unplaceable skipped), policy {first['policy']}")
+    cols = ("event", "queued_before", "allocation_changed", "cancelled", "updated_in_place",
+            "submitted", "dependencies_updated", "kept", "resubmit_all_would_cancel",
+            "replan_s")
+    print("variant | " + " | ".join(cols))
+    for v, out in res.items():
+        for r in out["replans"]:
+            print(v + " | " + " | ".join(str(r[c]) for c in cols))
+        print(f"{v}: cancelled {sum(r['cancelled'] for r in out['replans'])} in "
+              f"{len(out['replans'])} replans; target (cancelled <= allocation changed): "
+              + ("met" if out["target_met"] else "NOT met"))
+    sys.exit(0 if all(o["target_met"] for o in res.values()) else 1)
 
 
 if __name__ == "__main__":

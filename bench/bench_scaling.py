@@ -2,6 +2,7 @@
 
 Run: python bench/bench_scaling.py [--sizes 10x36,100x360,1000x3600] [--policies auto,jps,has,hare]
                                    [--timeout 300] [--out docs/bench_scaling.json]
+                                   [--baseline /tmp/base]   (before/after in one run)
 
 Instances: Gavel's five workloads (examples/gavel_throughputs.csv) in turn,
 Gavel-like sizes (1,000-50,000 iterations), weights 1/2/4, Poisson arrivals
@@ -107,6 +108,21 @@ def measure(n_jobs: int, n_gpus: int, policy: str, timeout: float, workers: int
     return res
 
 
+def _baseline(root: Path, size: str, pol: str, timeout: float, workers: int) -> dict[str, Any]:
+    """One case measured by the baseline checkout's own copy of this script."""
+    import subprocess
+
+    cmd = [sys.executable, str(root / "bench" / "bench_scaling.py"), "--sizes", size,
+           "--policies", pol, "--timeout", str(timeout), "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout + 60)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"seconds": None, "error": f"baseline run failed: {res.stderr[-300:]}"}
+    got: dict[str, Any] = json.loads(lines[-1])
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10x36,100x360,1000x3600")
@@ -114,6 +130,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--workers", type=int, default=0, help="plan_workers for auto (0: cores)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--baseline", type=Path,
+                    help="another checkout (e.g. `git worktree add /tmp/base <commit>`): each "
+                    "case is also run there, right before this one, for before/after in one run")
     args = ap.parse_args()
     out: dict[str, Any] = {"machine": f"{platform.node()} {platform.machine()}, "
                            f"{os.cpu_count()} cores, Python {platform.python_version()}",
@@ -121,6 +140,11 @@ def main() -> None:
     for size in args.sizes.split(","):
         n_jobs, n_gpus = (int(v) for v in size.split("x"))
         for pol in args.policies.split(","):
+            if args.baseline is not None:
+                b = _baseline(args.baseline, size, pol, args.timeout, args.workers)
+                b.update({"jobs": n_jobs, "gpus": n_gpus, "request": pol, "tree": "baseline"})
+                out["results"].append(b)
+                print(json.dumps(b), flush=True)
             r = measure(n_jobs, n_gpus, pol, args.timeout, args.workers)
             r.update({"jobs": n_jobs, "gpus": n_gpus, "request": pol})
             out["results"].append(r)

@@ -60,6 +60,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "where jobs write checkpoints (default: <state>.files/checkpoints)"),
     Setting("report_dir", "HETSCHED_REPORT_DIR", "",
             "where jobs write reports (default: <state>.files/reports)"),
+    Setting("report_every", "HETSCHED_REPORT_EVERY", 10.0,
+            "steps between a training rank's 'steps' report records (1: every step)", float),
     Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
     Setting("spool", "HETSCHED_SPOOL", "", "spool directory of the local test Slurm"),
     Setting("master_addr", "HETSCHED_MASTER_ADDR", "",
@@ -104,7 +106,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
 JOB_ENV = ("HETSCHED_PLAN_ID", "HETSCHED_JOB", "HETSCHED_SEGMENT", "HETSCHED_WORKLOAD",
            "HETSCHED_GLOBAL_BATCH", "HETSCHED_LOCAL_BATCHES", "HETSCHED_LOCAL_BATCH",
            "HETSCHED_GPU_TYPES", "HETSCHED_RANK_NODES", "HETSCHED_RANK", "HETSCHED_COMMAND",
-           "HETSCHED_ENTRYPOINT", "HETSCHED_POOL_GPUS")
+           "HETSCHED_ENTRYPOINT", "HETSCHED_POOL_GPUS", "HETSCHED_LAYOUT")
 
 
 def site_config_path() -> Path:

@@ -226,11 +226,15 @@ def check_plan(p: PlanningProblem, plan: Plan, *, restart_cost_s: float = 60.0) 
             comp, comm = segment_iteration_time(p, i, seg)
             assert close(seg.compute_s, comp, 1e-9, 1e-12), (seg.compute_s, comp)
             assert close(seg.comm_s, comm, 1e-9, 1e-12), (seg.comm_s, comm)
-            assert close(seg.iteration_s, comp + comm, 1e-9, 1e-12)
-            # restart cost: charged exactly when the job had run before
-            assert seg.restart_s == (restart_cost_s if k > 0 else 0.0)
-            if k > 0 and close(seg.start_s, prev_end):
-                key = sorted((w.node, w.gpu) for w in seg.workers)
+            if seg.group is None:  # a co-located group's iteration: check_groups
+                assert close(seg.iteration_s, comp + comm, 1e-9, 1e-12)
+            key = sorted((w.node, w.gpu) for w in seg.workers)
+            regrouped = k > 0 and key == prev_workers and close(seg.start_s, prev_end) and (
+                seg.group is not None or jp.segments[k - 1].group is not None)
+            # restart cost: charged exactly when the job had run before (not when only
+            # its co-located group changed around it)
+            assert seg.restart_s == (restart_cost_s if k > 0 and not regrouped else 0.0)
+            if k > 0 and close(seg.start_s, prev_end) and not regrouped:
                 assert key != prev_workers, f"{job.name}: new segment with the same workers"
             dur = seg.end_s - seg.start_s
             if seg.iterations > 0:
@@ -241,14 +245,17 @@ def check_plan(p: PlanningProblem, plan: Plan, *, restart_cost_s: float = 60.0) 
             prev_end = seg.end_s
             prev_workers = sorted((w.node, w.gpu) for w in seg.workers)
             for w in seg.workers:
-                busy.setdefault((w.node, w.gpu), []).append((seg.start_s, seg.end_s, job.name))
+                busy.setdefault((w.node, w.gpu), []).append((seg.start_s, seg.end_s, job.name,
+                                                             seg.group))
         assert close(its, p.iters[i], 1e-7, 1e-6), (job.name, its, p.iters[i])
         assert close(jp.end_s, jp.segments[-1].end_s)
     # no GPU serves two jobs at overlapping times
     for g, spans in busy.items():
         spans.sort()
-        for (_s0, e0, n0), (s1, _e1, n1) in itertools.pairwise(spans):
-            assert s1 >= e0 - 1e-6 * max(1.0, e0), f"GPU {g}: {n0} and {n1} overlap"
+        for k, (s1, _e1, n1, g1) in enumerate(spans):  # co-located: only within one group
+            for _s0, e0, n0, g0 in spans[:k]:
+                assert s1 >= e0 - 1e-6 * max(1.0, e0) or (g0 is not None and g0 == g1), \
+                    f"GPU {g}: {n0} and {n1} overlap"
     # the objective is what the job end times say
     wjct = sum(j.weight * (jp.end_s - j.arrival_s) for j, jp in zip(p.jobs, plan.jobs,
                                                                       strict=True))

@@ -129,7 +129,11 @@ def test_cli_plan_marks_segment_batches_and_predictions(tmp_path: Path) -> None:
     k = len(jp.segments) - 1
     assert jp.segments[k].global_batch == segs[k]["global_batch"]
     script = render_hetjob(plan.plan_id or "x", jp, k, plan_path=out, log_dir=tmp_path).text
-    assert f"HETSCHED_GLOBAL_BATCH={segs[k]['global_batch']}" in script
+    assert "--layout" in script  # the segment's batch reaches the ranks through its layout
+    from hetsched.io.layout import job_layout
+
+    lay = job_layout(plan, plan.plan_id or "x", out, "r18", k)
+    assert sum(w["local_batch"] for w in lay.workers()) == segs[k]["global_batch"]
 
 
 def test_restart_cost_is_priced_a_short_job_takes_gpus_only_when_a_move_is_cheap() -> None:

@@ -88,6 +88,28 @@ def test_mincost_picks_the_cheapest_window_and_server() -> None:
     assert one is not None and one.y.tolist() == [2, 0] and one.start == 2
 
 
+def test_equal_cost_ties_follow_the_papers_loop_order_or_the_earliest_end() -> None:
+    node_type, cap = _two_nodes()
+    free = np.repeat(cap[:, None], 4, axis=1)
+    delta = np.zeros((2, 4))  # every price 0: every schedule costs 0
+    dur = {0: {1: (4, 4), 2: (2, 3)}}
+    # Algorithm 6 loops workers 1..D_j and replaces only if strictly cheaper: 1 worker
+    loop = mincost_one(JobMenu(0, 10.0, dur), free, delta, node_type)
+    assert loop is not None and (loop.phi, loop.start, loop.y.tolist()) == (1, 0, [1, 0])
+    end = mincost_one(JobMenu(0, 10.0, dur, ties="end"), free, delta, node_type)
+    assert end is not None and (end.phi, end.length) == (2, 2)  # the earliest end
+    # impact: end + GPU-slots / GPUs of the type (4 here): 1 worker 4 + 4/4 = 5,
+    # 2 workers 2 + 4/4 = 3 -> 2 workers; with 1 GPU of the type counted: 4+4 = 8
+    # against 2+4 = 6 -> still 2; longer for 2 workers (3.5 slots): 3.5+7 = 10.5 > 8 -> 1
+    imp = mincost_one(JobMenu(0, 10.0, dur, ties="impact", type_gpus={0: 4}), free, delta,
+                      node_type)
+    assert imp is not None and imp.phi == 2
+    slow = {0: {1: (4, 4), 2: (4, 4)}}
+    imp = mincost_one(JobMenu(0, 10.0, slow, {(0, 1, 1): 4.0, (0, 2, 1): 3.5}, "impact",
+                             {0: 1}), free, delta, node_type)
+    assert imp is not None and imp.phi == 1
+
+
 def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
     node_type, cap = np.array([0, 0]), np.array([4, 4])
     lam = lam_param(1, 2, 1, 1.0)  # 2*1*2*1*1 + 1 = 5
@@ -108,11 +130,68 @@ def test_maxweight_prices_out_a_job_whose_weight_is_below_its_cost() -> None:
     assert sorted((c.key, c.start) for c in out) == [(0, 0), (1, 0), (2, 1), (3, 0)]
 
 
+def test_alpha_reported_with_a_plan_is_the_papers_for_that_batch() -> None:
+    """One batch of 4 equal-weight jobs on 2 nodes x 1 GPU type (H=2, R=1).
+
+    Equal weights stay equal after scaling, so Sec. 5.3's alpha is
+    floor(log2(4) / (log2 g - log2(g - 1))) + 1 with g = 2 log2 lambda and
+    lambda = 2*tau*H*R*F + 1, whatever tau and F the batch got.
+    """
+    table = make_table({("w", "v100"): (0.02, 0.001, 64)})
+    cluster = make_cluster([("v1", "v100", 2), ("v2", "v100", 2)])
+    jobs = [make_job(f"j{k}", "w", dataset_size=300 * 64, global_batch=64, max_gpus=2)
+            for k in range(4)]
+    plan = simulate(PlanningProblem(jobs, cluster, table), make_policy("opd", {"slot_s": 60}))
+    o = plan.extra["opd"]
+    first = o["frames"][0]
+    assert first["jobs"] == 4
+    lam = 2 * first["tau_slots"] * 2 * 1 * first["F"] + 1
+    assert first["lambda"] == pytest.approx(lam, rel=1e-5)
+    gamma = 2 * math.log2(lam)
+    assert first["gamma"] == pytest.approx(gamma, rel=1e-5)
+    want = math.floor(2.0 / (math.log2(gamma) - math.log2(gamma - 1))) + 1
+    assert first["alpha"] == want == alpha_round([1.0] * 4, gamma)
+    assert o["alpha"] == max(f["alpha"] for f in o["frames"])
+    assert o["competitive_bound"] == 4 * o["alpha"]
+    # the default is the engineering variant: Theorem 5 is not claimed for it
+    assert o["variant"] == "frames=arrival,launch=frame,eager=True,ties=impact" and not o["bound_proved"]
+
+
+def test_opd_default_and_the_paper_variant() -> None:
+    d = make_policy("opd")
+    assert (d.frames, d.eager, d.launch, d.ties, d.faithful) == (
+        "arrival", True, "frame", "impact", False)
+    p = make_policy("opd", {"faithful": True, "frames": "arrival", "eager": True})
+    assert (p.frames, p.eager, p.launch, p.ties, p.faithful) == (
+        "doubling", False, "alpha", "loop", True)
+    plan = simulate(_problem(25.0), p)
+    o = plan.extra["opd"]
+    assert o["variant"] == "paper" and o["bound_proved"]
+    assert o["launch"] == "alpha" and all(f["launch_slot"] >= f["alpha"] * f["tau_slots"]
+                                          for f in o["frames"])  # Algorithm 1: from alpha*tau_i
+
+
+def test_replan_plans_opd_with_the_default_variant() -> None:
+    """replan (online or not) repeats the active plan's settings; --policy opd uses the default."""
+    from hetsched.app.replan import how_planned
+    from hetsched.planning.planner import make_plan
+
+    p = _problem(25.0)
+    s = how_planned(None, "opd")
+    plan = make_plan(list(p.jobs), p.cluster, p.table, **s.make_plan_kwargs())
+    assert plan.extra["opd"]["variant"] == "frames=arrival,launch=frame,eager=True,ties=impact"
+    paper = make_plan(list(p.jobs), p.cluster, p.table, policy="opd", params={"faithful": True})
+    again = how_planned(paper, None)  # a plan made with faithful=true is replanned the same way
+    assert again.params == {"faithful": True}
+    plan = make_plan(list(p.jobs), p.cluster, p.table, **again.make_plan_kwargs())
+    assert plan.extra["opd"]["variant"] == "paper"
+
+
 # ---------------------------------------------------------------------------
 # online: never use jobs that have not arrived
 
 ONLINE = [(n, {}) for n in sorted(REGISTRY) if n not in ("exhaustive", "has")] + [
-    ("opd", {"frames": "arrival"}), ("opd", {"eager": True})]
+    ("opd", {"faithful": True}), ("opd", {"frames": "doubling"}), ("opd", {"eager": False})]
 
 
 def _problem(late_arrival: float | None) -> PlanningProblem:
@@ -241,6 +320,20 @@ def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
                           str(tmp_path / "p.csv"), "--policy", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr
+    # alpha beside an opd plan: a line of `plan`'s summary, and the JSON document
+    plan = subprocess.run(["hetsched", "plan", str(tmp_path / "trace.yaml"), "--cluster",
+                           str(tmp_path / "cluster.yaml"), "--throughputs",
+                           str(tmp_path / "p.csv"), "--policy", "opd", "--param",
+                           "faithful=true"], capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    line = next(ln for ln in plan.stdout.splitlines() if "opd alpha" in ln)
+    assert "4*alpha" in line and "proved" in line and "not proved" not in line
+    doc = subprocess.run(["hetsched", "plan", str(tmp_path / "trace.yaml"), "--cluster",
+                          str(tmp_path / "cluster.yaml"), "--throughputs",
+                          str(tmp_path / "p.csv"), "--policy", "opd", "--format", "json"],
+                         capture_output=True, text=True, timeout=300)
+    o = json.loads(doc.stdout)["opd"]
+    assert o["competitive_bound"] == 4 * o["alpha"] and o["bound_proved"] is False
 
 
 def test_opd_releases_the_window_of_a_job_that_ended_early() -> None:
@@ -265,7 +358,7 @@ def test_opd_releases_the_window_of_a_job_that_ended_early() -> None:
     pred.a, pred.c = p.a.copy(), p.c.copy()
     pred.c[0] *= 1.9
     pred.estimates = Estimates.of(pred)
-    plan = simulate(p, make_policy("opd", {"frames": "arrival", "slot_s": 600}),
+    plan = simulate(p, make_policy("opd", {"frames": "arrival", "eager": False, "slot_s": 600}),
                     predicted=pred)
     check_plan(p, plan)
     assert plan.job("A").end_s == pytest.approx(1000.0)

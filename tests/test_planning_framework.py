@@ -104,6 +104,28 @@ def test_best_of_in_processes_matches_one_process() -> None:
     assert one.scores == two.scores and one.best_name == two.best_name
 
 
+def test_best_of_in_processes_ends_candidates_at_the_budget() -> None:
+    """A candidate stuck in one long step (no event to check the deadline at) is ended at
+    the budget in parallel mode; the first candidate always runs to its end."""
+    import time as _time
+
+    def run(name: str, deadline: float | None) -> float:
+        _time.sleep({"first": 1.0, "stuck": 60.0, "quick": 0.0, "late": 0.0}[name])
+        return {"first": 2.0, "stuck": 0.5, "quick": 1.0, "late": 0.1}[name]
+
+    rep = RecordingReporter()
+    t0 = _time.perf_counter()
+    sel = best_of(["first", "stuck", "quick", "late"], run, float, reporter=rep,
+                  budget_s=0.5, workers=2)
+    took = _time.perf_counter() - t0
+    assert took < 10.0  # not the stuck candidate's 60 s
+    assert sel.best_name == "first" and set(sel.scores) == {"first"}
+    assert "time budget" in sel.skipped["stuck"] and "ended" in sel.skipped["stuck"]
+    # quick and late wait for a free worker until the budget is spent
+    assert "not started" in sel.skipped["quick"] and "not started" in sel.skipped["late"]
+    assert sorted(a[0] for a in rep.hooks("candidate_skipped")) == ["late", "quick", "stuck"]
+
+
 def test_auto_survives_a_failing_candidate_and_says_so(monkeypatch) -> None:
     import hetsched.planning.space.policies.jps as jps_mod
 
@@ -276,3 +298,22 @@ def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:
     assert sampled.params["exact_max"] == 100
     with pytest.raises(Exception, match="max_categories"):
         simulate(p, has.build({"max_categories": 100}))
+
+
+def test_saturating_category_count_matches_the_exact_count() -> None:
+    """Issue 11.3: HAS's "more than exact_max?" check saturates instead of counting all."""
+    import random
+
+    from hetsched.planning.space.policies.sampling import bounded_compositions, count_bounded
+
+    rnd = random.Random(1)
+    for _ in range(400):
+        n, total = rnd.randint(1, 5), rnd.randint(0, 25)
+        lo = [rnd.randint(0, 5) for _ in range(n)]
+        hi = [rnd.randint(0, 15) for _ in range(n)]
+        exact = count_bounded(total, lo, hi)
+        assert exact == sum(1 for _ in bounded_compositions(total, lo, hi))
+        lim = rnd.randint(0, 40)
+        assert count_bounded(total, lo, hi, limit=lim) == min(exact, lim + 1)
+    # 100 jobs on 360 GPUs: astronomically many, answered at once
+    assert count_bounded(360, [1] * 100, [16] * 100, limit=20_000) == 20_001

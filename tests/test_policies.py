@@ -386,3 +386,29 @@ def test_auto_skips_a_candidate_over_its_size_limit(monkeypatch) -> None:
     plan = plan_problem(p, "auto")
     assert "has" not in plan.candidates and "jps" in plan.candidates
     assert plan.weighted_jct_s == min(plan.candidates.values())
+
+
+def test_warm_transport_lp_matches_the_assignment_optimum() -> None:
+    """P3 by the warm-started transportation LP (large categories) has the Hungarian
+    method's optimum value on random categories, and is infeasible exactly when it is."""
+    from hetsched.planning.space.policies.common import TransportLP, match_counts
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        J, T = int(rng.integers(2, 12)), int(rng.integers(1, 5))
+        allowed = rng.random((J, T)) < 0.8
+        allowed[:, 0] = True
+        free = rng.integers(0, 12, T)
+        lp = TransportLP(allowed, free)  # one model, re-solved per category
+        for _ in range(4):
+            sizes = rng.integers(0, 5, J)
+            sizes[0] = max(1, sizes[0])  # (match_counts needs one slot)
+            vals = np.where(allowed, rng.random((J, T)), -np.inf)
+            vals[sizes == 0] = -np.inf
+            exact, warm = match_counts(vals, sizes, free), lp.solve(vals, sizes)
+            assert (exact is None) == (warm is None)
+            if exact is not None:
+                assert warm is not None
+                assert (warm.sum(axis=1) == sizes).all() and (warm.sum(axis=0) <= free).all()
+                worth = np.where(np.isfinite(vals), vals, 0.0)
+                assert (warm * worth).sum() == pytest.approx((exact * worth).sum(), rel=1e-9)

@@ -7,6 +7,8 @@ cancels ``SUPERSEDED`` *before* calling ``scancel``). Failures are told apart
 by their own states: ``FAILED``, ``NODE_FAIL``, ``TIMEOUT``,
 ``OUT_OF_MEMORY``, ``PREEMPTED``, ``BOOT_FAIL``.
 
+A co-location group's jobs are cancelled together or not at all (one Slurm job).
+
 Cancelling here records why (``--reason``) in a ``job-cancelled`` event, which
 is also a reset event: the next replan gives the freed GPUs to the rest.
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from hetsched.app.replan import latest_rows
 from hetsched.errors import InputError
 from hetsched.slurm.client import SlurmClient
-from hetsched.state.store import CANCELLED, SUBMITTING, Store
+from hetsched.state.store import CANCELLED, SUBMITTING, Store, Submission
 
 #: hetsched rows a cancel applies to (queued, running, or being submitted)
 CANCELLABLE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
@@ -53,6 +55,7 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
             targets.append(row)
         elif jobs is not None:
             res.not_active.append((name, row.state))
+    _whole_groups(rows, targets)
     who = user or _user()
     with store.tx():  # marked first: a concurrent monitor must not read it as a failure
         for row in targets:
@@ -63,6 +66,20 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
     client.cancel([r.slurm_id for r in targets if r.slurm_id])
     res.cancelled = [(r.job, r.slurm_id or "-") for r in targets]
     return res
+
+
+def _whole_groups(rows: dict[str, Submission], targets: list[Submission]) -> None:
+    """A co-location group's jobs share one Slurm job (app/group_submit.py): scancel of
+    one would end them all, and they would read as cancelled by the user; refused."""
+    chosen = {r.job for r in targets}
+    for r in targets:
+        others = sorted(n for n, o in rows.items() if r.slurm_id and o.slurm_id == r.slurm_id
+                        and n not in chosen and o.state in CANCELLABLE)
+        if others:
+            raise InputError("hetsched cancel", f"job {r.job!r} shares Slurm job {r.slurm_id} "
+                             f"with {', '.join(others)} (a co-location group); cancel them "
+                             f"together: hetsched cancel {' '.join(sorted({r.job, *others}))}",
+                             "JOB")
 
 
 def _user() -> str:

@@ -42,7 +42,14 @@ from typing import Any
 
 from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
-from hetsched.app.replan_changes import Change, Decision, decide, update_dependencies
+from hetsched.app.replan_changes import (
+    Change,
+    Decision,
+    after_in_place,
+    decide,
+    update_dependencies,
+)
+from hetsched.app.replan_inplace import update_in_place
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
@@ -113,6 +120,7 @@ class ReplanResult:
     new_plan_id: str | None = None
     submitted: list[tuple[str, str]] = field(default_factory=list)
     cancelled: list[tuple[str, str]] = field(default_factory=list)
+    updated: list[tuple[str, str]] = field(default_factory=list)  # pending, changed in place
     kept: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
@@ -124,7 +132,7 @@ class ReplanResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled or self.changes)
+        return bool(self.submitted or self.cancelled or self.updated or self.changes)
 
     def notes(self) -> list[str]:
         """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
@@ -145,6 +153,8 @@ class ReplanResult:
             parts.append("submitted " + ", ".join(f"{j}={i}" for j, i in self.submitted))
         if self.cancelled:
             parts.append("cancelled " + ", ".join(f"{j}={i}" for j, i in self.cancelled))
+        if self.updated:
+            parts.append("updated in place " + ", ".join(f"{j}={i}" for j, i in self.updated))
         if self.kept:
             parts.append("kept " + ", ".join(self.kept))
         return "; ".join(parts + self.notes())
@@ -183,6 +193,19 @@ def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, 
         seq = write_request(request_path(default_checkpoint(name)), batches)
         log(f"job {name}: rescale in place to {batches} (request {seq})")
     return True
+
+
+def held_gpus(rows: dict[str, Submission], names: set[str]) -> dict[str, list[tuple[str, int]]]:
+    """The placement hint for the planner: each queued job's GPUs in Slurm now.
+
+    Running jobs first, then pending ones in submission order (the placer's
+    priority when two hints overlap). With it a job the new plan gives the
+    same per-type counts keeps its nodes, so its Slurm job is left alone.
+    """
+    live = [r for n, r in rows.items() if n in names and r.slurm_id and r.workers
+            and (r.state in RUNNING_STATES or r.state == "PENDING")]
+    live.sort(key=lambda r: (r.state not in RUNNING_STATES, r.id))
+    return {r.job: [(str(w["node"]), int(w["gpu"])) for w in r.workers] for r in live}
 
 
 def latest_rows(store: Store) -> dict[str, Submission]:
@@ -265,6 +288,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
+                         prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
                          progress_history=progress_points(store), **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan
@@ -284,6 +308,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         result.status = "dry-run"
         result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
         result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
+        result.updated = [(r.job, r.slurm_id or "?") for r in dec.to_update]
         return result
 
     _apply(store, client, new_plan, dec, result, partition, reason=reason, old_id=old_id)
@@ -351,7 +376,17 @@ def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,
 
 def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
                    result: ReplanResult, partition: str | None) -> None:
-    """Submit, cancel and update in place what ``dec`` says (replan_changes.py)."""
+    """Update in place, submit, cancel what ``dec`` says (replan_changes.py).
+
+    In-place updates come first: one Slurm refuses is resubmitted in the same
+    pass, and the plan they point at is stored before any row names it.
+    """
+    store.add_plan(new_plan.to_dict(), source="replan")
+    ip = update_in_place(store, client, new_plan,
+                         [(r, new_plan.job(r.job)) for r in dec.to_update])
+    rows = {r.job: r for r in dec.to_update}
+    after_in_place(dec, rows, ip.started, ip.refused)
+    result.updated = ip.updated
     if dec.to_submit:
         # new hetjobs first: if this fails, the old ones are still queued
         res = submit(new_plan, store, client, only=dec.to_submit, partition=partition,
@@ -366,7 +401,8 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
     client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
     result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
     ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
-    result.changes += update_dependencies(new_plan, result.kept, ids, client)
+    result.changes += update_dependencies(new_plan, result.kept + [j for j, _ in ip.updated],
+                                          ids, client)
 
 
 def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,

@@ -4,24 +4,33 @@
 * A **pending** job keeps its Slurm job (id, queue age) when its first
   segment's workers are unchanged; only its ``--dependency`` is rewritten in
   place (``scontrol update``) when the plan's order around it changed. When
-  its workers change it is resubmitted and the old job cancelled: the
-  script carries the rank layout (local batches, GPU types, nodes) for
-  ``hetsched run``, which ``scontrol update`` of GRES and nodes could not
-  keep consistent.
+  its workers change it is changed in place where Slurm allows it (GRES,
+  node list, task count: replan_inplace.py; the script does not carry the
+  rank layout, ``hetsched run`` reads it from the layout file), else
+  resubmitted (the new job first, then the old one cancelled), the change
+  table saying why.
 * A **running** job moves only when the plan says it pays: its predicted end
   on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
   earlier than its predicted end where it runs. Otherwise it is kept.
+
+* A **co-location group** is one Slurm job (app/group_submit.py): its jobs
+  move together. When one member is submitted or cancelled, every member
+  that would have been kept is cancelled and resubmitted with it
+  (``whole_groups``), whether the group is the old plan's (one Slurm job) or
+  the new plan's (one unit to submit).
 
 Every change is reported as a row (job, was, now, why).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.app.order import dependency_expr, predecessors
+from hetsched.app.replan_inplace import component_order
 from hetsched.core.plan import Plan
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.state.store import Submission
@@ -39,6 +48,7 @@ class Change:
 class Decision:
     to_submit: set[str] = field(default_factory=set)
     to_cancel: list[Submission] = field(default_factory=list)
+    to_update: list[Submission] = field(default_factory=list)  # pending: change in place
     kept: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
 
@@ -64,6 +74,7 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
     it runs (from the old plan and its elapsed time).
     """
     d = Decision()
+    shared = Counter(r.slurm_id for r in rows.values() if r.slurm_id)  # groups: one job
     for jp in new_plan.jobs:
         if not jp.segments:
             continue
@@ -91,11 +102,75 @@ def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[
             else:
                 d.kept.append(jp.name)
         else:
+            order, why = component_order(cur.workers, ws)
+            if jp.segments[0].group is not None or shared[cur.slurm_id or ""] > 1:
+                order, why = None, "a co-location group's job: the group is one Slurm job"
+            if order is not None and cur.slurm_id and cur.state == "PENDING":
+                d.to_update.append(cur)
+                d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                                        IN_PLACE))
+                continue
             d.to_submit.add(jp.name)
             d.to_cancel.append(cur)
             d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
-                                    f"{cur.state.lower()}; new GPUs: resubmitted"))
+                                    f"{cur.state.lower()}; new GPUs: resubmitted"
+                                    + (f" ({why})" if why else "")))
+    whole_groups(d, new_plan, rows)
     return d
+
+
+IN_PLACE = "pending; new GPUs: updated in place (scontrol update; id kept)"
+
+
+def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequence[str],
+                   refused: Mapping[str, str]) -> None:
+    """What Slurm did with the in-place updates: a refused one is resubmitted, one
+    that started meanwhile runs where it was; the change rows say so."""
+    for k, c in enumerate(d.changes):
+        if c.why != IN_PLACE:
+            continue
+        if c.job in refused:
+            d.to_submit.add(c.job)
+            d.to_cancel.append(rows[c.job])
+            d.changes[k] = Change(c.job, c.was, c.now,
+                                  f"pending; new GPUs: resubmitted ({refused[c.job]})")
+        elif c.job in started:
+            d.kept.append(c.job)
+            d.changes[k] = Change(c.job, c.was, c.was, "started before it could be changed "
+                                  "in place: runs where it was")
+
+
+def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) -> None:
+    """Move co-location groups whole (module doc): old groups are rows sharing a Slurm
+    id, new ones the new plan's first segments with the same group id."""
+    blocks: list[set[str]] = []
+    new: dict[str, set[str]] = {}
+    for jp in new_plan.jobs:
+        if jp.segments and jp.segments[0].group is not None:
+            new.setdefault(str(jp.segments[0].group), set()).add(jp.name)
+    blocks += [m for m in new.values() if len(m) > 1]
+    old: dict[str, set[str]] = {}
+    for name, r in rows.items():
+        if r.slurm_id:
+            old.setdefault(r.slurm_id, set()).add(name)
+    blocks += [m for m in old.values() if len(m) > 1]
+    planned = {jp.name for jp in new_plan.jobs if jp.segments}
+    changed = True
+    while changed:
+        changed = False
+        moving = d.to_submit | {r.job for r in d.to_cancel}
+        for block in blocks:
+            if not block & moving:
+                continue
+            for name in sorted(block & set(d.kept)):
+                d.kept.remove(name)
+                d.to_cancel.append(rows[name])
+                if name in planned:
+                    d.to_submit.add(name)
+                d.changes.append(Change(name, workers_summary(rows[name].workers),
+                                        "with its group", "co-location group moves whole: "
+                                        "cancelled and resubmitted with it"))
+                changed = True
 
 
 def _dep_ids(info: JobInfo | None) -> set[str]:

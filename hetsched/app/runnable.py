@@ -11,6 +11,9 @@
   dataset fits in memory. A converted Gavel job (workload ``resnet-50``, no
   command) would fail on its nodes; a converted ``transformer`` with a
   2.7e9-sample dataset would exhaust the node's memory building it.
+* **On the right nodes** (:func:`check_node_types`): each pinned worker's GPU
+  type is its node's, checked against one ``sinfo`` (the scripts ask for
+  untyped GPUs on pinned nodes, so Slurm would not refuse it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
+from hetsched.slurm.client import SlurmClient
 
 #: the runtime's built-in workloads and the bytes one synthetic sample takes
 #: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
@@ -121,3 +125,27 @@ def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
     if skipped:
         plan.extra["skipped_unplaceable"] = [{"job": j.name, "why": w} for j, w in skipped]
     return plan
+
+
+def check_node_types(plan: Plan, client: SlurmClient, names: set[str],
+                     partition: str | None, pinned: bool = True) -> None:
+    """Each pinned worker's GPU type is its node's (one ``sinfo``), before any sbatch.
+
+    Pinned components ask Slurm for untyped GPUs on their node (templates.py: so
+    a replan can move a pending job to another type's node in place), so Slurm
+    no longer refuses a plan that names the wrong type for a node: this does.
+    Nodes Slurm does not list are left to sbatch's own error. Unpinned: nothing to check.
+    """
+    if not pinned:
+        return
+    have = {n.name: n.gres for n in client.nodes(partition)}
+    for j in plan.jobs:
+        if j.name not in names or not j.segments:
+            continue
+        for w in j.segments[0].workers:
+            types = have.get(w.node)
+            if types and w.gpu_type not in types:
+                raise InputError("plan", f"job {j.name!r} has {w.gpu_type} GPUs on node "
+                                 f"{w.node}, which Slurm says has "
+                                 f"{', '.join(sorted(types))} GPUs; plan again on this "
+                                 "partition", f"job {j.name!r}")

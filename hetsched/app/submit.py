@@ -42,17 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsched import config
+from hetsched.app.group_submit import Unit, render_groups, unit_order, unit_preds, units_of
 from hetsched.app.order import dependency_expr, plan_order, predecessors
-from hetsched.app.runnable import UnrunnableError, listing, unrunnable
+from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
+from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.runner import CommandError
-from hetsched.slurm.templates import Script, render_hetjob, submission_comment
+from hetsched.slurm.templates import Script, render_hetjob
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
 
 #: hetsched's own states that mean "handed to Slurm and possibly still there"
@@ -149,9 +151,32 @@ def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
             warn = int(min(float(config.get("signal_s")), limit * 30))
         out[j.name] = (seg, render_hetjob(
             pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
-            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
-))
+            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn))
     return out
+
+
+def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
+                 partition: str | None, pin_nodes: bool = True, only: set[str] | None = None,
+                 segment_of: Mapping[str, int] | None = None,
+                 sbatch: SbatchOptions | None = None, source: str = "plan"
+                 ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
+    """Every unit's script: isolated jobs (``render_plan``) and co-location groups, one
+    script per group (app/group_submit.py); and the units, and each job's unit."""
+    names = set()
+    for j in plan.jobs:
+        seg = (segment_of or {}).get(j.name, 0)
+        if (only is None or j.name in only) and seg < len(j.segments) \
+                and j.segments[seg].workers:
+            names.add(j.name)
+    units, unit_of = units_of(plan, pid, names, segment_of, source)
+    alone = {n for n, u in units.items() if u.group is None}
+    scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+                          pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
+                          sbatch=sbatch)
+    scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,
+                                 partition=partition, pin_nodes=pin_nodes,
+                                 sbatch=sbatch if sbatch is not None else base_sbatch()))
+    return scripts, units, unit_of
 
 
 def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
@@ -187,12 +212,14 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
-        scripts = render_plan(plan, pid, plan_path=base / "plans" / f"{pid}.json",
-                              log_dir=base / "logs", partition=partition, pin_nodes=pin_nodes,
-                              only=only, segment_of=segment_of, sbatch=sbatch)
+        scripts, units, unit_of = render_units(
+            plan, pid, plan_path=base / "plans" / f"{pid}.json", log_dir=base / "logs",
+            partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,
+            sbatch=sbatch, source=source)
+        upreds = unit_preds(preds, units)
         return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()},
-                            order=plan_order(plan, set(scripts)),
-                            after={k: v for k, v in preds.items() if k in scripts},
+                            order=unit_order(plan_order(plan, set(unit_of)), unit_of),
+                            after={k: v for k, v in upreds.items() if k in scripts},
                             unrunnable=bad)
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
@@ -200,20 +227,23 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     plan_path = base / "plans" / f"{pid}.json"
     log_dir = base / "logs"
     # render everything first: a bad value fails before anything reaches Slurm
-    scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
-                          pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch)
+    scripts, units, unit_of = render_units(
+        plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+        pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
+    check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
-        _refuse_active_elsewhere(store, client, pid, set(scripts))
+        _refuse_active_elsewhere(store, client, pid, set(unit_of))
     log_dir.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)
-    order = plan_order(plan, set(scripts))
+    order = unit_order(plan_order(plan, set(unit_of)), unit_of)
+    upreds = unit_preds(preds, units)
     result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()},
-                          order=order, after={k: v for k, v in preds.items() if k in scripts},
+                          order=order, after={k: v for k, v in upreds.items() if k in scripts},
                           unrunnable=bad)
 
-    _submit_in_order(plan, store, client, scripts, preds, result, base, progress)
+    _submit_in_order(plan, store, client, scripts, units, upreds, result, base, progress, pin_nodes)
     if result.submitted:
         store.add_event("submitted", detail=json.dumps(
             {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
@@ -221,16 +251,16 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
 
 
 def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
-                     scripts: Mapping[str, tuple[int, Script]], preds: Mapping[str, list[str]],
-                     result: SubmitResult, base: Path,
-                     progress: Callable[[str], None] | None) -> None:
-    """The sbatch loop: in the plan's order, with dependencies, all or nothing."""
+                     scripts: Mapping[str, tuple[int, Script]], units: Mapping[str, Unit],
+                     preds: Mapping[str, list[str]], result: SubmitResult, base: Path,
+                     progress: Callable[[str], None] | None, pin_nodes: bool = True) -> None:
+    """The sbatch loop, unit by unit (a job, or a group's one job): in the plan's order,
+    with dependencies, all or nothing."""
     pid, order = result.plan_id, result.order
     # crash recovery: intents without an id may have reached Slurm
-    pending_intents = {name: store.submission(pid, name, seg) for name, (seg, _) in
-                       scripts.items()}
-    orphans = {n: s for n, s in pending_intents.items()
-               if s is not None and s.slurm_id is None and s.state == SUBMITTING}
+    intents = {m: store.submission(pid, *m) for u in order for m in units[u].members}
+    orphans = [s for s in intents.values()
+               if s is not None and s.slurm_id is None and s.state == SUBMITTING]
     found = _find_tagged(client, pid) if orphans else {}
     # the ids the plan's order refers to: queued jobs of any plan, then this call's
     ids = {s.job: s.slurm_id for s in store.submissions()
@@ -240,41 +270,51 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
     with deferred_signals() as caught:
         for i, name in enumerate(order):
             seg, script = scripts[name]
-            prev = pending_intents[name]
-            if prev is not None and prev.slurm_id and prev.state != SUPERSEDED:
-                result.skipped.append((name, prev.slurm_id))
-                ids[name] = prev.slurm_id
+            unit = units[name]
+            prev = [intents[m] for m in unit.members]
+            if all(p is not None and p.slurm_id and p.state != SUPERSEDED for p in prev):
+                for (job, _), p in zip(unit.members, prev, strict=True):
+                    assert p is not None and p.slurm_id
+                    result.skipped.append((job, p.slurm_id))
+                    ids[job] = p.slurm_id
                 continue
-            tag = submission_comment(pid, name, seg)
-            if name in orphans and tag in found:
-                assert prev is not None
-                store.set_submitted(prev.id, found[tag])
-                result.skipped.append((name, found[tag]))
-                ids[name] = found[tag]
+            if unit.comment in found and any(p in orphans for p in prev):
+                for (job, _), p in zip(unit.members, prev, strict=True):
+                    if p is not None:
+                        store.set_submitted(p.id, found[unit.comment])
+                    result.skipped.append((job, found[unit.comment]))
+                    ids[job] = found[unit.comment]
                 continue
             path = base / "scripts" / pid / f"{name}-{seg}.sh"
             atomic_write(path, script.text)
-            workers = [w.to_dict() for w in plan.job(name).segments[seg].workers]
-            sub = store.begin_submission(pid, name, seg, script.sha256, str(path), workers)
+            write_job_layout(base, plan, pid, name, seg, pin_nodes, alone=unit.group is None)
+            with store.tx():  # every member's intent, or none
+                subs = [store.begin_submission(
+                    pid, job, k, script.sha256, str(path),
+                    [w.to_dict() for w in plan.job(job).segments[k].workers])
+                    for job, k in unit.members]
             dep = dependency_expr(preds.get(name, []), ids)
             try:
                 jid = client.submit(path, extra_args=[f"--dependency={dep}"] if dep else ())
             except CommandError as e:
-                _rollback(store, client, pid, mine, sub.id, name)
+                _rollback(store, client, pid, mine, [s.id for s in subs], name)
                 done = ", ".join(j for _, j, _ in mine)
                 raise SubmitError(
-                    f"sbatch failed for job {name!r} ({i + 1} of {len(order)}): {e}; "
+                    f"sbatch failed for {'group' if unit.group else 'job'} {name!r} ({i + 1} "
+                    f"of {len(order)}): {e}; "
                     + (f"cancelled what this run had submitted ({done}); " if mine else "")
                     + "nothing from this run remains queued") from None
-            store.set_submitted(sub.id, jid)
-            ids[name] = jid
-            mine.append((sub.id, name, jid))
-            result.submitted.append((name, jid))
+            for sub in subs:
+                store.set_submitted(sub.id, jid)
+                ids[sub.job] = jid
+                mine.append((sub.id, sub.job, jid))
+                result.submitted.append((sub.job, jid))
             if progress:
-                progress(f"submitted {name} as Slurm job {jid}"
-                         + (f" ({dep})" if dep else ""))
+                what = (f"group {unit.group.group} ({', '.join(unit.group.jobs)})"
+                        if unit.group else name)
+                progress(f"submitted {what} as Slurm job {jid}" + (f" ({dep})" if dep else ""))
             if caught:
-                _rollback(store, client, pid, mine, None, None)
+                _rollback(store, client, pid, mine, [], None)
                 raise SubmitInterrupted(
                     f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
                     f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
@@ -335,7 +375,7 @@ def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:
 
 
 def _rollback(store: Store, client: SlurmClient, pid: str,
-              mine: list[tuple[int, str, str]], failed_row: int | None,
+              mine: list[tuple[int, str, str]], failed_rows: list[int],
               failed_job: str | None) -> None:
     """Cancel this call's jobs (and any tagged job a lost reply left), drop their rows."""
     ids = {jid for _, _, jid in mine}
@@ -353,8 +393,8 @@ def _rollback(store: Store, client: SlurmClient, pid: str,
     with store.tx():
         for row, _, _ in mine:
             store.delete_submission(row)
-        if failed_row is not None:
-            store.delete_submission(failed_row)
+        for row in failed_rows:
+            store.delete_submission(row)
     store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid,
                                                           "cancelled": sorted(ids)}),
                     handled=True)

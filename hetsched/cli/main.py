@@ -324,6 +324,40 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
         click.echo(f"skipped {skipped} job(s) without a batch size (A3C, CycleGAN)", err=True)
 
 
+@convert.command("philly-trace")
+@click.option("--throughputs", required=True, type=click.Path(dir_okay=False),
+              help="Profile CSV with multi-GPU v100 rows (examples/gavel_throughputs.csv).")
+@click.option("--gpus", required=True, type=click.IntRange(min=1),
+              help="GPUs of the partition the offered load is relative to.")
+@click.option("--jobs", "-n", "n", default=60, show_default=True,
+              type=click.IntRange(min=1, max=100_000), help="Jobs to draw.")
+@click.option("--load", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Offered load: V100 GPU-seconds asked per second / --gpus.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same trace.")
+@click.option("--diurnal", default=0.0, show_default=True, type=click.FloatRange(0, 1, max_open=True),
+              help="Day-period rate modulation (an assumption: no published Philly number).")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
+def convert_philly(throughputs: str, gpus: int, n: int, load: float, seed: int, diurnal: float,
+                   out: str | None) -> None:
+    """Published Philly statistics -> a seeded synthetic jobs YAML (docs/online.md)."""
+    import yaml
+
+    from hetsched.io.files import read_text
+    from hetsched.io.philly import philly_jobs
+    from hetsched.io.profiles import parse_csv
+
+    rows = parse_csv(read_text(Path(throughputs), "a throughput CSV"), throughputs)
+    try:
+        jobs = philly_jobs(rows, n, gpus=gpus, load=load, seed=seed, diurnal=diurnal)
+    except ValueError as e:
+        raise InputError(throughputs, str(e)) from None
+    text = yaml.safe_dump({"jobs": jobs}, sort_keys=False)
+    if out:
+        _write(out, text)
+    else:
+        click.echo(text, nl=False)
+
+
 def _register_commands() -> None:
     """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
     from hetsched.cli import replan as cli_replan

@@ -110,15 +110,19 @@ def _per_gpu(plan: Plan, keys: list[tuple[str, int]], path: str | Path) -> dict[
     span = max(plan.makespan_s, 1e-9)
     fig, ax = plt.subplots(figsize=(12, max(3.0, 0.32 * len(keys) + 1.6)))
     handles = []
+    lanes = _group_lanes(plan)
     for n, jp in enumerate(plan.jobs):
         colour = cmap(n % cmap.N)
         handles.append(Patch(facecolor=colour, edgecolor="black", label=jp.name))
         for seg in jp.segments:
             width = seg.end_s - seg.start_s
+            # a co-located group (Harmony) splits the GPU's row into one lane per member
+            lane, of = lanes.get((seg.group, jp.name), (0, 1))
             for w in seg.workers:
-                y = row[(w.node, w.gpu)]
+                y = row[(w.node, w.gpu)] - 0.4 + (lane + 0.5) * 0.8 / of
                 ax.barh(y, width, left=seg.start_s - t0, color=colour, edgecolor="black",
-                        linewidth=0.3)
+                        linewidth=0.3, height=0.8 / of,
+                        hatch="xx" if seg.group is not None else None)
                 if seg.restart_s > 0:
                     ax.barh(y, seg.restart_s, left=seg.start_s - t0, color="lightgrey",
                             hatch="//", edgecolor="black", linewidth=0.3)
@@ -138,6 +142,16 @@ def _per_gpu(plan: Plan, keys: list[tuple[str, int]], path: str | Path) -> dict[
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     _save(fig, path)
     return {"layout": "per-gpu", "rows": len(keys), "unit": unit, "xticks": ticks}
+
+
+def _group_lanes(plan: Plan) -> dict[tuple[str | None, str], tuple[int, int]]:
+    """(group id, job) -> (lane, lanes): members of a co-located group share a GPU row."""
+    members: dict[str, list[str]] = {}
+    for jp in plan.jobs:
+        for seg in jp.segments:
+            if seg.group is not None and jp.name not in members.setdefault(seg.group, []):
+                members[seg.group].append(jp.name)
+    return {(g, n): (k, len(ns)) for g, ns in members.items() for k, n in enumerate(ns)}
 
 
 def _main_type(seg: Any) -> str:

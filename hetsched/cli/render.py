@@ -53,9 +53,12 @@ def batches_summary(workers: list[Any]) -> str:
 
 def jobs_table(plan: Plan) -> Table:
     tab = Table(title=f"Plan ({plan.policy})", show_lines=False, header_style="bold")
-    for col, just in (("job", "left"), ("w", "right"), ("seg", "right"), ("GPUs (node:count)", "left"),
-                      ("local batches", "left"), ("iter", "right"), ("start", "right"),
-                      ("end", "right"), ("JCT", "right")):
+    # co-located groups (Harmony): a "group" column naming the jobs a segment shares its GPUs with
+    mates = _group_members(plan)
+    cols = (("job", "left"), ("w", "right"), ("seg", "right"), ("GPUs (node:count)", "left"),
+            ("local batches", "left"), ("iter", "right"), ("start", "right"),
+            ("end", "right"), ("JCT", "right")) + ((("group", "left"),) if mates else ())
+    for col, just in cols:
         tab.add_column(col, justify=just,  # type: ignore[arg-type]
                        overflow="fold" if col == "job" else "ellipsis")  # names never cut
     for jp in plan.jobs:
@@ -68,8 +71,25 @@ def jobs_table(plan: Plan) -> Table:
                 f"{seg.iteration_s * 1000:.1f}ms",
                 fmt_s(seg.start_s), fmt_s(seg.end_s),
                 fmt_s(jp.jct_s) if last else "",
+                *([_group_cell(seg.group, jp.name, mates)] if mates else []),
             )
     return tab
+
+
+def _group_members(plan: Plan) -> dict[str, list[str]]:
+    """Group id -> the jobs that ever ran in it (co-located groups, Harmony)."""
+    out: dict[str, list[str]] = {}
+    for jp in plan.jobs:
+        for seg in jp.segments:
+            if seg.group is not None and jp.name not in out.setdefault(seg.group, []):
+                out[seg.group].append(jp.name)
+    return out
+
+
+def _group_cell(group: str | None, name: str, mates: dict[str, list[str]]) -> str:
+    if group is None:
+        return "-"
+    return f"{group}: with " + ", ".join(n for n in mates[group] if n != name)
 
 
 def summary_table(plan: Plan) -> Table:
@@ -88,6 +108,11 @@ def summary_table(plan: Plan) -> Table:
         best = min(plan.candidates.values())
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
+    opd = plan.extra.get("opd")
+    if isinstance(opd, dict) and "alpha" in opd:  # issue 15: alpha beside opd's plans
+        proved = "proved" if opd.get("bound_proved") else "not proved for this variant"
+        tab.add_row("opd alpha", f"{opd['alpha']} (paper's bound 4*alpha = "
+                    f"{opd.get('competitive_bound')}, {proved})")
     skipped = plan.extra.get("skipped")
     if isinstance(skipped, dict) and skipped:
         tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))
@@ -114,6 +139,8 @@ def text_gantt(plan: Plan, width: int = 72) -> Text:
         for seg in jp.segments:
             types = Counter(w.gpu_type for w in seg.workers)
             mark = types.most_common(1)[0][0][0].upper() if types else "#"
+            if seg.group is not None:  # sharing its GPUs with a co-located group
+                mark = mark.lower()
             s = int((seg.start_s - t0) / span * (width - 1))
             e = max(s, int((seg.end_s - t0) / span * (width - 1)))
             r = int((seg.start_s + seg.restart_s - t0) / span * (width - 1))
@@ -124,10 +151,15 @@ def text_gantt(plan: Plan, width: int = 72) -> Text:
         for ch, st in zip(row, styles, strict=True):
             out.append(ch, style=st or None)
         counts = [len(seg.workers) for seg in jp.segments] or [0]
-        out.append(f"| {'>'.join(map(str, counts))} GPUs\n")
+        groups = sorted({seg.group for seg in jp.segments if seg.group is not None})
+        out.append(f"| {'>'.join(map(str, counts))} GPUs"
+                   + (f" shared in {','.join(groups)}" if groups else "") + "\n")
     out.append(f"{'':{name_w}}  '-' waiting, '.' restarting, letter = main GPU type of the "
                "segment; GPUs per segment (2>4: two, then four)\n",
                style="dim")
+    if any(seg.group is not None for jp in plan.jobs for seg in jp.segments):
+        out.append(f"{'':{name_w}}  lower-case letter: the job shares its GPUs with a "
+                   "co-located group (Harmony); 'shared in g1' names the group\n", style="dim")
     return out
 
 

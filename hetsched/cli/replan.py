@@ -58,6 +58,11 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
                verbose: bool) -> None:
     """Replan after reset events and bring Slurm in line (cron-safe).
 
+    Changes as little as it can: a pending job whose GPUs change is updated in
+    place (scontrol update; same id and queue age) where Slurm allows it, else
+    resubmitted; a running job moves only when that pays. Every change is
+    printed as a table (job, was, now, why).
+
     Quiet unless something changed. Exit codes: 0 ok, 1 unexpected error,
     2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
     unusable, 75 another replan holds the lock (skipped). Example crontab:

@@ -37,6 +37,10 @@ from hetsched.errors import InputError
               "computation [default: no limit].")
 @click.option("--segment", type=click.IntRange(0), default=None,
               help="Plan segment (default: $HETSCHED_SEGMENT, else 0).")
+@click.option("--layout", type=click.Path(dir_okay=False), default=None,
+              help="The job's layout file (the hetjob passes it): which plan and segment, and "
+              "each rank's GPU type, node and local batch, read at start (a replan may have "
+              "changed the pending job in place). Wins over --plan/--segment.")
 @click.option("--local", is_flag=True,
               help="Run every rank of the segment as local processes (tests, demos).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
@@ -55,14 +59,14 @@ from hetsched.errors import InputError
               "CPU).")
 @click.option("--seed", type=int, default=0, show_default=True)
 def run_cmd(plan_path: str, job: str | None, group: str | None,
-            memory_budget_mb: float | None, segment: int | None, local: bool,
-            checkpoint: str | None, checkpoint_every: int | None, report: str | None,
-            epochs: float | None, max_steps: int | None, device: str | None,
-            seed: int) -> None:
+            memory_budget_mb: float | None, segment: int | None, layout: str | None,
+            local: bool, checkpoint: str | None, checkpoint_every: int | None,
+            report: str | None, epochs: float | None, max_steps: int | None,
+            device: str | None, seed: int) -> None:
     """Train one planned job: this rank inside a Slurm step (the hetjob's `srun`).
 
     Ranks are numbered across the hetjob's components; each takes its local
-    batch from HETSCHED_LOCAL_BATCHES (or the plan). Gradients are weighted by
+    batch from the --layout file (or HETSCHED_LOCAL_BATCHES, or the plan). Gradients are weighted by
     local batch, so a step equals one step on the whole global batch. Jobs
     with a `command` instead of an entrypoint/built-in workload get their
     rank's HETSCHED_LOCAL_BATCH in the environment and run without a shell.
@@ -88,7 +92,7 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
     assert job is not None
     from hetsched.runtime.job import run
 
-    res = run(plan_path, job, segment=segment, local=local, overrides={
+    res = run(plan_path, job, segment=segment, local=local, layout=layout, overrides={
         "checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "report": report,
         "epochs": epochs, "max_steps": max_steps, "device": device, "seed": seed})
     if res and (local or res.get("rank") == 0):

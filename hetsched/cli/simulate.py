@@ -93,7 +93,9 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
               " (>= the empirical competitive ratio)")
     if "opd" in body:
         o = body["opd"]
-        con.print(f"  opd: alpha {o['alpha']} (paper's bound 4*alpha = {o['competitive_bound']})")
+        proved = "" if o.get("bound_proved") else ", not proved for this variant"
+        con.print(f"  opd: alpha {o['alpha']} (paper's bound 4*alpha = {o['competitive_bound']}"
+                  f"{proved})")
 
 
 def _pngs(res: object, path: str) -> None:

@@ -1,7 +1,8 @@
 """The performance model: batch shares, communication and iteration time.
 
 Step time of a worker is affine in its local batch, ``t(b) = a + c*b`` with
-``1 <= b <= cap``. A data-parallel iteration takes as long as its slowest
+``1 <= b <= cap``, or a piecewise-linear ``Curve`` where the profile's line is
+poor (``StepFit.curve``; the shares and the estimates take the same one). A data-parallel iteration takes as long as its slowest
 worker plus the ring all-reduce of the gradients. These functions are the
 only place where that model is written down; policies, the evaluator and the
 runtime all call them.
@@ -33,22 +34,39 @@ def _check(B: int, caps: Sequence[int]) -> None:
         raise SharesError(f"global batch {B} exceeds the workers' memory caps (sum {sum(caps)})")
 
 
-def continuous_time(a: np.ndarray, c: np.ndarray, cap: np.ndarray, B: float) -> float:
+#: a worker's step time where the affine line is poor (issue 11.7): a strictly increasing
+#: piecewise-linear curve (local batches, seconds) from batch 1 to the cap; None: ``a + c*b``
+Curve = tuple[np.ndarray, np.ndarray] | None
+
+
+def worker_time(a: float, c: float, curve: Curve, b: Any) -> Any:
+    """Step time of one worker at local batch(es) ``b``: its curve, else ``a + c*b``."""
+    if curve is None:
+        return a + c * b
+    return np.interp(b, curve[0], curve[1])
+
+
+def continuous_time(a: np.ndarray, c: np.ndarray, cap: np.ndarray, B: float,
+                    curves: Sequence[Curve] | None = None) -> float:
     """Smallest T such that workers with step time ``a+c*b`` can process B samples in T.
 
-    Water-filling: worker k takes ``clip((T-a_k)/c_k, 1, cap_k)`` samples; T is
-    at least the slowest worker's time for one sample. Exact (breakpoint
-    search on a piecewise-linear function), not iterative.
+    Water-filling: worker k takes ``clip((T-a_k)/c_k, 1, cap_k)`` samples (the
+    inverse of its curve where ``curves[k]`` is given); T is at least the
+    slowest worker's time for one sample. Exact (breakpoint search on a
+    piecewise-linear function), not iterative.
     """
-    return float(continuous_time_counts(a, c, cap, np.ones((1, len(a))), B)[0])
+    return float(continuous_time_counts(a, c, cap, np.ones((1, len(a))), B, curves)[0])
 
 
 def continuous_time_counts(a: np.ndarray, c: np.ndarray, cap: np.ndarray, N: np.ndarray,
-                           B: float | np.ndarray) -> np.ndarray:
+                           B: float | np.ndarray, curves: Sequence[Curve] | None = None
+                           ) -> np.ndarray:
     """Vectorised water-filling over many allocations at once.
 
     ``a, c, cap`` have shape (T,) (one entry per GPU type), ``N`` has shape
-    (M, T): N[m, t] workers of type t in allocation m. Returns the optimal
+    (M, T): N[m, t] workers of type t in allocation m. ``curves[t]`` (where
+    not None) replaces type t's line by its piecewise curve; its knots join
+    the breakpoints, so the result stays exact. Returns the optimal
     (continuous) step time per allocation, ``inf`` where B does not fit in the
     caps or N is empty.
     """
@@ -56,7 +74,8 @@ def continuous_time_counts(a: np.ndarray, c: np.ndarray, cap: np.ndarray, N: np.
     M, T = N.shape
     if M > CHUNK:  # bound the (M, points, T) temporaries
         Bv0 = np.broadcast_to(np.asarray(B, dtype=float), (M,))
-        return np.concatenate([continuous_time_counts(a, c, cap, N[k:k + CHUNK], Bv0[k:k + CHUNK])
+        return np.concatenate([continuous_time_counts(a, c, cap, N[k:k + CHUNK],
+                                                      Bv0[k:k + CHUNK], curves)
                                for k in range(0, M, CHUNK)])
     a = np.asarray(a, dtype=float)
     c = np.asarray(c, dtype=float)
@@ -65,14 +84,19 @@ def continuous_time_counts(a: np.ndarray, c: np.ndarray, cap: np.ndarray, N: np.
     used = N > 0
     lo = a + c  # time for one sample
     hi = a + c * cap  # time at the cap
+    bent = [(t, cv) for t, cv in enumerate(curves or ()) if cv is not None]
+    for t, (_, ts) in bent:
+        lo[t], hi[t] = ts[0], ts[-1]
     t0 = np.where(used, lo[None, :], -np.inf).max(axis=1)  # every used worker has >= 1 sample
 
     def g(tv: np.ndarray) -> np.ndarray:
         # tv: (M, P) candidate times -> (M, P) samples processed
         per = np.clip((tv[:, :, None] - a) / c, 1.0, cap)  # (M, P, T)
+        for t, (bs, ts) in bent:
+            per[:, :, t] = np.clip(np.interp(tv, ts, bs), 1.0, cap[t])
         return (per * N[:, None, :]).sum(axis=2)
 
-    bp = np.unique(np.concatenate([lo, hi]))
+    bp = np.unique(np.concatenate([lo, hi, *[ts for _, (_, ts) in bent]]))
     pts = np.concatenate([t0[:, None], np.broadcast_to(bp, (M, len(bp)))], axis=1)
     pts = np.maximum(pts, t0[:, None])  # breakpoints below t0 collapse onto t0
     pts.sort(axis=1)
@@ -95,40 +119,49 @@ def continuous_time_counts(a: np.ndarray, c: np.ndarray, cap: np.ndarray, N: np.
     return out
 
 
-def balanced_shares(a: Sequence[float], c: Sequence[float], caps: Sequence[int], B: int) -> list[int]:
+def balanced_shares(a: Sequence[float], c: Sequence[float], caps: Sequence[int], B: int,
+                    curves: Sequence[Curve] | None = None) -> list[int]:
     """Integer local batches summing to B that minimise the slowest worker's step time.
 
-    Water-filling on the affine model gives the continuous optimum; flooring it
-    and then adding one sample at a time to the worker whose step time after
-    the addition is smallest is exact for a min-max of increasing functions
-    (there is an optimal integer solution above the floor).
+    Water-filling on the model (the affine line, or a worker's piecewise
+    curve where ``curves[k]`` is given: the same model the planner predicts
+    with) gives the continuous optimum; flooring it and then adding one
+    sample at a time to the worker whose step time after the addition is
+    smallest is exact for a min-max of increasing functions (there is an
+    optimal integer solution above the floor).
     """
     _check(B, caps)
     av, cv, capv = (np.asarray(x, dtype=float) for x in (a, c, caps))
-    T = continuous_time(av, cv, capv, B)
+    cvs: list[Curve] = list(curves) if curves is not None else [None] * len(caps)
+
+    def f(k: int, b: float) -> float:
+        return float(worker_time(av[k], cv[k], cvs[k], b))
+
+    T = continuous_time(av, cv, capv, B, cvs)
     x = np.clip((T - av) / cv, 1.0, capv)
+    for k, curve in enumerate(cvs):
+        if curve is not None:
+            x[k] = min(max(float(np.interp(T, curve[1], curve[0])), 1.0), capv[k])
     b = np.maximum(1, np.floor(x + 1e-9)).astype(int)
     b = np.minimum(b, np.asarray(caps, dtype=int))
     left = B - int(b.sum())
     if left < 0:  # floating error pushed us over: take back from the slowest
-        heap = [(-(av[k] + cv[k] * b[k]), k) for k in range(len(b))]
-        heapq.heapify(heap)
-        heap = [h for h in heap if b[h[1]] > 1]
+        heap = [(-f(k, b[k]), k) for k in range(len(b)) if b[k] > 1]
         heapq.heapify(heap)
         while left < 0:
             _, k = heapq.heappop(heap)
             b[k] -= 1
             left += 1
             if b[k] > 1:
-                heapq.heappush(heap, (-(av[k] + cv[k] * b[k]), k))
-    heap = [(av[k] + cv[k] * (b[k] + 1), k) for k in range(len(b)) if b[k] < caps[k]]
+                heapq.heappush(heap, (-f(k, b[k]), k))
+    heap = [(f(k, b[k] + 1), k) for k in range(len(b)) if b[k] < caps[k]]
     heapq.heapify(heap)
     while left > 0:
         _, k = heapq.heappop(heap)
         b[k] += 1
         left -= 1
         if b[k] < caps[k]:
-            heapq.heappush(heap, (av[k] + cv[k] * (b[k] + 1), k))
+            heapq.heappush(heap, (f(k, b[k] + 1), k))
     return [int(v) for v in b]
 
 
@@ -194,9 +227,13 @@ def equal_shares(caps: Sequence[int], B: int) -> list[int]:
     return [int(v) for v in b]
 
 
-def step_time(a: Sequence[float], c: Sequence[float], batches: Sequence[int]) -> float:
-    """Slowest worker's step time for given local batches."""
-    return max(ak + ck * bk for ak, ck, bk in zip(a, c, batches, strict=True))
+def step_time(a: Sequence[float], c: Sequence[float], batches: Sequence[int],
+              curves: Sequence[Curve] | None = None) -> float:
+    """Slowest worker's step time for given local batches (piecewise where ``curves[k]``)."""
+    if curves is None:
+        return max(ak + ck * bk for ak, ck, bk in zip(a, c, batches, strict=True))
+    return max(float(worker_time(ak, ck, cv, bk))
+               for ak, ck, cv, bk in zip(a, c, curves, batches, strict=True))
 
 
 def ring_allreduce_s(workers: Any, model_size_mb: Any, bandwidth_gbps: Any) -> Any:

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.core.estimates import Estimates
-from hetsched.core.model import allreduce_time, continuous_time_counts, ring_allreduce_s
+from hetsched.core.model import (
+    Curve,
+    allreduce_time,
+    continuous_time_counts,
+    ring_allreduce_s,
+    worker_time,
+)
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import StepFit, ThroughputTable
 from hetsched.errors import InputError
@@ -28,6 +34,11 @@ class PlanningProblem:
     cluster: Cluster
     table: ThroughputTable
     jobs_source: str = "jobs"
+    #: placement hint (replan): job name -> the (node, GPU index) it holds or waits for
+    #: in Slurm now; the placer keeps them when the job gets the same per-type counts
+    #: (planning/space/placer.py). Never changes a policy's decisions.
+    prefer_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
+                                                           compare=False)
     #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
     #: the state store (hetsched.state.history.progress_points); None: no history
     progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,
@@ -64,6 +75,9 @@ class PlanningProblem:
         self.sync = np.zeros((S, T))
         #: per job: GPU type -> fit whose sync was calibrated at several scales (issue 11.7)
         self.calibrated: list[dict[int, StepFit]] = [{} for _ in range(S)]
+        #: per job: None (every allowed type affine) or, per type, the piecewise curve
+        #: where the affine fit is poor (issue 11.7): predictions and batch shares use it
+        self.curves: list[list[Curve] | None] = [None] * S
         self.allowed = np.zeros((S, T), dtype=bool)
         node_max = {t: 0 for t in self.types}
         for n in cluster.nodes:
@@ -87,12 +101,7 @@ class PlanningProblem:
                 fit = table.get(job.workload, g)
                 if fit is None or (job.gpu_types is not None and g not in job.gpu_types):
                     continue
-                self.allowed[i, t] = True
-                self.a[i, t], self.c[i, t] = fit.a, fit.c
-                self.cap[i, t] = fit.max_batch
-                self.sync[i, t] = fit.sync_s
-                if fit.sync_curve:
-                    self.calibrated[i][t] = fit
+                self._set_fit(i, t, fit)
             if not self.allowed[i].any():
                 raise InputError(src, f"fits no GPU: workload {job.workload!r} is profiled on "
                                  f"{', '.join(profiled)}, the partition has "
@@ -128,6 +137,21 @@ class PlanningProblem:
 
         self.estimates = Estimates.of(self)
 
+    def _set_fit(self, i: int, t: int, fit: StepFit) -> None:
+        """Job i may use type t, whose step time is ``fit``."""
+        self.allowed[i, t] = True
+        self.a[i, t], self.c[i, t] = fit.a, fit.c
+        self.cap[i, t] = fit.max_batch
+        self.sync[i, t] = fit.sync_s
+        if fit.sync_curve:
+            self.calibrated[i][t] = fit
+        curve = fit.curve()
+        if curve is not None:
+            row = self.curves[i]
+            if row is None:
+                row = self.curves[i] = [None] * len(self.types)
+            row[t] = curve
+
     def clear_caches(self) -> None:
         """Forget memoised model evaluations (benchmarks time cold runs with this)."""
         self.estimates.clear()
@@ -152,7 +176,8 @@ class PlanningProblem:
         """Continuous optimal step time of job i for count rows N (M, T); inf if infeasible."""
         N = np.atleast_2d(N)
         bad = (N[:, ~self.allowed[i]] > 0).any(axis=1)
-        out = continuous_time_counts(self.a[i], self.c[i], self.cap[i], N, float(self.B[i]))
+        out = continuous_time_counts(self.a[i], self.c[i], self.cap[i], N, float(self.B[i]),
+                                     self.curves[i])
         out[bad] = np.inf
         out[N.sum(axis=1) > self.B[i]] = np.inf
         return out
@@ -222,17 +247,33 @@ class PlanningProblem:
         if K == 0 or K > B:
             cache[key] = INF
             return INF
+        curves = self.curves[i]
+        bent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for t in used:
+            cv_t = curves[t] if curves is not None else None
+            if cv_t is not None:
+                bent[t] = cv_t
 
         def g(T: float) -> float:
-            return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+            if not bent:
+                return sum(n[t] * min(max((T - a[t]) / c[t], 1.0), cap[t]) for t in used)
+            tot = 0.0
+            for t in used:
+                cv = bent.get(t)
+                x = (T - a[t]) / c[t] if cv is None else float(np.interp(T, cv[1], cv[0]))
+                tot += n[t] * min(max(x, 1.0), cap[t])
+            return tot
 
-        t0 = max(a[t] + c[t] for t in used)
+        ends = [(a[t] + c[t], a[t] + c[t] * cap[t]) if t not in bent else
+                (float(bent[t][1][0]), float(bent[t][1][-1])) for t in used]
+        t0 = max(lo for lo, _ in ends)
+        knots = {float(v) for cv in bent.values() for v in cv[1]}
         comp = INF
         prev, gprev = t0, g(t0)
         if gprev >= B - 1e-9:
             comp = t0
         else:
-            for bp in sorted({a[t] + c[t] * cap[t] for t in used} | {a[t] + c[t] for t in used}):
+            for bp in sorted({hi for _, hi in ends} | {lo for lo, _ in ends} | knots):
                 if bp <= t0:
                     continue
                 gb = g(bp)
@@ -255,12 +296,28 @@ class PlanningProblem:
     def per_gpu_rate(self, i: int, local_batch: np.ndarray | float | None = None) -> np.ndarray:
         """Samples/s of one GPU of each type for job i (0 where not allowed).
 
-        At ``local_batch`` (clipped to each type's cap), or at the cap (peak).
+        At ``local_batch`` (clipped to each type's cap), or the peak: at the cap, or
+        the best knot of a piecewise curve.
         """
         b = self.cap[i].astype(float) if local_batch is None else np.minimum(
             np.maximum(local_batch, 1.0), self.cap[i])
         r = b / (self.a[i] + self.c[i] * b)
+        for t, cv in enumerate(self.curves[i] or ()):
+            if cv is None:
+                continue
+            if local_batch is None:  # peak: a rate on a linear piece is monotone, so at a knot
+                r[t] = float((cv[0] / cv[1]).max())
+            else:
+                r[t] = b[t] / float(worker_time(0.0, 0.0, cv, b[t]))
         return np.where(self.allowed[i], r, 0.0)
+
+    def step_times(self, i: int, b: np.ndarray) -> np.ndarray:
+        """Job i's step time on one GPU of each type at local batches ``b`` (..., T)."""
+        out = self.a[i] + self.c[i] * b
+        for t, cv in enumerate(self.curves[i] or ()):
+            if cv is not None:
+                out[..., t] = np.interp(b[..., t], cv[0], cv[1])
+        return out
 
     def type_order(self) -> list[int]:
         """GPU types in the order they first appear in the cluster's node list."""

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
-OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus")
+OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus", "colocated_with")
 #: an affine fit missing a measured point by more than this (relative) is "poor":
 #: the step time then follows a monotone piecewise-linear curve through the points
 POOR_FIT = 0.20
@@ -33,6 +33,9 @@ class ProfileRow:
     #: data-parallel workers of the measurement; above 1, step_time_s is the whole
     #: synchronous iteration (compute + synchronisation) at this per-worker batch
     gpus: int = 1
+    #: ``"workload:local_batch"`` of a job sharing the same GPU during the measurement
+    #: (Gavel's co-located pairs, Harmony); such rows are kept apart from the fits
+    colocated_with: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,20 @@ class StepFit:
         if self.knots:
             return piecewise_step_time(self.knots, self.c, b)
         return self.a + self.c * b
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The planner's piecewise model (None where the line is used): batches from 1 to
+        the cap through the knots, and :meth:`step_time` there, made strictly increasing
+        (by at most a relative 1e-9 per point, where the isotonic fit is flat) so that
+        water-filling can invert it (``hetsched.core.model.Curve``)."""
+        if not self.knots:
+            return None
+        cap = float(self.max_batch)
+        bs = sorted({1.0, cap} | {b for b, _ in self.knots if 1.0 < b < cap})
+        ts = [self.step_time(b) for b in bs]
+        for k in range(1, len(ts)):
+            ts[k] = max(ts[k], ts[k - 1] * (1 + 1e-9))
+        return np.array(bs), np.array(ts)
 
     def throughput(self, b: float) -> float:
         """Samples per second at local batch b."""
@@ -197,7 +214,16 @@ class ThroughputTable:
     def __init__(self, rows: Iterable[ProfileRow], source: str = "<profiles>") -> None:
         self.source = source
         groups: dict[tuple[str, str], list[ProfileRow]] = {}
+        #: (workload, batch, partner workload, partner batch, gpu_type) -> step seconds
+        #: measured while sharing one GPU with the partner (co-located pairs)
+        self.pairs: dict[tuple[str, int, str, int, str], float] = {}
+        self.pair_rows: list[ProfileRow] = []
         for r in rows:
+            if r.colocated_with is not None:
+                w2, b2 = r.colocated_with.rsplit(":", 1)
+                self.pairs[(r.workload, r.local_batch, w2, int(b2), r.gpu_type)] = r.step_time_s
+                self.pair_rows.append(r)
+                continue
             groups.setdefault((r.workload, r.gpu_type), []).append(r)
         self.rows = groups
         self.fits: dict[tuple[str, str], StepFit] = {}
@@ -222,4 +248,9 @@ class ThroughputTable:
         return sorted(g for w, g in self.fits if w == workload)
 
     def all_rows(self) -> list[ProfileRow]:
-        return [r for key in sorted(self.rows) for r in self.rows[key]]
+        return [r for key in sorted(self.rows) for r in self.rows[key]] + self.pair_rows
+
+    def pair_step_s(self, workload: str, batch: int, other: str, other_batch: int,
+                    gpu_type: str) -> float | None:
+        """Measured step time of ``workload`` at ``batch`` sharing one GPU with ``other``."""
+        return self.pairs.get((workload, batch, other, other_batch, gpu_type))

@@ -106,12 +106,31 @@ def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
         sync = num("sync_time_s", optional=True)
         cap = num("max_local_batch", integer=True, optional=True)
         k = num("gpus", integer=True, optional=True)
+        co = _colocated(rec.get("colocated_with") or "", source, where)
+        if co is not None and (k or 1) != 1:
+            raise InputError(source, "column 'colocated_with': a co-located pair is measured "
+                             "on one GPU; leave 'gpus' empty or 1", where)
         rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
                                int(cap) if cap is not None else None,
-                               int(k) if k is not None else 1))
+                               int(k) if k is not None else 1, co))
     if not rows:
         raise InputError(source, "no profile rows after the header")
     return rows
+
+
+_COLOCATED = re.compile(r"^(?P<w>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<b>[1-9][0-9]{0,8})$")
+
+
+def _colocated(text: str, source: str, where: str) -> str | None:
+    """The ``colocated_with`` column: empty, or ``workload:local_batch`` of the GPU's partner."""
+    if not text:
+        return None
+    m = _COLOCATED.match(text)
+    if not m or not WORKLOAD_RE.match(m["w"]):
+        raise InputError(source, f"column 'colocated_with': {text[:60]!r} is not valid; expected "
+                         "'workload:local_batch' of the job sharing the GPU, e.g. resnet-50:32",
+                         where)
+    return text
 
 
 def load_throughputs(path: str | Path) -> ThroughputTable:
@@ -127,8 +146,10 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
     has_sync = any(r.sync_time_s is not None for r in rows)
     has_cap = any(r.max_local_batch is not None for r in rows)
     has_gpus = any(r.gpus != 1 for r in rows)
+    has_co = any(r.colocated_with is not None for r in rows)
     cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
-        ["max_local_batch"] if has_cap else []) + (["gpus"] if has_gpus else [])
+        ["max_local_batch"] if has_cap else []) + (["gpus"] if has_gpus else []) + (
+        ["colocated_with"] if has_co else [])
     w = csv.writer(out, lineterminator="\n")
     w.writerow(cols)
     for r in rows:
@@ -139,6 +160,8 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
             line.append("" if r.max_local_batch is None else r.max_local_batch)
         if has_gpus:
             line.append(r.gpus)
+        if has_co:
+            line.append(r.colocated_with or "")
         w.writerow(line)
 
 
@@ -156,8 +179,10 @@ def workload_key(model: str) -> str:
 def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
     """Convert Gavel's throughput JSON (steps/s per job type and GPU) to profile rows.
 
-    Isolated measurements are used: the ``null`` entry (no co-located job) of
-    the consolidated GPU types, at every scale factor ``s`` (1, 2, 4, 8).
+    Isolated measurements are fitted: the ``null`` entry (no co-located job) of
+    the consolidated GPU types, at every scale factor ``s`` (1, 2, 4, 8). The
+    co-located pairs on one GPU are kept as ``colocated_with`` rows (Harmony's
+    groups use them instead of the model where measured).
     Gavel's throughput at scale ``s`` is the aggregate over the ``s`` workers
     (per-worker steps per second summed; its trace generator multiplies it by
     the duration to get a trace's steps), so one synchronous iteration takes
@@ -184,12 +209,40 @@ def gavel_to_rows(data: dict[str, object], source: str) -> list[ProfileRow]:
                 continue
             rows.append(ProfileRow(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
                                    float(scale) / its_per_s, gpus=int(scale)))
+            if int(scale) == 1:
+                rows += _gavel_pairs(workload_key(m["model"]), gpu_type.lower(), int(m["bs"]),
+                                     entry)
     if not rows:
         raise InputError(source, "no usable single-GPU measurements found")
     if not any(r.gpus == 1 for r in rows):
         raise InputError(source, "no usable single-GPU measurements found")
     rows.sort(key=lambda r: (r.workload, r.gpu_type, r.gpus, r.local_batch))
     return rows
+
+
+def _gavel_pairs(workload: str, gpu_type: str, batch: int, entry: dict[str, object]
+                 ) -> list[ProfileRow]:
+    """Gavel's co-located pairs of one single-GPU job: its step time beside each partner.
+
+    ``entry[partner] = [own steps/s, partner's steps/s]`` with both on one GPU;
+    zeros (the pair did not fit or was not run) and partners without a batch
+    size are skipped. The partner's own row comes from its own entry.
+    """
+    out = []
+    for key, val in entry.items():
+        if key == "null" or not isinstance(val, list) or len(val) != 2:
+            continue
+        try:
+            other, scale = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            continue
+        m = _GAVEL_NAME.match(str(other))
+        own = float(val[0]) if isinstance(val[0], (int, float)) else 0.0
+        if scale != 1 or not m or own <= 0:
+            continue
+        out.append(ProfileRow(workload, gpu_type, batch, 1.0 / own,
+                              colocated_with=f"{workload_key(m['model'])}:{int(m['bs'])}"))
+    return out
 
 
 def load_gavel(path: str | Path) -> list[ProfileRow]:

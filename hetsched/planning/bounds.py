@@ -69,11 +69,19 @@ def best_iteration_time(p: PlanningProblem, i: int) -> float:
     m = int(min(p.hi[i], len(a)))
     B = float(p.B[i])
 
+    bent = []  # piecewise types (issue 11.7): their curve's inverse, from 0 samples at T = 0
+    for t, cv in enumerate(p.curves[i] or ()):
+        if cv is not None and p.allowed[i, t]:
+            at = np.repeat(types == t, p.n_type[types])
+            bent.append((at, np.concatenate([[0.0], cv[1]]), np.concatenate([[0.0], cv[0]])))
+
     def samples(T: float) -> float:
         per = np.clip((T - a) / c, 0.0, cap)
+        for at, ts, bs in bent:
+            per[at] = min(float(np.interp(T, ts, bs)), float(cap[at][0]))
         return float(np.sort(per)[::-1][:m].sum())  # best m GPUs at this T
 
-    lo, hi = 0.0, float((a + c * B).min())
+    lo, hi = 0.0, max(float((a + c * B).min()), 1e-9)
     while samples(hi) < B:
         hi *= 2.0
     for _ in range(80):

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -148,25 +148,62 @@ def _fitting_grid(a: np.ndarray, t0: float, t1: float, first: float, n: int,
 
 @dataclass
 class _LP:
-    prob: Any
-    C: list[Any]
-    MB: list[Any]
-    U: list[list[Any]]
+    """The LP in HiGHS (columns by index) and where each job's pieces are."""
+
+    h: Any
+    C: list[int]
+    #: per job: the mean busy time as (column, coefficient) pairs
+    MB: list[list[tuple[int, float]]]
+    #: per job, per configuration: its y columns over all intervals
+    U: list[list[list[int]]]
+    #: per job: per bounded interval it may run in, (z column, that interval's y columns)
+    Z: list[list[tuple[int, list[int]]]] = field(default_factory=list)
+    x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class _Rows:
+    """Sparse rows ``lower <= sum coef * x[col] <= upper`` collected for one passModel."""
+
+    def __init__(self) -> None:
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.idx: list[list[int]] = []
+        self.val: list[list[float]] = []
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.idx.append([c for c, _ in terms])
+        self.val.append([v for _, v in terms])
 
 
 def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
            left: np.ndarray, au: np.ndarray, scale: float) -> _LP:
-    """The time-indexed LP over each job's configurations (module docstring)."""
-    import pulp
+    """The time-indexed LP over each job's configurations (module docstring), in HiGHS."""
+    import highspy
 
+    from hetsched.planning.solver import quiet_stdout
+
+    inf = highspy.kHighsInf
     K = len(left) - 1  # bounded intervals; index K is [t1, inf)
-    prob = pulp.LpProblem("space_bound", pulp.LpMinimize)
-    cap: dict[tuple[int, int], list[tuple[Any, float]]] = {}
-    lp = _LP(prob, [], [], [])
+    col_lo: list[float] = []
+    cost: list[float] = []
+
+    def col(lower: float = 0.0, c: float = 0.0) -> int:
+        col_lo.append(lower)
+        cost.append(c)
+        return len(col_lo) - 1
+
+    rows = _Rows()
+    cap: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    lp = _LP(None, [], [], [])
     for i, (X, pt) in enumerate(confs):
         ptu = pt / scale
-        work, run, mbt = [], [], []
-        per_conf: list[list[Any]] = [[] for _ in range(len(X))]
+        work: list[tuple[int, float]] = []
+        run: list[tuple[int, float]] = []
+        mbt: list[tuple[int, float]] = []
+        per_conf: list[list[int]] = [[] for _ in range(len(X))]
+        zs: list[tuple[int, list[int]]] = []
         for k in range(K + 1):
             hi = left[k + 1] if k < K else math.inf
             if hi <= au[i] + 1e-12:
@@ -174,53 +211,72 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
             lo = max(float(left[k]), float(au[i]))
             row = []
             for r in range(len(X)):
-                v = prob.add_variable(f"y_{i}_{r}_{k}", lowBound=0)
+                v = col()
                 row.append((v, float(ptu[r])))
                 per_conf[r].append(v)
-                work.append(v)
+                work.append((v, 1.0))
                 mbt.append((v, lo))
                 if k < K:
                     for t in np.nonzero(X[r])[0]:
                         cap.setdefault((int(t), k), []).append((v, float(ptu[r] * X[r, t])))
             run += row
             if k < K:
-                prob += pulp.lpSum(v * c for v, c in row) <= hi - lo
-        prob += pulp.lpSum(work) == 1
-        c = prob.add_variable(f"C_{i}", lowBound=float(au[i] + Pmin[i] / scale))
-        prob += c >= float(au[i]) + pulp.lpSum(v * q for v, q in run)
-        lp.MB.append(pulp.lpSum(v * lo for v, lo in mbt))
-        lp.U.append([pulp.lpSum(vs) for vs in per_conf])
+                rows.add(row, -inf, float(hi - lo))
+                # the work done in this interval has its mean at least Q(y_k) after ``lo``
+                zs.append((col(), [v for v, _ in row]))
+        rows.add(work, 1.0, 1.0)
+        c = col(float(au[i] + Pmin[i] / scale), float(p.weight[i]))
+        rows.add([(c, 1.0)] + [(v, -q) for v, q in run], float(au[i]), inf)
+        lp.MB.append(mbt + [(z, 1.0) for z, _ in zs])
+        lp.Z.append(zs)
+        lp.U.append(per_conf)
         # the tail cut at "everything on the fastest configuration": C >= M + P/2
-        prob += c >= lp.MB[i] + float(Pmin[i] / scale / 2.0)
+        rows.add([(c, 1.0)] + [(v, -q) for v, q in lp.MB[i]], float(Pmin[i] / scale / 2.0), inf)
         lp.C.append(c)
     for (ty, k), terms in cap.items():
-        prob += pulp.lpSum(v * q for v, q in terms) <= float(p.n_type[ty]) * float(
-            left[k + 1] - left[k])
-    prob += pulp.lpSum(float(p.weight[i]) * lp.C[i] for i in range(p.S))
+        rows.add(terms, -inf, float(p.n_type[ty]) * float(left[k + 1] - left[k]))
+    model = highspy.HighsLp()
+    n = len(col_lo)
+    model.num_col_, model.num_row_ = n, len(rows.lo)
+    model.col_cost_ = np.array(cost)
+    model.col_lower_ = np.array(col_lo)
+    model.col_upper_ = np.full(n, inf)
+    model.row_lower_ = np.array(rows.lo)
+    model.row_upper_ = np.array(rows.hi)
+    model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    model.a_matrix_.start_ = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])]
+                                            ).astype(np.int32)
+    model.a_matrix_.index_ = np.array([c for r in rows.idx for c in r], dtype=np.int32)
+    model.a_matrix_.value_ = np.array([v for r in rows.val for v in r], dtype=float)
+    with quiet_stdout():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.passModel(model)
+    lp.h = h
     return lp
 
 
 def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
                   confs: list[tuple[np.ndarray, np.ndarray]], scale: float,
                   time_limit_s: float) -> tuple[float, int]:
-    """Solve, add violated tail cuts, re-solve: a fixed number of rounds (deterministic)."""
-    import pulp
+    """Solve, add violated cuts, re-solve from the last basis: a fixed number of rounds
+    (deterministic)."""
+    import highspy
 
-    from hetsched.planning.solver import lp_solver
-
+    h = lp.h
+    h.setOptionValue("time_limit", float(time_limit_s))
     value = -math.inf
     rounds = 0
     while rounds < MAX_ROUNDS:
         rounds += 1
-        try:
-            status = lp.prob.solve(lp_solver(time_limit_s))
-        except pulp.PulpSolverError:
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             break
-        if pulp.LpStatus[status] != "Optimal":
-            break
-        value = max(value, sum(float(w[i]) * (float(lp.C[i].value()) - float(au[i]))
+        lp.x = np.asarray(h.getSolution().col_value)
+        value = max(value, sum(float(w[i]) * (float(lp.x[lp.C[i]]) - float(au[i]))
                                for i in range(len(lp.C))) * scale)
-        if not _add_tail_cuts(lp.prob, confs, scale, lp.C, lp.MB, lp.U):
+        tails = _add_tail_cuts(lp, confs, scale)
+        if not (_add_interval_cuts(lp, confs, scale) or tails):
             break
     return value, rounds
 
@@ -230,26 +286,73 @@ def tail(u: np.ndarray, pt: np.ndarray) -> float:
     return 0.5 * float(u @ np.minimum.outer(pt, pt) @ u)
 
 
-def _add_tail_cuts(prob: Any, confs: list[tuple[np.ndarray, np.ndarray]], scale: float,
-                   C: list[Any], MB: list[Any], U: list[list[Any]]) -> bool:
+def _add_row(lp: _LP, terms: list[tuple[int, float]], lower: float) -> None:
+    import highspy
+
+    idx = np.array([c for c, _ in terms], dtype=np.int32)
+    val = np.array([v for _, v in terms], dtype=float)
+    lp.h.addRow(float(lower), highspy.kHighsInf, len(idx), idx, val)
+
+
+def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float) -> bool:
     """Add ``C >= M + Q(u*) + grad Q(u*).(u - u*)`` where the LP point violates ``C >= M + Q(u)``.
 
     Q is convex (the min kernel is positive semidefinite), so every tangent
     plane lies below it and the cut is valid for every schedule. Returns True
     if a cut was added.
     """
-    import pulp
-
+    x = lp.x
     added = False
     for i, (_X, pt) in enumerate(confs):
         ptu = pt / scale
-        u = np.array([float(pulp.value(e) or 0.0) for e in U[i]])
+        u = np.array([float(x[cols].sum()) for cols in lp.U[i]])
         q = tail(u, ptu)
-        have = float(C[i].value()) - float(pulp.value(MB[i]) or 0.0)
+        mb = sum(float(x[c]) * v for c, v in lp.MB[i])
+        have = float(x[lp.C[i]]) - mb
         if q <= have * (1.0 + 1e-6) + 1e-9:
             continue
         g = np.minimum.outer(ptu, ptu) @ u  # gradient; the cut is g.u' - Q(u*)
-        prob += C[i] >= MB[i] + pulp.lpSum(float(g[r]) * U[i][r] for r in range(len(g))
-                                           if g[r] > 0) - q
+        # C - M - sum_r g_r u_r >= -Q(u*)
+        terms = [(lp.C[i], 1.0)] + [(c, -v) for c, v in lp.MB[i]]
+        terms += [(c, -float(g[r])) for r in range(len(g)) if g[r] > 0 for c in lp.U[i][r]]
+        _add_row(lp, _merge(terms), -q)
         added = True
+    return added
+
+
+def _merge(terms: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Sum the coefficients of repeated columns (HiGHS wants each column once per row)."""
+    out: dict[int, float] = {}
+    for c, v in terms:
+        out[c] = out.get(c, 0.0) + v
+    return list(out.items())
+
+
+def _add_interval_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float
+                       ) -> bool:
+    """Add ``z_ik >= grad Q(y*).y - Q(y*)`` where the LP point has ``z_ik < Q(y_ik)``.
+
+    Inside interval k the fractions ``y_ik`` of job i's work take
+    ``y p_r`` seconds each; their contribution to the mean busy time
+    ``int t dW`` is least when they run back to back from the interval's start,
+    fastest configuration first (Smith's rule, weights y, times y p), which is
+    ``lo y + Q(y)`` with the same kernel as the tail. So ``M_i >= sum_k (lo_k
+    y_ik + Q(y_ik))`` for every schedule; Q is convex, tangents lie below it.
+    Returns True if a cut was added.
+    """
+    x = lp.x
+    added = False
+    for i, (_X, pt) in enumerate(confs):
+        ptu = pt / scale
+        ker = np.minimum.outer(ptu, ptu)
+        for z, ys in lp.Z[i]:
+            y = x[ys]
+            q = 0.5 * float(y @ ker @ y)
+            if q <= float(x[z]) * (1.0 + 1e-6) + 1e-9:
+                continue
+            g = ker @ y
+            # z - sum_r g_r y_r >= -Q(y*)
+            _add_row(lp, [(z, 1.0)] + [(ys[r], -float(g[r])) for r in range(len(g)) if g[r] > 0],
+                     -q)
+            added = True
     return added

@@ -53,7 +53,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               progress: Callable[[str], None] | None = None, mode: str = "space",
               task_iterations: int | None = None,
               reporter: BaseReporter | None = None,
-              progress_history: tuple[Any, Any] | None = None) -> Plan:
+              progress_history: tuple[Any, Any] | None = None,
+              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
@@ -62,6 +63,9 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     ``progress`` is the former one-string callback. ``progress_history``:
     completed jobs' (features, progress) pairs from the state store, for the
     policies that predict remaining work (``ones``).
+    ``prefer_gpus`` (replan: job -> the (node, GPU index) it holds or waits for in
+    Slurm) makes space mode keep those GPUs for a job given the same per-type counts
+    (planning/space/placer.py).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
@@ -69,7 +73,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
-                              progress_history=progress_history)
+                              progress_history=progress_history,
+                              prefer_gpus=dict(prefer_gpus or {}))
     if mode == "pool":  # pool mode (issue 3) lives in its own package
         from hetsched.planning.pool import plan_pool
 

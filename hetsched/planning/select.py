@@ -13,10 +13,10 @@ each returning its plan; the results are the same as in one process.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -106,10 +106,30 @@ def best_of(names: Sequence[str], run: Run[T], objective: Callable[[T], float], 
     return sel
 
 
+def _child(name: str, deadline: float | None, conn: Any) -> None:
+    """A candidate's process: run it and send (name, result, error, seconds) back."""
+    try:
+        out = _in_worker(name, deadline)
+    except BaseException as e:  # noqa: BLE001 - reported by the parent
+        out = (name, None, _describe(e), 0.0)
+    try:
+        conn.send(out)
+    except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled
+        conn.send((name, None, f"could not return its result: {_describe(e)}", out[3]))
+    conn.close()
+
+
 def _parallel(names: list[str], run: Run[T], end: float | None,
               objective: Callable[[T], float], sel: Selection[T], reporter: BaseReporter,
               workers: int) -> None:
-    """Run ``names`` in forked processes; results are offered in the candidates' order."""
+    """Run ``names`` in forked processes, ``workers`` at a time; results in the candidates' order.
+
+    The budget is enforced from outside: at ``end`` every candidate still
+    running, except the first (there is always a plan), is killed and listed
+    as stopped at the time budget, so one long step inside a policy (an event
+    of HAS on thousands of GPUs) cannot hold ``auto`` past its budget.
+    Candidates not started by then are skipped.
+    """
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not Linux
         for name in names:
             _one(name, run, end if sel.scores else None, objective, sel, reporter)
@@ -117,19 +137,49 @@ def _parallel(names: list[str], run: Run[T], end: float | None,
     _WORK[:] = [run]
     ctx = multiprocessing.get_context("fork")
     done: dict[str, tuple[Any, str | None, float]] = {}
+    pending = list(enumerate(names))
+    running: dict[str, tuple[Any, Any, int, float]] = {}
     try:
-        with ProcessPoolExecutor(max_workers=min(workers, len(names)), mp_context=ctx) as ex:
-            futs: list[Future[tuple[str, Any, str | None, float]]] = []
-            for k, name in enumerate(names):
+        while pending or running:
+            while pending and len(running) < workers:
+                k, name = pending.pop(0)
+                if k and end is not None and time.perf_counter() >= end:
+                    done[name] = (None, f"{OVER}not started: the time budget (plan_budget_s) "
+                                  "was spent by the candidates before it", 0.0)
+                    continue
                 reporter.candidate_started(name)
-                futs.append(ex.submit(_in_worker, name, end if k else None))
-            for f in futs:
-                try:
-                    name, res, err, secs = f.result()
-                except Exception as e:  # noqa: BLE001 - a worker died (memory): skip it
-                    name, res, err, secs = names[futs.index(f)], None, _describe(e), 0.0
+                rd, wr = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(name, end if k else None, wr))
+                proc.start()
+                wr.close()
+                running[name] = (proc, rd, k, time.perf_counter())
+            if not running:
+                continue
+            limited = end is not None and any(v[2] for v in running.values())
+            timeout = max(0.0, end - time.perf_counter()) if limited and end is not None else None
+            ready = multiprocessing.connection.wait([v[1] for v in running.values()], timeout)
+            for name, (proc, rd, k, t0) in list(running.items()):
+                if rd in ready:
+                    try:
+                        _, res, err, secs = rd.recv()
+                    except (EOFError, OSError):  # died without a word (memory)
+                        res, err, secs = None, f"process died (exit {proc.exitcode})", 0.0
+                elif k and end is not None and time.perf_counter() >= end:
+                    proc.kill()
+                    secs = time.perf_counter() - t0
+                    res, err = None, (f"{OVER}stopped at the time budget (plan_budget_s) "
+                                      f"after {secs:,.1f} s (its process was ended)")
+                else:
+                    continue
+                proc.join()
+                rd.close()
+                del running[name]
                 done[name] = (res, err, secs)
     finally:
+        for proc, rd, _, _ in running.values():
+            proc.kill()
+            proc.join()
+            rd.close()
         _WORK.clear()
     for name in names:
         res, err, secs = done[name]

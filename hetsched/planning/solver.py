@@ -1,4 +1,9 @@
-"""The one LP solver factory: every LP hetsched solves goes through :func:`lp_solver`.
+"""The one LP solver factory: every pulp LP hetsched solves goes through :func:`lp_solver`.
+
+Two hot LPs talk to HiGHS directly (``highspy``, re-solved warm): the joint
+lower bound (``lp_bound``) and HAS's P3 on large categories
+(``policies.common.TransportLP``); both create their ``Highs`` inside
+:func:`quiet_stdout` with ``output_flag`` off, for the same reason.
 
 pulp's HiGHS interface lets HiGHS print its banner on stdout when it creates
 the solver, before ``output_flag`` can be switched off, which corrupted

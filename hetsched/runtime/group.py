@@ -17,8 +17,8 @@ step of a job is two subtasks:
 The loop visits the jobs round-robin: job j waits for its own COMM, steps,
 computes, queues its next COMM, and the next job computes while it is in
 flight. A round (every job one step) takes Harmony's eq. (1)
-``max(Σ comp, Σ comm, max(comp_j + comm_j))``: the measured mean is reported
-(``kind: group``) next to the per-job ``steps`` records.
+``max(Σ comp, Σ comm, max(comp_j + comm_j))``: the measured mean and median
+are reported (``kind: group``) next to the per-job ``steps`` records.
 
 Each job keeps the isolated runtime's semantics: share-weighted gradients
 (hetdp, uneven local batches), the share sampler (every sample once per
@@ -29,6 +29,7 @@ SIGTERM/SIGUSR1 agreed through each job's own all-reduce.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -75,13 +76,25 @@ def run_group(cfg: GroupConfig, renv: RankEnv) -> dict[str, Any]:
         shutdown_distributed()
 
 
-def _comm(flat: torch.Tensor, pg: Any, link: Any, world: int) -> tuple[torch.Tensor, float]:
-    """A COMM subtask (the communication thread): all-reduce, then the link's floor."""
+def _comm(flat: torch.Tensor, pg: Any, link: Any, world: int, ready: Any = None,
+          stream: Any = None) -> tuple[torch.Tensor, float]:
+    """A COMM subtask (the communication thread): all-reduce, then the link's floor.
+
+    On CUDA it runs on the communication thread's own stream, after the event
+    ``ready`` (the packed gradients), so the next job's kernels on the compute
+    stream never wait behind it; it returns once the result is complete.
+    """
     import torch.distributed as dist
 
     t0 = time.perf_counter()
     if world > 1:
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+        if stream is not None:
+            stream.wait_event(ready)
+            with torch.cuda.stream(stream):
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+            stream.synchronize()
+        else:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
         if link is not None:
             link.pad(flat.numel() * flat.element_size(), t0)
     return flat, time.perf_counter() - t0
@@ -126,6 +139,7 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
     stop_signal: list[int] = []
     undo = _install_stop_handlers(stop_signal)
     net = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hetsched-comm")
+    comm_stream = torch.cuda.Stream(dev) if dev.type == "cuda" else None
     rounds: list[tuple[float, bool]] = []  # (start, every job computed in it)
     t_start = time.perf_counter()
     try:
@@ -136,8 +150,10 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
             for m in members:
                 if m.done:
                     continue
-                t0 = time.perf_counter()
+                t_load = time.perf_counter()
                 _make_room(m, members, budget)
+                t0 = time.perf_counter()
+                m.acc["reload"] += t0 - t_load  # reported apart: COMP is the job's own work
                 if m.future is not None:
                     t_wait = time.perf_counter()
                     flat, comm_s = m.future.result()
@@ -156,7 +172,12 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
                     t0 = time.perf_counter()
                 flat = m.compute(bool(stop_signal), emul, cfg.trace_dir is not None)
                 m.comp_s += time.perf_counter() - t0
-                m.future = net.submit(_comm, flat, m.pg, link, renv.world_size)
+                ready = None
+                if comm_stream is not None:
+                    ready = torch.cuda.Event()
+                    ready.record()
+                m.future = net.submit(_comm, flat, m.pg, link, renv.world_size, ready,
+                                      comm_stream)
                 computed += 1
             rounds.append((r0, computed == len(members)))
     finally:
@@ -165,12 +186,11 @@ def _run(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]:
     return _finish(cfg, renv, members, rounds, time.perf_counter() - t_start)
 
 
-def group_iteration(rounds: list[tuple[float, bool]]) -> tuple[float | None, int]:
-    """Mean seconds of a round in which, like the next one, every job computed (the
-    first round, which starts every job cold, is left out); and how many."""
-    times = [rounds[k + 1][0] - rounds[k][0] for k in range(1, len(rounds) - 1)
-             if rounds[k][1] and rounds[k + 1][1]]
-    return (sum(times) / len(times) if times else None), len(times)
+def round_times(rounds: list[tuple[float, bool]]) -> list[float]:
+    """Seconds of each round in which, like the next one, every job computed (the first
+    round, which starts every job cold, is left out)."""
+    return [rounds[k + 1][0] - rounds[k][0] for k in range(1, len(rounds) - 1)
+            if rounds[k][1] and rounds[k + 1][1]]
 
 
 def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
@@ -186,13 +206,17 @@ def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
                 json.dumps(m.trace))
     if renv.world_size > 1:
         dist.barrier()  # every checkpoint is on disk before anyone reports success
-    it_s, n = group_iteration(rounds)
+    times = round_times(rounds)
+    n = len(times)
+    it_s = sum(times) / n if n else None
+    med_s = statistics.median(times) if n else None
     if renv.rank == 0:
         for m in members:
             if m.cfg.save_params:
                 torch.save(m.params_cpu(), m.cfg.save_params)
             m.rep.write("group", jobs=[o.cfg.job for o in members], rounds=n,
                         iteration_s=round(it_s, 6) if it_s is not None else None,
+                        iteration_median_s=round(med_s, 6) if med_s is not None else None,
                         spills=m.spills, reloads=m.reloads)
             finished = m.step >= m.total
             m.rep.write("done" if finished else "stopped", steps=m.step,
@@ -203,7 +227,7 @@ def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
                         first_loss=m.losses[0] if m.losses else None,
                         last_loss=m.losses[-1] if m.losses else None)
     return {"rank": renv.rank, "group": cfg.group, "time_s": wall,
-            "group_iteration_s": it_s, "rounds_timed": n,
+            "group_iteration_s": it_s, "group_iteration_median_s": med_s, "rounds_timed": n,
             "jobs": {m.cfg.job: {"steps": m.step, "finished": m.step >= m.total,
                                  "stopped_by_signal": m.stopped, "spills": m.spills,
                                  "reloads": m.reloads} for m in members}}

@@ -19,7 +19,7 @@ import torch
 
 from hetsched.io.reports import Reporter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
-from hetsched.runtime.elastic import steps_left
+from hetsched.runtime.elastic import set_lr, steps_left
 from hetsched.runtime.executor.slots import JobSlot
 from hetsched.runtime.hetdp import HeteroDataParallel
 from hetsched.runtime.sampler import ShareSampler
@@ -45,12 +45,24 @@ class Member:
             restore(state, model=self.model, optimizer=self.opt)
             self.sampler.load_state_dict(state["sampler"])
             self.step = int(state["step"])
-        self.hdp = HeteroDataParallel(self.model, average=cfg.average)  # rank 0's start
+        # rank 0's start: gloo broadcasts the host tensors now; NCCL needs them on the GPU
+        if cfg.lr_scaling != "none":  # an elastic job's segment batch, as trainer.py does
+            set_lr(self.opt, cfg.lr_scaling, sum(cfg.local_batches),
+                   cfg.base_batch or sum(cfg.local_batches))
+        self.hdp = HeteroDataParallel(self.model, average=cfg.average,
+                                      broadcast=not self.cuda)
         self.slot = JobSlot(self.model, dev)  # parameters now in the host buffer
         self.opt_host: dict[tuple[int, str], torch.Tensor] = {}
         self.total = self.step + steps_left(cfg.dataset_size, sum(cfg.local_batches),
                                             self.sampler.state.epoch,
                                             self.sampler.state.offset, cfg.epochs)
+        if self.cuda and self.hdp.world > 1:
+            import torch.distributed as dist
+
+            self.load()
+            with torch.no_grad():
+                for p in self.slot.params:
+                    dist.broadcast(p.data, src=0)
         self.future: Any = None  # this job's COMM in flight: -> (flat, comm_s)
         self.done = False
         self.stopped = False
@@ -59,8 +71,9 @@ class Member:
         self.spills = self.reloads = 0
         self.losses: list[float] = []
         self.trace: list[tuple[int, list[int]]] = []
-        self.acc = {"n": 0, "compute": 0.0, "sync": 0.0, "step": 0.0, "samples": 0}
-        self.comp_s = 0.0  # the COMP part of the step in progress (reload + step + compute)
+        self.acc = {"n": 0, "compute": 0.0, "sync": 0.0, "step": 0.0, "samples": 0,
+                    "reload": 0.0}
+        self.comp_s = 0.0  # the COMP part of the step in progress (optimizer step + compute)
         self.last_end: float | None = None
         self.epoch_t0 = time.perf_counter()
         self.epoch_steps = 0
@@ -191,8 +204,9 @@ class Member:
                        compute_s=round(a["compute"] / n, 6), sync_s=round(a["sync"] / n, 6),
                        step_s=round(a["step"] / n, 6), global_batch=sum(self.cfg.local_batches),
                        samples_per_s=round(a["samples"] / a["step"], 3) if a["step"] else None,
-                       spills=self.spills, reloads=self.reloads)
-        a.update(n=0, compute=0.0, sync=0.0, step=0.0, samples=0)
+                       reload_s=round(a["reload"] / n, 6), spills=self.spills,
+                       reloads=self.reloads)
+        a.update(n=0, compute=0.0, sync=0.0, step=0.0, samples=0, reload=0.0)
 
     def checkpoint(self) -> None:
         save_checkpoint(self.cfg.checkpoint, model=self.model, optimizer=self.opt,

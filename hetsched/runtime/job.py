@@ -7,13 +7,15 @@ Torch-free until the rank actually trains, so ``command`` mode (which
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from hetsched import config
 from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
+from hetsched.io.layout import Layout, read_layout
 from hetsched.io.plan_json import load_plan
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
@@ -43,6 +45,49 @@ def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str,
     for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
     return (j.spec.to_dict() if j.spec is not None else {}), ordered
+
+
+#: seconds a rank waits for the layout file to match its allocation: a replan
+#: updates a pending job in Slurm first and rewrites its layout right after
+LAYOUT_WAIT_S = 30.0
+
+
+def layout_mismatch(layout: Layout, job: str, env: Mapping[str, str]) -> str:
+    """Why ``layout`` does not fit this process's place in the Slurm step ('' if it does)."""
+    if layout.job != job:
+        return f"it is the layout of job {layout.job!r}"
+    if "SLURM_PROCID" not in env:
+        return ""  # not inside a Slurm step: nothing to check against
+    renv = from_env(env)
+    workers = layout.workers()
+    if len(workers) != renv.world_size:
+        return f"it has {len(workers)} ranks, the step has {renv.world_size} tasks"
+    node = env.get("SLURMD_NODENAME", "")
+    want = workers[renv.rank]["node"]
+    if layout.pinned and node and want != node:
+        return f"it puts rank {renv.rank} on {want}, Slurm started it on {node}"
+    return ""
+
+
+def read_job_layout(path: str, job: str, env: Mapping[str, str], *,
+                    wait_s: float = LAYOUT_WAIT_S,
+                    sleep: Callable[[float], None] = time.sleep) -> Layout:
+    """The job's layout, once it matches the allocation (re-read for up to ``wait_s``).
+
+    A replan changes a pending job in Slurm (``scontrol update``) and then
+    rewrites its layout file; a job that starts in between reads the old
+    layout for the new allocation, so a mismatch is re-read before it fails.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        layout = read_layout(path)
+        why = layout_mismatch(layout, job, env)
+        if not why:
+            return layout
+        if time.monotonic() >= deadline:
+            raise InputError(path, f"the layout does not match this job's allocation: {why} "
+                             f"(still after {wait_s:g} s)", "--layout")
+        sleep(1.0)
 
 
 def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,
@@ -76,6 +121,7 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
         report=str(overrides.get("report") or default_report(job)),
         lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
         base_batch=int(gb) if gb is not None else None,
+        report_every=max(1, int(config.get("report_every"))),
     )
     for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
         if overrides.get(k) is not None:
@@ -113,11 +159,22 @@ def _local_rank_main(cfg: Any) -> None:
 
 
 def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = False,
-        overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-    """Run this rank of ``job`` (or, with ``local``, every rank as local processes)."""
+        overrides: Mapping[str, Any] | None = None,
+        layout: str | None = None) -> dict[str, Any] | None:
+    """Run this rank of ``job`` (or, with ``local``, every rank as local processes).
+
+    ``layout`` (the hetjob passes it, io/layout.py) names the plan and segment
+    and gives every rank's GPU type, node and local batch; it wins over
+    ``plan_path`` and ``segment``: a replan may have changed the pending job in place.
+    """
     env = os.environ
     seg = segment if segment is not None else int(env.get("HETSCHED_SEGMENT", "0") or 0)
-    spec, workers = load_plan_job(plan_path, job, seg)
+    if layout:
+        lay = read_job_layout(layout, job, {} if local else env)
+        spec, _ = load_plan_job(lay.plan, job, lay.segment)
+        workers = lay.workers()
+    else:
+        spec, workers = load_plan_job(plan_path, job, seg)
     overrides = dict(overrides or {})
     if local:
         local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}

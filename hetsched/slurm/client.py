@@ -129,6 +129,11 @@ class SlurmClient(Protocol):
         """Change a pending job's ``--dependency`` in place ('' clears it)."""
         ...
 
+    def update_job(self, job_id: str, fields: Sequence[str]) -> None:
+        """``scontrol update jobid=ID KEY=VALUE...`` of a pending job (or component:
+        ``LEADER+OFFSET``, or the component's own id)."""
+        ...
+
     def version(self) -> str:
         """Slurm's version, e.g. ``22.05.8``."""
         ...
@@ -348,6 +353,10 @@ class CliSlurmClient:
         # a pending job keeps its id and queue age; '' clears the dependency
         self.runner.run(["scontrol", "update", f"jobid={job_id}",
                          f"dependency={dependency}"])
+
+    def update_job(self, job_id: str, fields: Sequence[str]) -> None:
+        # argument list, never a shell; values are validated names and numbers
+        self.runner.run(["scontrol", "update", f"jobid={job_id}", *fields])
 
     def accounting_enabled(self) -> bool:
         """Whether sacct can answer (AccountingStorageType is not ``none``)."""

@@ -126,6 +126,52 @@ class MemorySlurm:
             raise CommandError(["scontrol", "update"], 1, "Job is no longer pending execution")
         j.after = _after(dependency)
 
+    def update_job(self, job_id: str, fields: Sequence[str]) -> None:
+        """``scontrol update`` of a pending job or component, with Slurm 22.05's limits:
+        a hetjob's leader id updates every component and cannot take a node list
+        (scontrol: "Job resizing not supported for job arrays"), nor can ``L+K``
+        ("Invalid job ID"); a GPU *type* changed by GRES makes the job never
+        runnable (BadConstraints)."""
+        self.calls.append(("scontrol update", (job_id, *fields)))
+        kv = dict(f.split("=", 1) for f in fields)
+        lead, plus, off = job_id.partition("+")
+        j = self.jobs_by_id.get(lead) or next(
+            (x for x in self.jobs_by_id.values()
+             if job_id.isdigit() and len(x.comps) > 1
+             and 0 < int(job_id) - int(x.id) < len(x.comps)), None)
+        if j is None:
+            raise CommandError(["scontrol", "update"], 1, "Invalid job id specified")
+        if j.state != "PENDING":
+            raise CommandError(["scontrol", "update"], 1, "Job is no longer pending execution")
+        het = len(j.comps) > 1
+        if "ReqNodeList" in kv and (plus or (het and j.id == job_id)):
+            raise CommandError(["scontrol", "update"], 1,
+                               f"scontrol: error: Invalid job ID {job_id}" if plus else
+                               "scontrol: error: Job resizing not supported for job arrays")
+        comps = ([j.comps[int(off)]] if plus else j.comps if j.id == job_id
+                 else [j.comps[int(job_id) - int(j.id)]])
+        types = {n: t for n, t, _ in self.nodes_spec}
+        for c in comps:
+            if "ReqNodeList" in kv:
+                c.node = kv["ReqNodeList"]
+            if "Gres" in kv:
+                m = re.match(r"gpu:(?:([^:]+):)?(\d+)$", kv["Gres"])
+                if m is None:
+                    raise CommandError(["scontrol", "update"], 1, "Invalid generic resource")
+                if m.group(1) and m.group(1) != c.gpu_type:
+                    j.reason = "BadConstraints"  # Slurm 22.05: never runnable
+                c.gpus = int(m.group(2))
+            if c.node:
+                c.gpu_type = types.get(c.node, c.gpu_type)
+            if "TimeLimit" in kv:
+                c.time = kv["TimeLimit"]
+        if "Comment" in kv:
+            j.comment = kv["Comment"]
+        if kv.get("StartTime") == "now" and j.reason == "BeginTime":
+            j.reason = "Priority"
+        if "Dependency" in kv:
+            j.after = _after(kv["Dependency"])
+
     def job_detail(self, job_id: str) -> list[JobInfo]:
         self.calls.append(("scontrol show job", (job_id,)))
         j = self.jobs_by_id.get(str(job_id))
@@ -139,7 +185,7 @@ class MemorySlurm:
         """Start what can start now (dependencies ended, GPUs free); returns the ids."""
         started = []
         for j in sorted(self.jobs_by_id.values(), key=lambda j: int(j.id)):
-            if j.state != "PENDING":
+            if j.state != "PENDING" or j.reason == "BadConstraints":
                 continue
             waiting = [a for a in j.after if a in self.jobs_by_id
                        and self.jobs_by_id[a].state not in FINISHED_STATES]
@@ -224,15 +270,19 @@ class MemorySlurm:
             elif key == "--comment":
                 comment = val
             elif key == "--gres":
-                m = re.match(r"gpu:([^:]+):(\d+)$", val)
+                m = re.match(r"gpu:(?:([^:]+):)?(\d+)$", val)
                 if m is None:
                     raise CommandError(["sbatch"], 1, f"sbatch: error: Invalid gres '{val}'")
-                cur.gpu_type, cur.gpus = m.group(1), int(m.group(2))
+                cur.gpu_type, cur.gpus = m.group(1) or "", int(m.group(2))
             elif key == "--nodelist":
                 cur.node = val
             elif key == "--time":
                 cur.time = val
         comps.append(cur)
+        types = {n: t for n, t, _ in self.nodes_spec}
+        for c in comps:  # untyped GRES on a pinned node: the node's type
+            if not c.gpu_type and c.node:
+                c.gpu_type = types.get(c.node, "")
         after: list[str] = []
         for a in extra_args:
             if a.startswith("--dependency="):

@@ -224,8 +224,20 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                   plan_path: str | Path, log_dir: str | Path, partition: str | None = None,
                   pin_nodes: bool = True, hetsched: str | None = None,
                   directory: Path | None = None, sbatch: SbatchOptions | None = None,
-                  time_min: int = 0, signal_s: int = 0) -> Script:
+                  time_min: int = 0, signal_s: int = 0,
+                  layout_path: str | Path | None = None) -> Script:
     """The hetjob script for segment ``segment`` of one job of a plan.
+
+    The rank layout is not in the script: ``hetsched run`` reads it from
+    ``layout_path`` (io/layout.py; default: ``io.layout.layout_path``'s place for a
+    ``plan_path`` of ``FILES/plans/PLAN.json``), so a replan
+    can change the pending job in place (``scontrol update`` of GRES, node list
+    and task count, then the layout file). Pinned components ask for untyped
+    GPUs on their node (``--gres=gpu:N --nodelist=NODE``; one GPU type per
+    node): Slurm 22.05 leaves a pending job whose GRES *type* was updated never
+    runnable (BadConstraints), while the node list of an untyped request can
+    move it to another type's node. Unpinned ones (``pin_nodes=False``) ask
+    for ``gpu:TYPE:N``.
 
     ``sbatch`` adds account/QoS/memory/constraint/extra options to every
     component; ``time_min`` is the time limit (``sbatch.time`` wins);
@@ -240,9 +252,13 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
     if not workers:
         raise TemplateValueError("plan", f"job {job.name!r} segment {segment} has no workers")
     comps = components(workers)
+    for c in comps:  # a pinned component's type is not written (untyped GRES): check it
+        _name(c.gpu_type)
     spec = job.spec
     command = shlex.join(spec.command) if spec is not None and spec.command else ""
-    batches = [b for c in comps for b in c.local_batches]
+    if layout_path is None:  # submit's: FILES/layouts/PLAN/JOB-SEG.json beside FILES/plans/
+        layout_path = (Path(str(plan_path)).parent.parent / "layouts" / _name(plan_id)
+                       / f"{_name(job.name)}-{segment}.json")
     ctx = {
         "plan_id": plan_id, "job": job.name, "segment": segment,
         "components": [
@@ -252,17 +268,11 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         "comment": submission_comment(plan_id, job.name, segment),
         "log_dir": str(log_dir),
         "workload": spec.workload if spec is not None else "",
-        # an elastic job's segment runs at the batch the planner chose for it
-        "global_batch": job.segments[segment].global_batch or (
-            spec.global_batch if spec is not None else sum(batches)),
-        "local_batches": ",".join(str(b) for b in batches),
-        "gpu_types": ",".join(c.gpu_type for c in comps for _ in c.local_batches),
-        "rank_nodes": ",".join(c.node for c in comps for _ in c.local_batches),
         "command": command,
         "entrypoint": (spec.entrypoint or "") if spec is not None else "",
-        "het_groups": ",".join(str(i) for i in range(len(comps))),
         "hetsched": hetsched or hetsched_executable(),
         "plan_path": str(plan_path),
+        "layout_path": str(layout_path),
         **sbatch_fields(sbatch, time_min),
         "signal_s": signal_s,
     }

@@ -108,6 +108,8 @@ def import_rows(store: Store, rows: Iterable[ProfileRow], source: str) -> int:
     pairs: set[tuple[str, str]] = set()
     with store.tx():
         for r in rows:
+            if r.colocated_with is not None:  # co-located pairs are not history rows
+                continue
             store.put_profile(r.workload, r.gpu_type, r.local_batch, r.step_time_s,
                               r.sync_time_s, source, r.max_local_batch)
             pairs.add((r.workload, r.gpu_type))

@@ -45,3 +45,27 @@ def _rescale_when(report: str, step: int, path: str, batches: list[int]) -> None
     while not any(r.get("step", 0) >= step for r in iter_records(report, "steps")):
         time.sleep(0.01)
     write_request(path, batches)
+
+
+def group_signalled(cfg: Any, rank: int, report: str, step: int) -> None:
+    """One rank of a co-location group; ``rank`` sends itself SIGTERM once ``report``
+    (a member's report) shows ``step``, as Slurm does to a step it requeues."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from hetsched.io.reports import iter_records
+    from hetsched.runtime.group import run_group
+    from hetsched.runtime.launcher import from_env
+
+    renv = from_env()
+
+    def watch() -> None:
+        while not any(r.get("step", 0) >= step for r in iter_records(report, "steps")):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if renv.rank == rank:
+        threading.Thread(target=watch, daemon=True).start()
+    run_group(cfg, renv)

@@ -133,3 +133,65 @@ def test_checkpoints_and_reports_per_job(runs: dict[str, Any]) -> None:
         done = [r for r in recs if r["kind"] == "done"]
         assert done and done[0]["steps"] == steps and done[0]["group"] == "g1"
         assert sum(r["n"] for r in recs if r["kind"] == "steps" and r["rank"] == 0) == steps
+
+
+def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
+    """SIGTERM on one rank mid-run: every job agrees, checkpoints and stops; the rerun
+    resumes each job from its checkpoint and ends where the job alone ends."""
+    import os
+
+    from rt_helpers import group_signalled
+
+    d = runs["tmp"] / "signal"
+    plan = str(runs["tmp"] / "plan.json")
+    # slowed (emulated 0.05 s per step) so the signal lands mid-run; numerics unchanged
+    slow = {"HETSCHED_EMULATE_SPEED": "v100=1", "HETSCHED_EMULATE_COST": "0.05,0.001"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HETSCHED_CHECKPOINT_DIR", str(d / "ck"))
+        mp.setenv("HETSCHED_REPORT_DIR", str(d / "rep"))
+        cfg = build_group_config(plan, "g1", None, dict(os.environ),
+                                 _overrides(d, checkpoint_every=100))
+        resume = build_group_config(plan, "g1", None, dict(os.environ),
+                                    _overrides(d, save_params_dir=str(d)))
+        for m in cfg.members:
+            m.report_every = 1
+        for k, v in slow.items():
+            mp.setenv(k, v)
+        codes = spawn_local(2, group_signalled, (cfg, 1, str(d / "rep" / "a.jsonl"), 2),
+                            timeout_s=240)
+    assert codes == [0, 0]
+    stopped = {}
+    for name, _, batches, size in JOBS:
+        recs = [json.loads(x) for x in (d / "rep" / f"{name}.jsonl").read_text().splitlines()]
+        end = [r for r in recs if r["kind"] in ("done", "stopped")][-1]
+        assert end["kind"] == "stopped" and end["reason"] == "signal", end
+        total = EPOCHS * -(-size // sum(batches))
+        assert 2 <= end["steps"] < total
+        stopped[name] = end["steps"]
+    assert spawn_local(2, _local_group_main, (resume,), timeout_s=240) == [0, 0]
+    for name, *_ in JOBS:
+        recs = [json.loads(x) for x in (d / "rep" / f"{name}.jsonl").read_text().splitlines()]
+        done = [r for r in recs if r["kind"] == "done"][-1]
+        assert done["steps_this_run"] == done["steps"] - stopped[name]
+        grouped, alone = _params(d / f"{name}.pt"), _params(runs[f"alone-{name}"] / "params.pt")
+        for k in alone:
+            assert torch.allclose(grouped[k], alone[k], rtol=1e-5, atol=1e-6), (name, k)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--job", "a", "--group", "g1"], "give exactly one of --job and --group"),
+    (["--group", "nope"], "no group 'nope' in the plan (groups: g1)"),
+    (["--group", "g1", "--report", "r.jsonl"], "--checkpoint and --report name one job's"),
+])
+def test_run_group_bad_input_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    plan = write_plan(group_plan([group_job(n, w, b, dataset_size=d, epochs=EPOCHS)
+                                  for n, w, b, d in JOBS]), tmp_path / "plan.json")
+    r = subprocess.run([sys.executable, "-m", "hetsched", "run", "--plan", str(plan), *args],
+                       capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

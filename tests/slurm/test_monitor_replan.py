@@ -84,11 +84,16 @@ def test_node_down_mid_run_replans_only_the_affected_job(
         r = replan(st, client, _table(), partition="gpu")
         assert r.status == "replanned", r.summary()
         assert "job-requeued" in r.reason or "job-failed" in r.reason
-        assert [j for j, _ in r.submitted] == ["A"]
-        assert r.cancelled == [("A", ids["A"])]
+        if "job-requeued" in r.reason:  # --requeue: pending again, moved in place (same id)
+            assert r.updated == [("A", ids["A"])] and not r.submitted and not r.cancelled
+            new_a = ids["A"]
+        else:  # ended (NODE_FAIL): a new hetjob
+            assert [j for j, _ in r.submitted] == ["A"]
+            assert r.cancelled == [("A", ids["A"])]
+            new_a = dict(r.submitted)["A"]
         assert "B" in r.kept
-        new_a = dict(r.submitted)["A"]
-        wait_for(lambda: _running(client, [new_a, ids["B"]]), 20, "new A to run")
+        wait_for(lambda: _running(client, [new_a, ids["B"]]), 20,
+                 f"new A to run ({[(j.state, j.reason, j.reason_detail, j.required_nodes) for j in client.jobs() if j.leader == new_a]}; {r.summary()}; {r.changes})")
         nodes = {j.leader: j.nodes for j in client.jobs() if j.state == "RUNNING"}
         assert a_node not in nodes[new_a]
         assert getattr(st.submission(r.new_plan_id or "", "A", 0), "slurm_id", "") == new_a

@@ -120,6 +120,10 @@ def test_replan_after_one_completion_changes_only_what_it_must(tmp_path: Path) -
         assert all(before[j] != "RUNNING" for j in cancelled)  # fifo: running ones stay
         for name in r.kept:  # kept jobs keep their Slurm id (and queue age)
             assert latest_rows_id(st, name) == ids[name]
+        for name, sid in r.updated:  # pending jobs changed in place keep theirs too
+            assert sid == ids[name] == latest_rows_id(st, name) and name not in cancelled
+        assert {c.job for c in r.changes if "updated in place" in c.why} == \
+            {n for n, _ in r.updated}
         assert all(c.was != c.now for c in r.changes)
 
 

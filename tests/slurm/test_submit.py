@@ -32,7 +32,8 @@ def test_dry_run_touches_nothing(testbed: Testbed, client: CliSlurmClient, tmp_p
     before = client.runner.total()
     res = CliRunner().invoke(cli_slurm.submit_cmd, [str(pf), "--dry-run", "--state", str(state)])
     assert res.exit_code == 0, res.output
-    assert "#SBATCH hetjob" in res.output and "--gres=gpu:t4:1" in res.output
+    assert "#SBATCH hetjob" in res.output and "--gres=gpu:1\n#SBATCH --nodelist=t4-1" \
+        in res.output
     assert not state.exists()
     assert client.runner.total() == before
     assert not _active(client, "dry1")
@@ -91,7 +92,7 @@ def test_failure_mid_batch_leaves_no_orphans(testbed: Testbed, client: CliSlurmC
     plan = contract_plan("fail1", {
         "f1": [[("a100-1", "a100", 8)]],
         "f2": [[("v100-1", "v100", 8), ("t4-1", "t4", 4)]],
-        "f3": [[("a100-2", "h100", 8)]],  # a GPU type the partition lacks
+        "f3": [[("a100-2", "a100", 8)] * 3],  # 3 GPUs on a 2-GPU node: sbatch refuses
         "f4": [[("t4-1", "t4", 4)]],
     })
     with open_store(tmp_path / "state.db") as st:

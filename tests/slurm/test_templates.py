@@ -30,6 +30,7 @@ def _job(name: str = "tj", command: list[str] | None = None,
 
 
 def _render(job: dict, tmp_path: Path, **kw: object):
+    kw.setdefault("layout_path", tmp_path / "tj-0.layout.json")
     return render_hetjob("p1", job_plan(job), plan_path=tmp_path / "plan.json", log_dir=tmp_path,
                          partition="gpu", **kw)  # type: ignore[arg-type]
 
@@ -61,9 +62,19 @@ def test_command_is_quoted(tmp_path: Path) -> None:
     assert shlex.split(out) == ["python", "train.py", EVIL]  # round-trips exactly
     subprocess.run(["bash", "-n"], input=s.text, text=True, check=True)
     assert [c.gpu_type for c in s.components] == ["a100", "t4"]
-    assert "export HETSCHED_LOCAL_BATCHES=16,16,8" in s.text
+    # the rank layout is read at start from the layout file, never baked in
+    assert "HETSCHED_LOCAL_BATCHES" not in s.text and "16,16,8" not in s.text
+    assert f"--layout {tmp_path}/tj-0.layout.json" in s.text
     assert s.text.count("#SBATCH hetjob") == 1
-    assert "--gres=gpu:a100:2" in s.text and "--gres=gpu:t4:1" in s.text
+    # pinned: untyped GPUs on the node, so a replan can move it to another type's node
+    assert "--gres=gpu:2\n#SBATCH --nodelist=a100-1" in s.text
+    assert "--gres=gpu:1\n#SBATCH --nodelist=t4-1" in s.text
+    loose = _render(_job(), tmp_path, pin_nodes=False)
+    assert "--gres=gpu:a100:2" in loose.text and "--nodelist" not in loose.text
+    # without one, the layout file is submit's: FILES/layouts/PLAN/JOB-SEG.json
+    plain = render_hetjob("p1", job_plan(_job()), plan_path=tmp_path / "plans" / "p1.json",
+                          log_dir=tmp_path)
+    assert f"--layout {tmp_path}/layouts/p1/tj-0.json" in plain.text
     p = render_probe("resnet 18;id", "t4", [8, 16], out=tmp_path / "o.csv", log_dir=tmp_path)
     assert "--workload 'resnet 18;id'" in p.text
     subprocess.run(["bash", "-n"], input=p.text, text=True, check=True)
@@ -77,7 +88,7 @@ def test_hetjob_runs_with_local_batches_and_no_injection(
     stub = tmp_path / "fake-hetsched"
     stub.write_text("#!/bin/bash\n"
                     'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES '
-                    'batches=$HETSCHED_LOCAL_BATCHES args=$*"\n'
+                    'tasks=$SLURM_STEP_NUM_TASKS args=$*"\n'
                     'printf "cmd=%s\\n" "$HETSCHED_COMMAND"\n')
     stub.chmod(0o755)
     s = _render(_job(command=["python", "train.py", evil]), tmp_path, hetsched=str(stub))
@@ -91,6 +102,7 @@ def test_hetjob_runs_with_local_batches_and_no_injection(
     assert len(ranks) == 3
     assert ranks[0].startswith("rank=0 node=a100-1")
     assert ranks[2].startswith("rank=2 node=t4-1")
-    assert "batches=16,16,8 args=run --plan" in ranks[0]
+    assert "gpus=0,1 tasks=3 args=run --plan" in ranks[0]  # 2 a100 + 1 t4 task
+    assert ranks[0].endswith(f"--layout {tmp_path}/tj-0.layout.json")
     assert f"cmd=python train.py '{evil}'" in out
     assert not any(Path(f"{marker}{s}").exists() for s in ("", "2", "3"))

@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 from slurm_helpers import job_plan, wait_for
 
+from hetsched.core.groups import GroupMember, GroupView, Slot
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.group_script import render_group
 from hetsched.slurm.pool_script import render_pool
 from hetsched.slurm.templates import (
     Script,
@@ -72,7 +74,8 @@ SBATCH_FIELDS = ("time", "account", "qos", "mem", "constraint", "extra")
 
 def _render_hetjob(tmp: Path, stub: str, **field: Any) -> Script:
     plan_id = field.pop("plan_id", "p1")
-    kw = {k: field.pop(k) for k in ("plan_path", "log_dir", "partition") if k in field}
+    kw = {k: field.pop(k) for k in ("plan_path", "log_dir", "partition", "layout_path")
+          if k in field}
     # sbatch options straight into the dataclass: the template's own filter must hold
     opts = {k: field.pop(k) for k in SBATCH_FIELDS if k in field}
     if "extra" in opts:
@@ -82,7 +85,7 @@ def _render_hetjob(tmp: Path, stub: str, **field: Any) -> Script:
     return render_hetjob(plan_id, job_plan(job), plan_path=kw.get("plan_path", tmp / "plan.json"),
                          log_dir=kw.get("log_dir", tmp), partition=kw.get("partition", "gpu"),
                          hetsched=field.get("hetsched", stub), sbatch=sbatch, time_min=5,
-                         signal_s=60)
+                         signal_s=60, layout_path=kw.get("layout_path", tmp / "l.json"))
 
 
 def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
@@ -115,17 +118,37 @@ def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
                        time_min=5)
 
 
+def _render_group(tmp: Path, stub: str, **field: Any) -> Script:
+    """A co-location group built straight from values (no validation: the template's own
+    defence)."""
+    node, gpu_type = field.get("node", "a100-1"), field.get("gpu_type", "a100")
+    view = GroupView(field.get("group", "g1"), (Slot(node, gpu_type, 0), Slot(node, gpu_type, 1)),
+                     (GroupMember("ga", 0, (4, 4)), GroupMember("gb", 0, (2, 6))), 0.0, 60.0)
+    opts = {k: field[k] for k in SBATCH_FIELDS if k in field}
+    if "extra" in opts:
+        opts["extra"] = ("--exclusive", opts["extra"])
+    return render_group(field.get("plan_id", "p1"), view,
+                        plan_path=field.get("plan_path", tmp / "plan.json"),
+                        log_dir=field.get("log_dir", tmp),
+                        partition=field.get("partition", "gpu"),
+                        hetsched=field.get("hetsched", stub), sbatch=SbatchOptions(**opts),
+                        time_min=5, signal_s=60, memory_mb=1024)
+
+
 # template -> (renderer, fields a user or a plan can set)
 TEMPLATES: dict[str, tuple[Callable[..., Script], tuple[str, ...]]] = {
     "hetjob.sbatch.j2": (_render_hetjob, (
         "plan_id", "name", "workload", "command", "entrypoint", "node", "gpu_type",
-        "partition", "log_dir", "plan_path", "hetsched", *SBATCH_FIELDS)),
+        "partition", "log_dir", "plan_path", "layout_path", "hetsched", *SBATCH_FIELDS)),
     "probe.sbatch.j2": (_render_probe, (
         "workload", "gpu_type", "node", "partition", "log_dir", "out", "extra_arg",
         "hetsched")),
     "pool.sbatch.j2": (_render_pool, (
         "plan_id", "node", "gpu_type", "partition", "log_dir", "plan_path",
         "report_dir", "checkpoint_dir", "hetsched", *SBATCH_FIELDS)),  # no job names here
+    "group.sbatch.j2": (_render_group, (
+        "plan_id", "group", "node", "gpu_type", "partition", "log_dir", "plan_path",
+        "hetsched", *SBATCH_FIELDS)),  # job names reach the runtime through the plan only
 }
 
 
@@ -149,7 +172,10 @@ def _run_with_recorder(script: str, tmp: Path) -> subprocess.CompletedProcess[st
     srun.chmod(0o755)
     path = tmp / "job.sh"
     path.write_text(script)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    # what a Slurm batch shell has (the step's task counts come from the allocation)
+    slurm = {"SLURM_TASKS_PER_NODE": "1",
+             **{f"SLURM_TASKS_PER_NODE_HET_GROUP_{k}": "1" for k in range(4)}}
+    env = {**os.environ, **slurm, "PATH": f"{bindir}:{os.environ['PATH']}"}
     return subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env,
                           cwd=tmp, timeout=30)
 
@@ -179,6 +205,7 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
     assert ("hetjob.sbatch.j2", "command") in fields
     assert ("probe.sbatch.j2", "extra_arg") in fields
     assert ("pool.sbatch.j2", "report_dir") in fields
+    assert ("group.sbatch.j2", "plan_path") in fields
     # ... nothing with a line break is ever accepted
     assert not any("\n" in v or "\r" in v for _, _, v, _ in renders)
     for name, field, value, s in renders:
@@ -187,7 +214,7 @@ def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
         assert run.returncode == 0, (name, field, value, run.stderr)
         args = (tmp_path / "bin" / "srun.args").read_text().splitlines()
         # the hostile value arrives as one intact argument (or inside the env), never split
-        if field in ("extra_arg", "hetsched", "plan_path", "out", "report_dir",
+        if field in ("extra_arg", "hetsched", "plan_path", "layout_path", "out", "report_dir",
                      "checkpoint_dir"):
             assert value in args, (name, field, value, args)
     assert not list(tmp_path.glob("m-*")), "a hostile value executed"

@@ -33,6 +33,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hetsched.core.memory import (
+    DEFAULT_GPU_MEMORY_GB,
+    FALLBACK_GPU_MEMORY_GB,
+    FALLBACK_MODEL_GB,
+    MODEL_STATE_FACTOR,
+    gpu_memory_gb,
+    job_state_gb,
+)
 from hetsched.core.model import comm_time
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import InputError, PlanningError
@@ -46,20 +54,10 @@ DEFAULT_MAX_ROUNDS = 200
 #: refuse instances that would expand to more tasks than this (memory, time)
 MAX_TASKS = 2_000_000
 
-#: GPU memory (GB) per type when the cluster file gives no ``gpu_memory_gb``.
-#: K80 is the per-die figure (a K80 board is two 12 GB GPUs as Slurm sees them).
-DEFAULT_GPU_MEMORY_GB = {
-    "k80": 12.0, "m60": 8.0, "p100": 16.0, "p40": 24.0, "v100": 16.0, "t4": 16.0,
-    "a10": 24.0, "a100": 40.0, "a40": 48.0, "l4": 24.0, "l40s": 48.0, "h100": 80.0,
-    "h200": 141.0,
-}
-#: fallback for GPU types not in the table above
-FALLBACK_GPU_MEMORY_GB = 16.0
-#: model state per MB of gradients when a job gives no ``memory_gb``: fp32
-#: weights + gradients + two Adam moments = 4x the gradient bytes
-MODEL_STATE_FACTOR = 4.0
-#: resident footprint when neither memory_gb nor model_size_mb is known
-FALLBACK_MODEL_GB = 1.0
+#: GPU memory per type and the model-state estimate live in core.memory (one table
+#: for pool mode and Harmony's groups); re-exported here for existing callers
+__all_memory__ = (DEFAULT_GPU_MEMORY_GB, FALLBACK_GPU_MEMORY_GB, FALLBACK_MODEL_GB,
+                  MODEL_STATE_FACTOR)
 
 
 @dataclass
@@ -123,7 +121,10 @@ class PoolProblem:
                 raise InputError(p.jobs_source, f"a task slice of {b} samples fits no GPU type",
                                  f"job {job.name!r}")
         bcol = self.slice_b[:, None].astype(float)
-        self.t_it = np.where(self.ok, p.a + p.c * bcol, np.inf)
+        # the space planner's step model, piecewise where the line is poor (issue 11.7)
+        steps = np.vstack([p.step_times(i, np.repeat(bcol[i], T)) for i in range(S)]) if S \
+            else p.a + p.c * bcol
+        self.t_it = np.where(self.ok, steps, np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
         bw = p.bandwidth(single_node)
         self.s_it = np.zeros((S, T))
@@ -155,15 +156,8 @@ class PoolProblem:
         tindex = {t: k for k, t in enumerate(p.types)}
         gpus = p.cluster.gpus
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
-        node_mem = {n.name: n.gpu_memory_gb for n in p.cluster.nodes}
-        self.gpu_mem_gb = np.array([
-            node_mem.get(g.node) or DEFAULT_GPU_MEMORY_GB.get(g.gpu_type, FALLBACK_GPU_MEMORY_GB)
-            for g in gpus], dtype=float)
-        self.mem_gb = np.array([
-            j.memory_gb if j.memory_gb is not None else
-            (MODEL_STATE_FACTOR * j.model_size_mb / 1000.0 if j.model_size_mb > 0
-             else FALLBACK_MODEL_GB)
-            for j in p.jobs], dtype=float)
+        self.gpu_mem_gb = gpu_memory_gb(p.cluster)
+        self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
 
     # ------------------------------------------------------------------
     @property

@@ -40,6 +40,8 @@ class Decider:
     last_fresh: float = -np.inf
     idle_at_last: int = 0
     fresh_asked: bool = False
+    #: which candidate the last decision kept: "keep", "fresh" or "wait"
+    chosen: str = "keep"
 
     def decide(self, active: list[int], ask: Ask) -> Alloc:
         """The allocation every active job runs on from this event on."""
@@ -50,6 +52,7 @@ class Decider:
         keep = dict(alloc)
         keep.update(ask(waiting, tl.owner < 0, {}))
         new = keep
+        self.chosen = "keep"
         # A fresh reallocation can only pay off if keeping would leave GPUs
         # idle or jobs waiting; otherwise every move just costs a restart.
         kept_gpus = sum(len(g) for g in keep.values())
@@ -85,6 +88,7 @@ class Decider:
                 best = int(np.argmin(scores))
                 if scores[best] < scores[0] - 1e-6:
                     new = cands[best]
+                    self.chosen = ("keep", "fresh", "wait")[best]
         return new
 
     def applied(self) -> None:

@@ -13,6 +13,10 @@ steps, each in its own module:
 
 Every policy goes through this same code, so their objectives are comparable.
 
+Co-location (Harmony, docs/harmony.md): a policy with ``colocates`` also names
+each job's group; a group's members share one placement and are timed
+together (:mod:`.groups`: eq. (1) or measured pairs, GPU memory checked).
+
 Elastic batches (docs/elastic.md): a policy with ``decides_batch`` (``ones``)
 also chooses each elastic job's global batch (``batch_for(i)``); its
 decision is applied as made at every event (it does its own selection), a
@@ -32,16 +36,28 @@ from hetsched.core.report import BaseReporter
 from hetsched.planning.base import OverBudget
 from hetsched.planning.bounds import lower_bound_info
 from hetsched.planning.space.decide import REPLAN_EVERY_EVENT_MAX, Decider, best_counts
+from hetsched.planning.space.groups import GroupTimer, leaders, spread
 from hetsched.planning.space.placer import Placer
 from hetsched.planning.space.policies.base import Policy, Snapshot
 from hetsched.planning.space.scorer import Evaluator, Timing
 from hetsched.planning.space.timeline import EPS, Timeline
 
 
-def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray) -> None:
+def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray,
+              lead: dict[int, list[int]] | None = None) -> None:
+    """Shapes, bounds and free GPUs; with ``lead`` (co-located groups) each group's GPUs
+    count once and every member must have its leader's counts."""
     if X.shape != (len(snap.jobs), problem.T):
         raise AssertionError(f"{policy.name}: allocation has shape {X.shape}")
-    if (X < 0).any() or (X.sum(axis=0) > snap.free).any():
+    used = X
+    if lead is not None:
+        row = {int(i): r for r, i in enumerate(snap.jobs)}
+        for i, ms in lead.items():
+            if any((X[row[j]] != X[row[i]]).any() for j in ms):
+                raise AssertionError(f"{policy.name}: group of job {problem.jobs[i].name} "
+                                     "has members with different GPUs")
+        used = X[[row[i] for i in lead]]
+    if (X < 0).any() or (used.sum(axis=0) > snap.free).any():
         raise AssertionError(f"{policy.name}: allocation exceeds the free GPUs")
     J = snap.jobs
     k = X.sum(axis=1)
@@ -82,6 +98,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     keep_only = static or not policy.preemptive
     decides = bool(getattr(policy, "decides_batch", False))
     want: dict[int, int] = {}
+    coloc, timer, groups, asked = _colocation(p, ev, policy)
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -97,6 +114,12 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             waited=tl.t - p.arrival[ja], restart_cost_s=restart_cost_s,
         )
         X = np.asarray(policy.allocate(pp, snap), dtype=int)
+        if coloc:  # one placement per group; its members share the GPUs (.groups)
+            asked.append({i: policy.group_of(i) for i in jobs})  # type: ignore[attr-defined]
+            lead = leaders(jobs, asked[-1])
+            _validate(p, policy, snap, X, lead)
+            return spread(placer.place({i: X[r] for r, i in enumerate(jobs) if i in lead},
+                                       free_mask, cur, oblivious), lead)
         _validate(p, policy, snap, X)
         if decides:
             want.update(_validate_batches(p, policy, snap, X))
@@ -115,14 +138,48 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             raise OverBudget(f"stopped at the time budget (plan_budget_s) after {spent:,.1f} s, "
                              f"{int(tl.done.sum())} of {p.S} jobs simulated")
         if active:
+            asked.clear()
             if decides and not keep_only:  # it chose GPUs and batches for every active job
                 new = ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
             else:
                 new = decider.decide(active, ask)
-            tl.apply(new, active, policy.shares, policy.name, want)
+            if coloc:
+                _adopt(groups, asked, decider.chosen, active, tl.alloc, policy)
+            tl.apply(new, active, policy.shares, policy.name, want,
+                     groups if coloc else None, timer)
             decider.applied()
         tl.advance(getattr(policy, "next_wakeup", None), policy.name)
     return _plan(p, policy, tl, static, restart_cost_s, started_clock)
+
+
+def _colocation(p: PlanningProblem, ev: Evaluator, policy: Policy
+                ) -> tuple[bool, GroupTimer | None, dict[int, str | None],
+                           list[dict[int, str | None]]]:
+    """Does the policy co-locate; its group timer; the groups applied; each ask's groups."""
+    coloc = bool(getattr(policy, "colocates", False))
+    timer = GroupTimer(p, ev, bool(getattr(policy, "coordinated", True))) if coloc else None
+    return coloc, timer, {}, []
+
+
+def _adopt(groups: dict[int, str | None], asked: list[dict[int, str | None]], chosen: str,
+           active: list[int], alloc: dict[int, list[int]], policy: Policy) -> None:
+    """The groups of the allocation the decider kept; the policy learns them.
+
+    "fresh" takes the last ask's groups (every active job); "keep" keeps the
+    running jobs' and adds the waiting jobs' from the ask about them alone (if
+    there were free GPUs to ask about); "wait" leaves the waiting jobs alone.
+    The decider prices each candidate's restarts with every job timed alone
+    on its GPUs (optimistic for a group's members).
+    """
+    if chosen == "fresh" and asked:
+        groups.update({i: asked[-1].get(i) for i in active})
+    else:
+        waiting = [i for i in active if not alloc.get(i)]
+        first = asked[0] if asked and all(not alloc.get(i) for i in asked[0]) else {}
+        groups.update({i: first.get(i) if chosen == "keep" else None for i in waiting})
+    adopt = getattr(policy, "adopt", None)
+    if adopt is not None:
+        adopt({i: groups.get(i) for i in active})
 
 
 def _validate_batches(p: PlanningProblem, policy: Policy, snap: Snapshot, X: np.ndarray
@@ -150,9 +207,14 @@ def _plan(p: PlanningProblem, policy: Policy, tl: Timeline, static: bool,
     """The evaluated Plan: segments, the problem's lower bound, fairness references."""
     ref = {j.name: float(p.iters[i] * p.equal_share_time(i)) for i, j in enumerate(p.jobs)}
     lb = lower_bound_info(p)
+    bound, kind = lb["weighted_jct_s"], lb["kind"]
+    if any(s.group is not None for jp in tl.plans for s in jp.segments):
+        # GPUs shared by a group break the fluid and LP bounds' exclusive-GPU premise;
+        # a job alone on the cluster (eq. (1): never faster in a group) still bounds it
+        bound, kind = lb["bounds"].get("alone", 0.0), "alone (co-located plan)"
     plan = Plan(
-        policy=policy.name, jobs=tl.plans, lower_bound_s=lb["weighted_jct_s"],
-        lower_bound_extra={"kind": lb["kind"]},
+        policy=policy.name, jobs=tl.plans, lower_bound_s=bound,
+        lower_bound_extra={"kind": kind},
         params=policy.get_params(), static=static, restart_cost_s=restart_cost_s,
         cluster={"name": p.cluster.name, "gpus": {t: int(n) for t, n in
                                                   zip(p.types, p.n_type, strict=True)}},

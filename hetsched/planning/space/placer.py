@@ -5,6 +5,11 @@ keeps what it can of its own GPUs (no data to move there) and takes the rest
 best-fit by node (the node it already uses, else the smallest node that fits
 the whole need, else the fullest nodes first). ``oblivious`` policies take
 GPUs in cluster order, as their papers do.
+
+A job not holding GPUs in the simulation counts the GPUs of the problem's
+``prefer_gpus`` hint (replan: what it holds or waits for in Slurm now) as
+its own, so a replan that gives it the same per-type counts keeps its nodes
+and its Slurm job is left alone; hinted jobs are placed before the others.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ class Placer:
 
     def __init__(self, ev: Evaluator) -> None:
         self.ev = ev
+        self.hint = _hint(ev)
+        self.rank = {i: k for k, i in enumerate(self.hint)}
 
     def place(self, counts: dict[int, np.ndarray], free: np.ndarray,
               current: dict[int, list[int]], oblivious: bool = False) -> dict[int, list[int]]:
@@ -26,6 +33,10 @@ class Placer:
         free = free.copy()
         out: dict[int, list[int]] = {}
         pending: list[int] = []
+        if self.hint:  # jobs holding GPUs first, then hinted ones in hint order
+            current = {**{i: g for i, g in self.hint.items() if i in counts}, **current}
+            counts = {i: counts[i] for i in sorted(counts, key=lambda i: (
+                i not in current, self.rank.get(i, 0) if i in self.hint else 0))}
         # 1. jobs whose counts are unchanged keep exactly their GPUs
         for i, n in counts.items():
             cur = current.get(i, [])
@@ -34,7 +45,8 @@ class Placer:
                 free[cur] = False
             elif n.sum() > 0:
                 pending.append(i)
-        pending.sort(key=lambda i: -int(counts[i].sum()))
+        hinted = bool(self.hint)  # without a hint: by size only, as always
+        pending.sort(key=lambda i: (hinted and i not in current, -int(counts[i].sum())))
         for i in pending:
             chosen: list[int] = []
             cur = current.get(i, [])
@@ -107,6 +119,21 @@ class Placer:
             if len(got) == need:
                 break
         return got
+
+
+def _hint(ev: Evaluator) -> dict[int, list[int]]:
+    """``problem.prefer_gpus`` as job index -> GPU ids (unknown GPUs dropped)."""
+    prefer = getattr(ev.p, "prefer_gpus", None)
+    if not prefer:
+        return {}
+    gid = {(g.node, g.index): k for k, g in enumerate(ev.p.cluster.gpus)}
+    index = {job.name: i for i, job in enumerate(ev.p.jobs)}
+    out: dict[int, list[int]] = {}
+    for name, gpus in prefer.items():  # in the hint's order: its priority
+        ids = [gid[(str(n), int(k))] for n, k in gpus if (str(n), int(k)) in gid]
+        if name in index and ids:
+            out[index[name]] = ids
+    return out
 
 
 __all__ = ["Placer"]

@@ -32,9 +32,14 @@ class Timing:
     comm_s: float
     #: iterations at the spec's batch one iteration here is worth (1 at the spec's batch)
     work: float = 1.0
+    #: in a co-located group (Harmony): seconds per own iteration there (eq. (1) or a
+    #: measured pair), replacing ``compute_s + comm_s``; None = the job runs alone
+    shared_s: float | None = None
 
     @property
     def iteration_s(self) -> float:
+        if self.shared_s is not None:
+            return self.shared_s
         return self.compute_s + self.comm_s
 
     @property
@@ -57,13 +62,19 @@ class Evaluator:
         nindex = {n: k for k, n in enumerate(nodes)}
         self.gpu_node = np.array([nindex[g.node] for g in gpus], dtype=int)
         self.nodes = nodes
+        self.gpu_node_list = self.gpu_node.tolist()
         self._cache: dict[tuple[int, tuple[int, ...], bool, str, int], Timing] = {}
+        self._layout: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
 
     def timing(self, i: int, gpu_ids: list[int], shares: str, batch: int | None = None
                ) -> Timing:
         p = self.p
-        types = tuple(sorted(int(self.gpu_type[g]) for g in gpu_ids))
-        single = len({int(self.gpu_node[g]) for g in gpu_ids}) == 1
+        ids = tuple(gpu_ids)
+        lay = self._layout.get(ids)
+        if lay is None:  # (worker types in order, on one node?) of this GPU set
+            lay = self._layout[ids] = (tuple(sorted(self.gpu_type_list[g] for g in ids)),
+                                       len({self.gpu_node_list[g] for g in ids}) == 1)
+        types, single = lay
         B0 = int(p.B[i])
         B = B0 if batch is None else int(batch)
         key = (i, types, single, shares, B)
@@ -73,7 +84,10 @@ class Evaluator:
         a = [float(p.a[i, t]) for t in types]
         c = [float(p.c[i, t]) for t in types]
         caps = [int(p.cap[i, t]) for t in types]
-        b = balanced_shares(a, c, caps, B) if shares == "balanced" else equal_shares(caps, B)
+        # the planner's model: piecewise curves where the affine fit is poor (issue 11.7)
+        pc = p.curves[i]
+        cv = None if pc is None else [pc[t] for t in types]
+        b = balanced_shares(a, c, caps, B, cv) if shares == "balanced" else equal_shares(caps, B)
         sync = max(float(p.sync[i, t]) for t in types)
         cal = p.calibrated_comm(i, types, len(types)) if len(types) > 1 else None
         comm = cal if cal is not None else comm_time(len(types), float(p.model_mb[i]),
@@ -81,7 +95,7 @@ class Evaluator:
         el = p.jobs[i].elastic
         eff = efficiency(B, B0, el.noise_scale) if el is not None and self.stat_efficiency \
             else 1.0
-        tm = Timing(b, step_time(a, c, b), comm, work=B * eff / B0)
+        tm = Timing(b, step_time(a, c, b, cv), comm, work=B * eff / B0)
         self._cache[key] = tm
         return tm
 

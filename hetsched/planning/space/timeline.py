@@ -18,6 +18,7 @@ import numpy as np
 from hetsched.core.plan import JobPlan, Segment
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import PlanningError
+from hetsched.planning.space.groups import GroupTimer
 from hetsched.planning.space.scorer import Evaluator, Timing
 
 EPS = 1e-9
@@ -40,6 +41,8 @@ class Timeline:
         self.done = np.zeros(S, dtype=bool)
         self.plans = [JobPlan(j.name, j.weight, j.arrival_s, spec=j) for j in p.jobs]
         self.open_seg: dict[int, Segment] = {}
+        #: co-located jobs: each member -> all members of its group (sorted), itself included
+        self.mates: dict[int, tuple[int, ...]] = {}
         self.timing: dict[int, Timing] = {}
         #: each job's current global batch (elastic jobs may change it; docs/elastic.md)
         self.batch = p.B.astype(int).copy()
@@ -64,46 +67,86 @@ class Timeline:
         return np.bincount(self.ev.gpu_type[gs], minlength=self.p.T)
 
     def apply(self, new: dict[int, list[int]], active: list[int], shares: str,
-              who: str, want: dict[int, int] | None = None) -> None:
+              who: str, want: dict[int, int] | None = None,
+              groups: dict[int, str | None] | None = None,
+              timer: GroupTimer | None = None) -> None:
         """Give each active job its GPUs in ``new``: changed jobs close and open segments.
 
         Every changed job's GPUs are released first, so a job that leaves a GPU
         never clears the ownership of the job that takes it over in this event.
         ``want``: global batches a batch-deciding policy chose; a job whose batch
         changes on the same GPUs is rescaled in place (RESCALE_IN_PLACE_S).
+        ``groups`` (co-locating policies, :mod:`.groups`): each job's group id;
+        members share their GPUs and are timed together by ``timer``; a job
+        whose group changes on the same GPUs opens a new segment at no cost.
         """
         t, alloc, owner = self.t, self.alloc, self.owner
         want = want or {}
+        mates = _mates(active, new, groups) if groups is not None else {}
         changed = [i for i in active if alloc.get(i, []) != new.get(i, [])
-                   or (new.get(i) and want.get(i, self.batch[i]) != self.batch[i])]
-        rescaled = {i for i in changed if alloc.get(i) and alloc.get(i) == new.get(i)}
+                   or (new.get(i) and want.get(i, self.batch[i]) != self.batch[i])
+                   or mates.get(i, ()) != self.mates.get(i, ())]
+        same_gpus = {i for i in changed if alloc.get(i) and alloc.get(i) == new.get(i)}
+        rescaled = {i for i in same_gpus if want.get(i, self.batch[i]) != self.batch[i]}
         for i in changed:
             if i in self.open_seg:
                 seg = self.open_seg.pop(i)
                 seg.end_s = t
                 self.plans[i].segments.append(seg)
-                owner[alloc[i]] = -1
+                self._release(i)
             alloc.pop(i, None)
+            self.mates.pop(i, None)
+        timed = self._group_timings(changed, new, mates, shares, want, timer, who)
         for i in changed:
             nw = sorted(new.get(i, []))
             if not nw:
                 continue
-            if (owner[nw] >= 0).any():
+            holders = owner[nw]
+            if ((holders >= 0) & ~np.isin(holders, mates.get(i, ()))).any():
                 raise AssertionError(f"{who}: GPU given to two jobs at t={t}")
             self.batch[i] = want.get(i, self.batch[i])
             ws, tm = self.ev.workers(i, nw, shares, int(self.batch[i]))
-            rc = RESCALE_IN_PLACE_S if i in rescaled else \
+            tm = timed.get(i, tm)
+            rc = RESCALE_IN_PLACE_S if i in rescaled else 0.0 if i in same_gpus else \
                 self.restart_cost_s if self.has_run[i] else 0.0
             self.ready_at[i] = t + rc
             self.open_seg[i] = Segment(start_s=t, end_s=t, workers=ws,
                                        iteration_s=tm.iteration_s, compute_s=tm.compute_s,
                                        comm_s=tm.comm_s, restart_s=rc,
                                        global_batch=int(self.batch[i])
-                                       if self.p.jobs[i].elastic else None)
+                                       if self.p.jobs[i].elastic else None,
+                                       group=groups.get(i) if groups and len(mates.get(i, ())) > 1
+                                       else None)
             self.timing[i] = tm
             alloc[i] = nw
             owner[nw] = i
+            if i in mates:
+                self.mates[i] = mates[i]
             self.has_run[i] = True
+
+    def _group_timings(self, changed: list[int], new: dict[int, list[int]],
+                       mates: dict[int, tuple[int, ...]], shares: str, want: dict[int, int],
+                       timer: GroupTimer | None, who: str) -> dict[int, Timing]:
+        """Timings of the changed jobs that share GPUs, group by group (memory checked)."""
+        out: dict[int, Timing] = {}
+        if timer is None:
+            return out
+        for i in changed:
+            ms = list(mates.get(i, ()))
+            if len(ms) < 2 or i in out or not new.get(i):
+                continue
+            gpus = sorted(new[i])
+            batches = {j: int(want.get(j, self.batch[j])) for j in ms}
+            tms = timer.timings(ms, gpus, shares, batches)
+            timer.check_memory(ms, gpus, tms, who)
+            out.update(zip(ms, tms, strict=True))
+        return out
+
+    def _release(self, i: int) -> None:
+        """Job i leaves its GPUs; a co-located mate still on them becomes their holder."""
+        gs = self.alloc.get(i, [])
+        rest = [j for j in self.mates.get(i, ()) if j != i and self.alloc.get(j) == gs]
+        self.owner[gs] = rest[0] if rest else -1
 
     def finish_times(self) -> dict[int, float]:
         t = self.t
@@ -133,11 +176,25 @@ class Timeline:
                 self.remaining[i] = 0.0
                 self.done[i] = True
                 self.plans[i].segments.append(self.open_seg.pop(i))
-                self.owner[self.alloc.pop(i)] = -1
+                self._release(i)
+                self.alloc.pop(i)
+                self.mates.pop(i, None)
             else:
                 seg.iterations += ran / tm.iteration_s
                 self.remaining[i] -= ran / tm.per_work_s
         self.t = t_next
+
+
+def _mates(active: list[int], new: dict[int, list[int]], groups: dict[int, str | None]
+           ) -> dict[int, tuple[int, ...]]:
+    """Each co-located job -> the members of its group that have GPUs (sorted); a group
+    of one is a job alone and has no entry."""
+    by: dict[str, list[int]] = {}
+    for i in active:
+        g = groups.get(i)
+        if g is not None and new.get(i):
+            by.setdefault(g, []).append(i)
+    return {i: tuple(sorted(ms)) for ms in by.values() if len(ms) > 1 for i in ms}
 
 
 __all__ = ["Timeline", "EPS"]

@@ -5,6 +5,7 @@ from hetsched.planning.space.policies import (  # noqa: F401
     drf,
     exhaustive,
     fifo,
+    harmony,
     has,
     homo,
     jps,

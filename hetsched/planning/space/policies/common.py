@@ -177,6 +177,71 @@ def transport_counts(values: np.ndarray, sizes: np.ndarray, free: np.ndarray
     return out
 
 
+class TransportLP:
+    """P3 as a transportation LP kept warm across categories (one per snapshot and matching).
+
+    The LP's structure (which job may take which GPU type, the free GPUs) is
+    fixed at an event; a category changes only each job's GPU count and the
+    per-GPU worths. One HiGHS model is built per snapshot and re-solved from
+    the previous basis with new costs and row bounds: a dual simplex warm
+    start instead of a new LP (scipy's ``linprog`` spent most of each solve on
+    setting it up; it was most of JPS's and HAS's time on 100 jobs x 360 GPUs).
+    Returns the same optimum value as :func:`transport_counts` (ties may pick
+    another optimal vertex).
+    """
+
+    def __init__(self, allowed: np.ndarray, free: np.ndarray) -> None:
+        import highspy
+
+        from hetsched.planning.solver import quiet_stdout
+
+        J, T = allowed.shape
+        self.J, self.T = J, T
+        self.jj, self.tt = np.nonzero(allowed)
+        n = len(self.jj)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, J + T
+        lp.col_cost_ = np.zeros(n)
+        lp.col_lower_ = np.zeros(n)
+        lp.col_upper_ = np.full(n, highspy.kHighsInf)
+        lp.row_lower_ = np.concatenate([np.zeros(J), np.zeros(T)])
+        lp.row_upper_ = np.concatenate([np.zeros(J), np.asarray(free, dtype=float)])
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
+        lp.a_matrix_.index_ = np.column_stack([self.jj, J + self.tt]).reshape(-1).astype(np.int32)
+        lp.a_matrix_.value_ = np.ones(2 * n)
+        with quiet_stdout():
+            self.h = highspy.Highs()
+            self.h.setOptionValue("output_flag", False)
+            self.h.passModel(lp)
+        self.cols = np.arange(n, dtype=np.int32)
+        self.rows = np.arange(J, dtype=np.int32)
+        self.free = np.asarray(free, dtype=int)
+        self.ok = highspy.HighsModelStatus.kOptimal
+
+    def solve(self, values: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+        sizes = np.asarray(sizes, dtype=int)
+        if int(sizes.sum()) > int(self.free.sum()) or len(self.jj) == 0:
+            return None
+        v = values[self.jj, self.tt]
+        if not np.isfinite(v[sizes[self.jj] > 0]).all():
+            return None  # a job with GPUs would get a forbidden (size-0 row) type
+        cost = -np.where(np.isfinite(v), v, 0.0)
+        b = sizes.astype(float)
+        h = self.h
+        h.changeColsCost(len(self.cols), self.cols, cost)
+        h.changeRowsBounds(self.J, self.rows, b, b)  # type: ignore[attr-defined]
+        h.run()
+        if h.getModelStatus() != self.ok:
+            return None
+        x = np.asarray(h.getSolution().col_value)
+        out = np.zeros((self.J, self.T), dtype=int)
+        out[self.jj, self.tt] = np.rint(x).astype(int)
+        if (out.sum(axis=1) != sizes).any() or (out.sum(axis=0) > self.free).any():
+            return None  # not integral (never for a vertex of this polytope)
+        return out
+
+
 def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     """Iteration time with an equal split of the global batch (no load balancing).
 
@@ -193,7 +258,9 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     if caps.sum() < p.B[i]:
         return INF
     b = equal_shares(list(caps), int(p.B[i]))
-    comp = step_time(p.a[i, types], p.c[i, types], b)
+    pc = p.curves[i]
+    cv = None if pc is None else [pc[t] for t in types]
+    comp = step_time(p.a[i, types], p.c[i, types], b, cv)
     return comp + float(p.comm_estimate(i, n[None, :])[0])
 
 
@@ -237,16 +304,18 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
     hi = p.hi.tolist()
     allowed = [row[3] for row in p.estimates.rows]
     cnt = {r: [int(v) for v in X[r]] for r in rows}
+    size = {r: sum(cnt[r]) for r in rows}
+    # each row's types in preference order, the allowed ones only (looked up once)
+    order = {r: [t for t in order_of(jobs[r]) if allowed[jobs[r]][t]] for r in rows}
     fl = [int(v) for v in free]
 
     def gain(r: int) -> tuple[float, int]:
         i = jobs[r]
         x = cnt[r]
-        if sum(x) >= hi[i]:
+        if size[r] >= hi[i]:
             return 0.0, -1
-        ok = allowed[i]
-        for t in order_of(i):
-            if fl[t] > 0 and ok[t]:
+        for t in order[r]:
+            if fl[t] > 0:
                 break
         else:
             return 0.0, -1
@@ -279,6 +348,7 @@ def greedy_grow(p: PlanningProblem, snap: Snapshot, rows: list[int], X: np.ndarr
             heapq.heappush(heap, (-g, r, t2))
             continue
         cnt[r][t2] += 1
+        size[r] += 1
         fl[t2] -= 1
         left -= 1
         g, t3 = gain(r)

@@ -20,9 +20,13 @@ others), a type-``m`` worker is one GPU of type ``m`` (``e_m^r = 1`` iff r = m).
 
 Durations come from the caller (``dur[m][phi][q]`` slots); the paper's eq. (14)
 processing rate is :func:`ring_rho`. Ties between equal-cost schedules (all
-prices start at 0) go to the earliest (unrounded) end, then the fewest
-GPU-slots: the paper leaves ties to its loop order; the objective is
-completion time.
+prices start at 0) follow the paper's loop order by default (Algorithms 6/7
+replace the incumbent only if strictly cheaper: first worker type in the
+menu's order, fewest workers, earliest start, lowest server; the one-server
+schedule unless the spread one is cheaper, Algorithm 3); ``ties='end'``
+prefers the earliest (unrounded) end, then the fewest GPU-slots;
+``ties='impact'`` the least end + GPU-slots / GPUs of the type (not in the
+paper; see :mod:`.opd`).
 """
 
 from __future__ import annotations
@@ -97,6 +101,13 @@ class JobMenu:
     dur: dict[int, dict[int, tuple[int, int]]]
     #: unrounded durations in slots, (m, phi, q) -> float, for ties (default: dur)
     exact: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    #: equal-cost schedules: "loop" keeps the first in the paper's loop order (types in
+    #: ``dur``'s order, fewest workers, earliest start, lowest server); "end" the earliest
+    #: unrounded end, then the fewest GPU-slots; "impact" the least end + GPU-slots /
+    #: (GPUs of the schedule's type), the job's end plus the time its work would hold
+    #: all of that type (``type_gpus``)
+    ties: str = "loop"
+    type_gpus: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,15 +133,23 @@ class Choice:
         return self.start + (self.exact_len or self.length)
 
 
-def _better(a: Choice | None, cost: float, end: float, slots: float) -> bool:
+def _tie_key(menu: JobMenu, m: int, end: float, slots: float) -> tuple[float, float]:
+    if menu.ties == "impact":
+        return (end + slots / max(1, menu.type_gpus.get(m, 1)), slots)
+    return (end, slots)
+
+
+def _better(a: Choice | None, cost: float, m: int, end: float, slots: float,
+            menu: JobMenu) -> bool:
     if a is None:
         return True
     tol = 1e-9 * (1.0 + abs(a.cost))
     if cost < a.cost - tol:
         return True
-    if cost > a.cost + tol:
+    if cost > a.cost + tol or menu.ties == "loop":  # Algorithms 6/7 replace only if cheaper
         return False
-    return (end, slots) < (a.exact_end, a.phi * a.exact_len)
+    return _tie_key(menu, m, end, slots) < _tie_key(menu, a.m, a.exact_end,
+                                                    a.phi * a.exact_len)
 
 
 def _windows(free: np.ndarray, delta: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +181,7 @@ def mincost_one(menu: JobMenu, free: np.ndarray, delta: np.ndarray,
             t0, h = divmod(flat, H)
             c = float(cost[t0, h])
             x = menu.exact.get((m, phi, 1), float(d))
-            if _better(best, c, t0 + x, phi * x):
+            if _better(best, c, m, t0 + x, phi * x, menu):
                 y = np.zeros(H, dtype=int)
                 y[h] = phi
                 best = Choice(menu.key, t0, d, m, phi, 1, y, c, x)
@@ -195,7 +214,7 @@ def mincost_two(menu: JobMenu, free: np.ndarray, delta: np.ndarray,
             t0 = int(np.argmin(cost))
             c = float(cost[t0])
             x = menu.exact.get((m, phi, 0), float(d))
-            if _better(best, c, t0 + x, phi * x):
+            if _better(best, c, m, t0 + x, phi * x, menu):
                 yy = np.zeros(H, dtype=int)
                 yy[order[t0]] = y[t0]
                 best = Choice(menu.key, t0, d, m, phi, 0, yy, c, x)

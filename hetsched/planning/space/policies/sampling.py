@@ -58,17 +58,39 @@ def unrank_composition(rank: int, total: int, parts: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def count_bounded(total: int, lo: list[int], hi: list[int]) -> int:
-    """How many compositions of ``total`` have ``lo[j] <= K_j <= hi[j]`` (and K_j >= 1)."""
-    ways = {0: 1}
+def count_bounded(total: int, lo: list[int], hi: list[int], limit: int | None = None) -> int:
+    """How many compositions of ``total`` have ``lo[j] <= K_j <= hi[j]`` (and K_j >= 1).
+
+    With ``limit``, counts saturate at ``limit + 1``: the answer is exact up to
+    ``limit`` and ``limit + 1`` for anything above (HAS only asks whether an
+    event's categories exceed ``exact_max``). The saturating count is one
+    prefix-sum difference per job over numpy integers, O(jobs x total); the
+    exact one works on Python integers (counts with hundreds of digits).
+    """
+    if limit is not None:
+        cap = int(limit) + 1
+        ways = np.zeros(total + 1, dtype=np.int64)
+        ways[0] = 1
+        for a, b in zip(lo, hi, strict=True):
+            a, b = max(a, 1), min(b, total)
+            if a > b:
+                return 0
+            pre = np.concatenate(([0], np.cumsum(ways)))  # pre[s] = sum ways[:s]
+            s = np.arange(total + 1)
+            # new[s] = sum_{k=a..b} ways[s-k] = pre[s-a+1] - pre[max(s-b, 0)]
+            top = np.clip(s - a + 1, 0, total + 1)
+            low = np.clip(s - b, 0, total + 1)
+            ways = np.minimum(np.where(s >= a, pre[top] - pre[low], 0), cap)
+        return int(ways[total])
+    exact = {0: 1}
     for a, b in zip(lo, hi, strict=True):
         a = max(a, 1)
         nxt: dict[int, int] = {}
-        for s, w in ways.items():
-            for k in range(a, min(b, total - s) + 1):
-                nxt[s + k] = nxt.get(s + k, 0) + w
-        ways = nxt
-    return ways.get(total, 0)
+        for s_, w in exact.items():
+            for k in range(a, min(b, total - s_) + 1):
+                nxt[s_ + k] = nxt.get(s_ + k, 0) + w
+        exact = nxt
+    return exact.get(total, 0)
 
 
 def bounded_compositions(total: int, lo: list[int], hi: list[int]
