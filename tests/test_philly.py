@@ -59,6 +59,14 @@ def test_seeded_and_usable_by_the_planner() -> None:
     assert len(p.jobs) == 30 and p.arrival[0] == 0.0
 
 
+def test_colocated_measurements_do_not_set_durations() -> None:
+    import dataclasses
+
+    shared = [dataclasses.replace(r, step_time_s=r.step_time_s * 3, colocated_with="lm:5")
+              for r in ROWS]  # a converter's co-located pair rows (Harmony): slower
+    assert philly_jobs(ROWS + shared, 20, gpus=30) == philly_jobs(ROWS, 20, gpus=30)
+
+
 def test_diurnal_modulation_puts_more_arrivals_in_the_peak_half_day() -> None:
     jobs = philly_jobs(ROWS, 3000, gpus=30, load=4.0, seed=1, diurnal=0.8)
     phase = np.array([j["arrival_s"] for j in jobs]) % 86400 / 86400
