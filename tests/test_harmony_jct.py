@@ -32,12 +32,13 @@ def test_never_worse_than_its_isolated_base(p: PlanningProblem, base: str) -> No
 
 def _waiting_comm_beside_running_comp() -> PlanningProblem:
     # 2 nodes x 2 GPUs at 10 Gbit/s; both jobs need all 4 GPUs. "comp": COMP 0.72 s,
-    # tiny model; "comm" (arrives later): 600 MB all-reduce across nodes (~0.72 s), COMP 0.016 s
+    # tiny model; "comm" (arrives later, longer, so it waits): 600 MB all-reduce across
+    # nodes (~0.72 s), COMP 0.016 s
     cl = make_cluster([("n0", "v100", 2), ("n1", "v100", 2)], 100.0, 10.0)
     tab = make_table({("comp", "v100"): (0.0, 0.045, 64), ("comm", "v100"): (0.0, 0.001, 64)})
     jobs = [make_job("c", "comp", global_batch=64, dataset_size=64 * 400, model_size_mb=10.0,
                      min_gpus=4),
-            make_job("m", "comm", global_batch=64, dataset_size=64 * 300, model_size_mb=600.0,
+            make_job("m", "comm", global_batch=64, dataset_size=64 * 600, model_size_mb=600.0,
                      min_gpus=4, arrival_s=5.0)]
     return PlanningProblem(jobs, cl, tab)
 
@@ -50,8 +51,14 @@ def test_grouping_a_waiting_comm_job_with_a_running_comp_job_helps() -> None:
     assert check_groups(p, plan) > 0
     assert plan.extra["fallback"]["kept"] == "own"
     assert plan.weighted_jct_s < 0.9 * iso.weighted_jct_s
+    end = {j.name: j.segments[-1].end_s for j in plan.jobs}
+    iso_end = {j.name: j.segments[-1].end_s for j in iso.jobs}
+    iso_m = next(j for j in iso.jobs if j.name == "m")
+    assert iso_m.segments[0].start_s > 200.0  # isolated: the comm-heavy job waits for c
     m = next(j for j in plan.jobs if j.name == "m")
-    assert m.segments[0].start_s == pytest.approx(5.0)  # m does not wait for c
+    assert m.segments[0].start_s == pytest.approx(5.0)  # grouped: it starts at arrival
+    assert m.segments[0].group is not None
+    assert end["m"] < iso_end["m"] and end["c"] < 1.01 * iso_end["c"]  # c hardly slows
 
 
 def test_pair_gain_signs() -> None:
