@@ -314,13 +314,14 @@ def test_algorithm1_near_the_exhaustive_optimum() -> None:
         ratios.append((h.u[0] + 1e-3 * h.u[1]) / _exhaustive(J, n, M))
     ratios = np.array(ratios)
     assert (ratios <= 1 + 1e-9).all()  # the search is exhaustive
-    # measured: see docs/harmony.md (median 1.0; within 2% on THRESHOLD of the instances)
+    # measured: docs/harmony.md (median 0.9998, within 2% on 90%, worst 0.83)
     assert np.median(ratios) >= 0.98
     assert (ratios >= 0.98).mean() >= THRESHOLD
+    assert ratios.min() >= 0.8
 
 
 #: share of small instances on which Algorithm 1 is within 2% of the exhaustive optimum
-THRESHOLD = 0.7
+THRESHOLD = 0.85
 
 
 # --- the CLI ------------------------------------------------------------------------
