@@ -81,7 +81,9 @@ class Model:
         hit = self._it.get(key)
         if hit is None:
             p = self.p
-            comp = continuous_time_counts(p.a[i], p.c[i], p.cap[i], n[None, :], float(B))[0]
+            # the evaluator's model: piecewise curves where the affine fit is poor
+            comp = continuous_time_counts(p.a[i], p.c[i], p.cap[i], n[None, :], float(B),
+                                          p.curves[i])[0]
             hit = float(comp + p.comm_estimate(i, n[None, :])[0])
             self._it[key] = hit
         return hit
