@@ -78,17 +78,18 @@ class _Colocating(Policy):
         mem = type_memory_gb(p.cluster, p.types)
         self._gid = {}
         sets: dict[frozenset[int], str] = {}
-        queue = [(np.asarray(ms), int(m)) for ms, m in zip(g.members, g.dop, strict=True)]
-        prefs = _type_prefs(p, J, g, mem)
+        # each group with its own type preference; a group split into singles has none
+        queue: list[tuple[np.ndarray, int, list[int] | None]] = [
+            (np.asarray(ms), int(m), pref)
+            for ms, m, pref in zip(g.members, g.dop, _type_prefs(p, J, g, mem), strict=True)]
         while queue:
-            members, m = queue.pop(0)
+            members, m, pref = queue.pop(0)
             ids = [int(J.ids[k]) for k in members]
-            pref = prefs.pop(0) if prefs and len(prefs) == len(queue) + 1 else None
             fast = [t for t in pref if free[t] >= m] if pref is not None else []
             got = (fast[0], m) if fast else self._type_for(p, ids, m, free, mem)
             if got is None:  # a group that fits nowhere: its members try alone
                 if len(members) > 1:
-                    queue += [(members[k:k + 1], m) for k in range(len(members))]
+                    queue += [(members[k:k + 1], m, None) for k in range(len(members))]
                 else:  # alone, on several types if one cannot hold its batch
                     x = min_feasible(p, ids[0], free, fastest_types(p, ids[0]))
                     X[members[0]] = x

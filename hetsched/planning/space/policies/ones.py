@@ -389,8 +389,12 @@ class Ones(Policy):
         best = [uniq[int(order[0])]]
         rest = order[1:]
         if len(rest) > self.n_pop - 1:
-            spread = max(float(s[rest].std()), 1e-9)
-            w = np.exp(-(s[rest] - s[order[0]]) / spread)
+            d = s[rest] - s[order[0]]  # inf scores (a candidate that never ends) weigh 0
+            d = np.where(np.isfinite(d), d, np.inf)
+            fin = d[np.isfinite(d)]
+            spread = max(float(fin.std()), 1e-9) if len(fin) else 1.0
+            w = np.exp(-d / spread)
+            w = w if np.count_nonzero(w) >= self.n_pop - 1 else w + 1e-12
             rest = self.rng.choice(rest, size=self.n_pop - 1, replace=False, p=w / w.sum())
             rest = rest[np.argsort(s[rest], kind="stable")]
         return best + [uniq[int(j)] for j in rest]
