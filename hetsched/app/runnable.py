@@ -145,7 +145,7 @@ def check_node_types(plan: Plan, client: SlurmClient, names: set[str],
         for w in j.segments[0].workers:
             types = have.get(w.node)
             if types and w.gpu_type not in types:
-                raise InputError("plan", f"job {j.name!r} has {w.gpu_type} GPUs on node "
+                raise InputError("plan", f"it has {w.gpu_type} GPUs on node "
                                  f"{w.node}, which Slurm says has "
                                  f"{', '.join(sorted(types))} GPUs; plan again on this "
                                  "partition", f"job {j.name!r}")

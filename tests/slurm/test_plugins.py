@@ -11,6 +11,7 @@ import pytest
 from slurm_helpers import contract_plan, wait_for
 
 from hetsched.app.submit import SubmitError, submit
+from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.runner import CommandError, Runner
 from hetsched.slurm.testbed import Testbed
@@ -78,9 +79,16 @@ def test_lua_tags_hetsched_jobs_and_plan_failure_rolls_back(
     lua_client.cancel([jid])
     bad = contract_plan("lua2", {"m1": [[("t4-1", "t4", 4)]], "m2": [[("a100-1", "a100", 4)]],
                              "m3": [[("a100-1", "h100", 4)]]})
+    # pinned (the default), hetsched itself refuses the wrong type before any sbatch
     with open_store(tmp_path / "s2.db") as st:
-        with pytest.raises(SubmitError, match="no GPU type 'h100'"):
+        with pytest.raises(InputError, match="has h100 GPUs on node a100-1"):
             submit(bad, st, lua_client, partition="gpu")
+    assert not [j for j in lua_client.jobs() if j.comment.startswith("hetsched:lua2:")]
+    # unpinned, GRES carries the type: the plugin refuses m3 after m1 and m2 went in,
+    # and submit rolls them back
+    with open_store(tmp_path / "s3.db") as st:
+        with pytest.raises(SubmitError, match="no GPU type 'h100'"):
+            submit(bad, st, lua_client, partition="gpu", pin_nodes=False)
     live = [j for j in lua_client.jobs()
             if j.comment.startswith("hetsched:lua2:") and not j.finished]
     assert live == []
