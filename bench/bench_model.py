@@ -93,7 +93,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_model.json"))
     args = ap.parse_args()
-    pts = predictions(load_gavel(GAVEL))
+    # isolated measurements only: the converter also keeps Gavel's co-located pairs
+    pts = predictions([r for r in load_gavel(GAVEL) if r.colocated_with is None])
     res: dict[str, object] = {}
     for scope, sel in (("1 GPU", lambda p: p["gpus"] == 1), ("2-8 GPUs", lambda p: p["gpus"] > 1),
                        ("all", lambda p: True)):
