@@ -5,6 +5,9 @@ jobs), the policy's "fresh" allocation of all GPUs, and "wait" (running jobs
 stay, waiting jobs are deferred to the next event). Another candidate
 replaces keep only if its predicted weighted completion time, restart costs
 included, is lower; so a running job is moved only when that pays off.
+A co-locating policy's candidates are scored with their groups
+(:meth:`Decider.group_timings`: the group model the timeline then times the
+segments with), not with each member as if it ran alone.
 ``static`` (and non-preemptive policies) always keep.
 """
 
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
-from hetsched.planning.space.scorer import Evaluator
-from hetsched.planning.space.timeline import EPS, Timeline
+from hetsched.planning.space.groups import GroupTimer
+from hetsched.planning.space.scorer import Evaluator, Timing
+from hetsched.planning.space.timeline import EPS, Timeline, _mates
 
 #: active jobs x GPUs up to which idle GPUs trigger a fresh reallocation at every event
 REPLAN_EVERY_EVENT_MAX = 20_000
@@ -42,6 +46,10 @@ class Decider:
     fresh_asked: bool = False
     #: which candidate the last decision kept: "keep", "fresh" or "wait"
     chosen: str = "keep"
+    #: co-locating policies: times groups (as the timeline does) ...
+    timer: GroupTimer | None = None
+    #: ... and names each active job's group under a candidate ("keep", "fresh", "wait")
+    groups_for: Callable[[str, list[int]], dict[int, str | None]] | None = None
 
     def decide(self, active: list[int], ask: Ask) -> Alloc:
         """The allocation every active job runs on from this event on."""
@@ -80,11 +88,17 @@ class Decider:
             # about to finish (it would pay a whole restart).
             wait = dict(alloc)
             cands = [keep, fresh] + ([wait] if wait != keep else [])
+            # a co-locating policy's candidates are timed with their groups; a job
+            # whose group changes on the same GPUs differs too (it runs slower or faster)
+            tms = [self.group_timings(n, c, active)
+                   for n, c in zip(("keep", "fresh", "wait"), cands, strict=False)]
             diff = [i for i in active
-                    if any(c.get(i, []) != keep.get(i, []) for c in cands[1:])]
+                    if any(c.get(i, []) != keep.get(i, []) or tm.get(i) != tms[0].get(i)
+                           for c, tm in zip(cands[1:], tms[1:], strict=True))]
             if diff:
                 ref_alloc = {i: fresh.get(i) or keep.get(i) or [] for i in diff}
-                scores = [self.score(c, ref_alloc, diff) for c in cands]
+                scores = [self.score(c, ref_alloc, diff, tm)
+                          for c, tm in zip(cands, tms, strict=True)]
                 best = int(np.argmin(scores))
                 if scores[best] < scores[0] - 1e-6:
                     new = cands[best]
@@ -96,33 +110,58 @@ class Decider:
         if self.fresh_asked:
             self.idle_at_last = int((self.tl.owner < 0).sum())
 
-    def predicted_end(self, i: int, gs: list[int], moved: bool) -> float:
+    def group_timings(self, name: str, cand: Alloc, active: list[int]) -> dict[int, Timing]:
+        """Timings of the jobs that share GPUs in candidate ``name`` (co-locating policies):
+        the group model the timeline applies to the segments (eq. (1), serial without
+        coordination, a measured pair), so the decision and the plan agree."""
+        out: dict[int, Timing] = {}
+        if self.timer is None or self.groups_for is None:
+            return out
+        mates = _mates(active, cand, self.groups_for(name, active))
+        for i, ms in mates.items():
+            if i in out:
+                continue
+            batches = {j: int(self.tl.batch[j]) for j in ms}
+            tms = self.timer.timings(list(ms), sorted(cand[i]), self.shares, batches)
+            out.update(zip(ms, tms, strict=True))
+        return out
+
+    def predicted_end(self, i: int, gs: list[int], moved: bool,
+                      tm: Timing | None = None) -> float:
         tl = self.tl
-        tm = self.pev.timing(i, gs, self.shares)
+        tm = tm or self.pev.timing(i, gs, self.shares)
         start = tl.t + (self.restart_cost_s if moved and tl.has_run[i] else 0.0)
         if not moved:
             start = max(tl.t, tl.ready_at[i])
         return start + tl.remaining[i] * tm.per_work_s
 
-    def score(self, cand: Alloc, ref: Alloc, jobs: list[int]) -> float:
+    def score(self, cand: Alloc, ref: Alloc, jobs: list[int],
+              grouped: dict[int, Timing] | None = None) -> float:
         """Predicted weighted completion of ``jobs`` under allocation ``cand``.
 
-        Only the jobs whose GPUs differ between the candidates (``jobs``) are
-        scored; the others contribute equally to both, except through
-        ``first_free``, for which their current predicted end is enough.
+        ``grouped``: the timings of the jobs that share GPUs in ``cand``
+        (:meth:`group_timings`); every other job runs alone. A job ``cand``
+        leaves waiting runs alone on its ``ref`` GPUs once some GPUs free up
+        (the group a reference forms now is with the jobs running now).
+        Only the jobs whose GPUs (or group timing) differ between the
+        candidates (``jobs``) are scored; the others contribute equally to
+        both, except through ``first_free``, for which their current
+        predicted end is enough.
         Allocation lists are kept sorted, so they compare directly.
         """
         tl, pev, pp = self.tl, self.pev, self.pp
         t, remaining = tl.t, tl.remaining
+        grouped = grouped or {}
         ends = {}
         for i, gs in cand.items():
             if not gs:
                 continue
+            tm = grouped.get(i)
             if gs == tl.alloc.get(i):
                 ends[i] = (max(t, tl.ready_at[i])
-                           + remaining[i] * pev.timing(i, gs, self.shares).per_work_s)
+                           + remaining[i] * (tm or pev.timing(i, gs, self.shares)).per_work_s)
             else:
-                ends[i] = self.predicted_end(i, gs, True)
+                ends[i] = self.predicted_end(i, gs, True, tm)
         first_free = min(ends.values(), default=t)
         total = 0.0
         weight = tl.p.weight

@@ -92,13 +92,13 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     pev = Evaluator(pp, stat_efficiency) if predicted is not None else ev
     placer = Placer(ev)
     tl = Timeline(p, ev, restart_cost_s)
-    decider = Decider(tl, pev, pp, policy.shares, static or not policy.preemptive,
-                      restart_cost_s)
     oblivious = policy.placement == "oblivious"
     keep_only = static or not policy.preemptive
     decides = bool(getattr(policy, "decides_batch", False))
     want: dict[int, int] = {}
     coloc, timer, groups, asked = _colocation(p, ev, policy)
+    decider = Decider(tl, pev, pp, policy.shares, keep_only, restart_cost_s)
+    _score_groups(decider, timer, groups, asked)
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -161,22 +161,38 @@ def _colocation(p: PlanningProblem, ev: Evaluator, policy: Policy
     return coloc, timer, {}, []
 
 
-def _adopt(groups: dict[int, str | None], asked: list[dict[int, str | None]], chosen: str,
-           active: list[int], alloc: dict[int, list[int]], policy: Policy) -> None:
-    """The groups of the allocation the decider kept; the policy learns them.
+def _score_groups(decider: Decider, timer: GroupTimer | None, groups: dict[int, str | None],
+                  asked: list[dict[int, str | None]]) -> None:
+    """A co-locating policy's candidates are scored with their groups, timed as the
+    timeline times them (on the predicted problem where there is one)."""
+    if timer is None:
+        return
+    pev, tl = decider.pev, decider.tl
+    decider.timer = timer if pev is timer.ev else GroupTimer(decider.pp, pev, timer.coordinated)
+    decider.groups_for = lambda name, act: _cand_groups(groups, asked, name, act, tl.alloc)
+
+
+def _cand_groups(groups: dict[int, str | None], asked: list[dict[int, str | None]],
+                 chosen: str, active: list[int], alloc: dict[int, list[int]]
+                 ) -> dict[int, str | None]:
+    """Each active job's group under the decider's candidate ``chosen``.
 
     "fresh" takes the last ask's groups (every active job); "keep" keeps the
     running jobs' and adds the waiting jobs' from the ask about them alone (if
     there were free GPUs to ask about); "wait" leaves the waiting jobs alone.
-    The decider prices each candidate's restarts with every job timed alone
-    on its GPUs (optimistic for a group's members).
     """
     if chosen == "fresh" and asked:
-        groups.update({i: asked[-1].get(i) for i in active})
-    else:
-        waiting = [i for i in active if not alloc.get(i)]
-        first = asked[0] if asked and all(not alloc.get(i) for i in asked[0]) else {}
-        groups.update({i: first.get(i) if chosen == "keep" else None for i in waiting})
+        return {i: asked[-1].get(i) for i in active}
+    first = asked[0] if asked and all(not alloc.get(i) for i in asked[0]) else {}
+    return {i: groups.get(i) if alloc.get(i) else first.get(i) if chosen == "keep" else None
+            for i in active}
+
+
+def _adopt(groups: dict[int, str | None], asked: list[dict[int, str | None]], chosen: str,
+           active: list[int], alloc: dict[int, list[int]], policy: Policy) -> None:
+    """The groups of the allocation the decider kept (its candidates were scored with
+    these groups, :meth:`Decider.group_timings`); the policy learns them."""
+    groups.update(_cand_groups(groups, asked, chosen, active, alloc))
     adopt = getattr(policy, "adopt", None)
     if adopt is not None:
         adopt({i: groups.get(i) for i in active})
