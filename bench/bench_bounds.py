@@ -43,7 +43,7 @@ EXTRA = "a100"
 def table_with_extra() -> ThroughputTable:
     rows = list(GAVEL.all_rows())
     rows += [ProfileRow(r.workload, EXTRA, r.local_batch, r.step_time_s / 2.5, gpus=r.gpus)
-             for r in GAVEL.all_rows() if r.gpu_type == "v100"]
+             for r in GAVEL.all_rows() if r.gpu_type == "v100" and r.colocated_with is None]
     return ThroughputTable(rows, "gavel+a100")
 
 

@@ -27,6 +27,7 @@ from hetsched.core.memory import gpu_memory_gb, job_state_gb
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.errors import InputError
+from hetsched.io.plan_json import load_plan
 from hetsched.io.profiles import gavel_to_rows, parse_csv, write_csv
 from hetsched.planning.space.evaluator import simulate
 from hetsched.planning.space.policies import make_policy
@@ -186,7 +187,7 @@ def test_colocated_plans_are_feasible(p: PlanningProblem, name: str) -> None:
     check_groups(p, plan, coordinated=pol.coordinated)
 
 
-def test_groups_form_and_share_gpus() -> None:
+def test_groups_form_and_share_gpus(tmp_path: Path) -> None:
     # two comm-heavy and two compute-heavy jobs on 2 nodes of 2 GPUs at 10 Gbit/s
     cl = make_cluster([("n0", "v100", 2), ("n1", "v100", 2)], 100.0, 10.0)
     tab = make_table({("comp", "v100"): (0.0, 0.01, 64), ("comm", "v100"): (0.0, 0.001, 64)})
@@ -199,6 +200,17 @@ def test_groups_form_and_share_gpus() -> None:
     check_plan(p, plan)
     assert check_groups(p, plan) > 0
     assert plan.lower_bound_extra["kind"].startswith("alone")
+    # the text Gantt and the PNG show the groups
+    from rich.console import Console
+
+    from hetsched.cli.pictures import png_gantt
+    from hetsched.cli.render import text_gantt
+
+    console = Console(record=True, width=140)
+    console.print(text_gantt(plan))
+    assert "shared in g" in console.export_text()
+    info = png_gantt(plan, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 0 and info["rows"] == 4
 
 
 class _Forced(Policy):
@@ -302,13 +314,14 @@ def test_algorithm1_near_the_exhaustive_optimum() -> None:
         ratios.append((h.u[0] + 1e-3 * h.u[1]) / _exhaustive(J, n, M))
     ratios = np.array(ratios)
     assert (ratios <= 1 + 1e-9).all()  # the search is exhaustive
-    # measured: see docs/harmony.md (median 1.0; within 2% on THRESHOLD of the instances)
+    # measured: docs/harmony.md (median 0.9998, within 2% on 90%, worst 0.83)
     assert np.median(ratios) >= 0.98
     assert (ratios >= 0.98).mean() >= THRESHOLD
+    assert ratios.min() >= 0.8
 
 
 #: share of small instances on which Algorithm 1 is within 2% of the exhaustive optimum
-THRESHOLD = 0.7
+THRESHOLD = 0.85
 
 
 # --- the CLI ------------------------------------------------------------------------
@@ -322,21 +335,26 @@ def test_cli_plan_policy_harmony(tmp_path: Path) -> None:
         for n, w, b, mb, k in [("lm-a", "lm", 80, 1000, 4), ("lm-b", "lm", 80, 1000, 4),
                                ("rn-a", "resnet-50", 128, 98, 1),
                                ("rn-b", "resnet-50", 128, 98, 1)]))
+    cluster = tmp_path / "cluster.yaml"  # two servers of 2 V100 at 10 Gbit/s
+    cluster.write_text("name: small\nnetwork: {intra_node_gbps: 300, inter_node_gbps: 10}\n"
+                       "nodes:\n  - {names: 'v100-[1-2]', gpu_type: v100, gpus: 2}\n")
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    base = [sys.executable, "-m", "hetsched", "plan", str(jobs), "--cluster",
-            str(ROOT / "examples/cluster.yaml"), "--throughputs",
+    base = [sys.executable, "-m", "hetsched", "plan", str(jobs), "--cluster", str(cluster),
+            "--throughputs",
             str(ROOT / "examples/gavel_throughputs.csv"), "--policy", "harmony"]
-    out = subprocess.run(base + ["--format", "json"], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=120)
+    out = subprocess.run(base + ["--format", "json", "-o", str(tmp_path / "plan.json")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["policy"] == "harmony"
     groups = {s.get("group") for j in doc["jobs"] for s in j["segments"]}
+    plan = load_plan(tmp_path / "plan.json")  # the one reader keeps the groups
+    assert {s.group for j in plan.jobs for s in j.segments} == groups
     tab = subprocess.run(base + ["--format", "table"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=120)
     assert tab.returncode == 0, tab.stderr
-    if groups - {None}:
-        assert "group" in tab.stdout and "shared in" in tab.stdout
+    assert groups - {None}, "this instance co-locates (an lm with a resnet)"
+    assert "group" in tab.stdout and "shared in" in tab.stdout and "with" in tab.stdout
     bad = subprocess.run(base + ["--param", "grow=1"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "grow" in bad.stderr and "Traceback" not in bad.stderr

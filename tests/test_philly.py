@@ -20,7 +20,7 @@ ROWS = parse_csv(CSV.read_text(), str(CSV))
 
 def _v100_step(wl: str, bs: int, s: int) -> float:
     return next(r.step_time_s for r in ROWS if (r.workload, r.gpu_type, r.local_batch, r.gpus)
-                == (wl, "v100", bs, s))
+                == (wl, "v100", bs, s) and r.colocated_with is None)
 
 
 def test_published_moments() -> None:
@@ -57,6 +57,14 @@ def test_seeded_and_usable_by_the_planner() -> None:
     nodes = tuple(Node(f"{t}-{k}", t, 8) for t in ("v100", "p100", "k80") for k in range(2))
     p = PlanningProblem(parse_jobs(a, "philly"), Cluster(nodes=nodes), load_throughputs(CSV))
     assert len(p.jobs) == 30 and p.arrival[0] == 0.0
+
+
+def test_colocated_measurements_do_not_set_durations() -> None:
+    import dataclasses
+
+    shared = [dataclasses.replace(r, step_time_s=r.step_time_s * 3, colocated_with="lm:5")
+              for r in ROWS]  # a converter's co-located pair rows (Harmony): slower
+    assert philly_jobs(ROWS + shared, 20, gpus=30) == philly_jobs(ROWS, 20, gpus=30)
 
 
 def test_diurnal_modulation_puts_more_arrivals_in_the_peak_half_day() -> None:

@@ -287,10 +287,11 @@ def convert() -> None:
 def convert_gavel(src: str, out: str | None) -> None:
     """Gavel's throughput JSON (iterations/s) -> throughput CSV (seconds per step).
 
-    Uses the isolated single-GPU measurements (scale factor 1, no co-located
-    job) of each '<Model> (batch size N)' job type; workload keys are the
-    model names in lower case (resnet-18, resnet-50, transformer, lm,
-    recommendation).
+    Uses the isolated measurements (no co-located job) of each '<Model>
+    (batch size N)' job type at every scale factor, and keeps the pairs
+    measured sharing one GPU as 'colocated_with' rows (Harmony's groups use
+    them); workload keys are the model names in lower case (resnet-18,
+    resnet-50, transformer, lm, recommendation).
     """
     import io
 

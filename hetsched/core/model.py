@@ -10,6 +10,7 @@ runtime all call them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,18 @@ def _check(B: int, caps: Sequence[int]) -> None:
 #: a worker's step time where the affine line is poor (issue 11.7): a strictly increasing
 #: piecewise-linear curve (local batches, seconds) from batch 1 to the cap; None: ``a + c*b``
 Curve = tuple[np.ndarray, np.ndarray] | None
+
+
+def interp1(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
+    """``np.interp`` at one point on plain lists (same formula; a scalar numpy call is ~10x
+    slower, and the integer share repair evaluates step times one worker at a time)."""
+    if x <= xp[0]:
+        return float(fp[0])
+    if x >= xp[-1]:
+        return float(fp[-1])
+    j = bisect.bisect_right(xp, x) - 1
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    return float(slope * (x - xp[j]) + fp[j])
 
 
 def worker_time(a: float, c: float, curve: Curve, b: Any) -> Any:
@@ -133,9 +146,15 @@ def balanced_shares(a: Sequence[float], c: Sequence[float], caps: Sequence[int],
     _check(B, caps)
     av, cv, capv = (np.asarray(x, dtype=float) for x in (a, c, caps))
     cvs: list[Curve] = list(curves) if curves is not None else [None] * len(caps)
+    # per worker: plain-list knots (batches, times) of its curve, None for the line
+    lists: dict[int, tuple[list[float], list[float]]] = {}
+    pw = [None if cu is None else lists.setdefault(id(cu), (cu[0].tolist(), cu[1].tolist()))
+          for cu in cvs]
+    al, cl = av.tolist(), cv.tolist()
 
     def f(k: int, b: float) -> float:
-        return float(worker_time(av[k], cv[k], cvs[k], b))
+        kn = pw[k]
+        return al[k] + cl[k] * b if kn is None else interp1(b, kn[0], kn[1])
 
     T = continuous_time(av, cv, capv, B, cvs)
     x = np.clip((T - av) / cv, 1.0, capv)

@@ -18,6 +18,7 @@ from hetsched.core.model import (
     Curve,
     allreduce_time,
     continuous_time_counts,
+    interp1,
     ring_allreduce_s,
     worker_time,
 )
@@ -248,11 +249,11 @@ class PlanningProblem:
             cache[key] = INF
             return INF
         curves = self.curves[i]
-        bent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        bent: dict[int, tuple[list[float], list[float]]] = {}
         for t in used:
             cv_t = curves[t] if curves is not None else None
             if cv_t is not None:
-                bent[t] = cv_t
+                bent[t] = (cv_t[0].tolist(), cv_t[1].tolist())
 
         def g(T: float) -> float:
             if not bent:
@@ -260,7 +261,7 @@ class PlanningProblem:
             tot = 0.0
             for t in used:
                 cv = bent.get(t)
-                x = (T - a[t]) / c[t] if cv is None else float(np.interp(T, cv[1], cv[0]))
+                x = (T - a[t]) / c[t] if cv is None else interp1(T, cv[1], cv[0])
                 tot += n[t] * min(max(x, 1.0), cap[t])
             return tot
 

@@ -66,7 +66,7 @@ def mean_gpus() -> float:
 
 def _step_times(rows: Iterable[ProfileRow]) -> dict[tuple[str, int, int], float]:
     return {(r.workload, r.local_batch, r.gpus): r.step_time_s for r in rows
-            if r.gpu_type == REFERENCE_TYPE}
+            if r.gpu_type == REFERENCE_TYPE and r.colocated_with is None}  # isolated runs only
 
 
 def _arrivals(rng: np.random.Generator, n: int, mean_gap_s: float, diurnal: float) -> np.ndarray:

@@ -45,10 +45,11 @@ class Member:
             restore(state, model=self.model, optimizer=self.opt)
             self.sampler.load_state_dict(state["sampler"])
             self.step = int(state["step"])
-        # rank 0's start: gloo broadcasts the host tensors now; NCCL needs them on the GPU
         if cfg.lr_scaling != "none":  # an elastic job's segment batch, as trainer.py does
             set_lr(self.opt, cfg.lr_scaling, sum(cfg.local_batches),
                    cfg.base_batch or sum(cfg.local_batches))
+        # rank 0's start: gloo broadcasts the host tensors now; NCCL needs them on the GPU
+        # (broadcast at the end, after the first load)
         self.hdp = HeteroDataParallel(self.model, average=cfg.average,
                                       broadcast=not self.cuda)
         self.slot = JobSlot(self.model, dev)  # parameters now in the host buffer
@@ -56,13 +57,6 @@ class Member:
         self.total = self.step + steps_left(cfg.dataset_size, sum(cfg.local_batches),
                                             self.sampler.state.epoch,
                                             self.sampler.state.offset, cfg.epochs)
-        if self.cuda and self.hdp.world > 1:
-            import torch.distributed as dist
-
-            self.load()
-            with torch.no_grad():
-                for p in self.slot.params:
-                    dist.broadcast(p.data, src=0)
         self.future: Any = None  # this job's COMM in flight: -> (flat, comm_s)
         self.done = False
         self.stopped = False
@@ -77,6 +71,13 @@ class Member:
         self.last_end: float | None = None
         self.epoch_t0 = time.perf_counter()
         self.epoch_steps = 0
+        if self.cuda and self.hdp.world > 1:  # rank 0's start, on the GPU (NCCL)
+            import torch.distributed as dist
+
+            self.load()
+            with torch.no_grad():
+                for p in self.slot.params:
+                    dist.broadcast(p.data, src=0)
 
     # -- residency -------------------------------------------------------------
     def footprint(self) -> int:
@@ -101,6 +102,11 @@ class Member:
             p = self._param(pid)
             self.opt.state[p][key] = host.to(self.dev, non_blocking=True) if self.cuda \
                 else host.clone()
+        if self.cuda:  # a restored optimizer state was loaded beside host parameters
+            for st in self.opt.state.values():
+                for key, t in st.items():
+                    if torch.is_tensor(t) and t.dim() > 0 and t.device != self.dev:
+                        st[key] = t.to(self.dev, non_blocking=True)
         if self.slot.cuda:
             torch.cuda.current_stream(self.dev).synchronize()
 

@@ -177,6 +177,11 @@ def cpu_threads(ranks_on_node: int = 1, env: Mapping[str, str] | None = None) ->
     per_task = env.get("SLURM_CPUS_PER_TASK", "")
     if per_task.isdigit() and int(per_task) > 0:
         n = min(n, int(per_task))
+    # an explicit OpenMP cap wins (Slurm 22.05 does not pass --cpus-per-task of a
+    # hetjob to its step's tasks, so SLURM_CPUS_PER_TASK is often unset)
+    omp = env.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        n = min(n, int(omp))
     return max(1, n)
 
 

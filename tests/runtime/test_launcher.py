@@ -128,3 +128,17 @@ def test_command_mode_gets_its_local_batch_without_a_shell(tmp_path: Path) -> No
     assert got["HETSCHED_LOCAL_BATCH"] == "1" and got["HETSCHED_GLOBAL_BATCH"] == "8"
     assert got["argv"] == [str(out), "$(touch pwned)"]
     assert not (tmp_path / "pwned").exists()
+
+
+def test_cpu_threads_follow_slurm_and_openmp_caps() -> None:
+    """Slurm's CPUs per task cap a rank's threads, and so does an explicit
+    OMP_NUM_THREADS (Slurm 22.05 leaves SLURM_CPUS_PER_TASK unset in hetjob steps)."""
+    import os
+
+    from hetsched.runtime.launcher import cpu_threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_threads(1, {}) == max(1, cores)
+    assert cpu_threads(1, {"SLURM_CPUS_PER_TASK": "1"}) == 1
+    assert cpu_threads(1, {"OMP_NUM_THREADS": "1"}) == 1
+    assert cpu_threads(1, {"OMP_NUM_THREADS": "x"}) == max(1, cores)

@@ -59,6 +59,10 @@ def group_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HETSCHED_EMULATE_LINK", "0.02,0.9")
     monkeypatch.setenv("HETSCHED_STATE", str(tmp_path / "state.db"))
     monkeypatch.setenv("HETSCHED_REPORT_EVERY", "1")  # per-step records: medians below
+    # one compute thread per rank, alone and in the group: the testbed's "nodes" share
+    # the box's 2 cores, and Slurm 22.05 does not hand a hetjob's --cpus-per-task to its
+    # tasks; two OpenMP threads per rank stalled at their barriers under the box's load
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     return tmp_path
 
 

@@ -143,3 +143,51 @@ def test_a_command_job_cannot_join_a_group(tmp_path: Path) -> None:
     plan.job("b").spec = dataclasses.replace(spec, command=("python", "train.py"))
     with pytest.raises(UnrunnableError, match="job 'b' of group 'g1' is a command"):
         submit(plan, None, None, dry_run=True)
+
+
+def test_the_harmony_policys_groups_submit_and_build(tmp_path: Path) -> None:
+    """A plan of the `harmony` policy (planning side) reaches the running side whole:
+    every group's members share GPUs as core.groups reads them, submit renders one script
+    per group, and each member's local batches add up to its global batch."""
+    from planner_helpers import make_cluster, make_job, make_table
+
+    from hetsched.core.groups import plan_groups
+    from hetsched.core.problem import PlanningProblem
+    from hetsched.planning.space.evaluator import simulate
+    from hetsched.planning.space.policies import make_policy
+
+    cl = make_cluster([("n0", "v100", 2), ("n1", "v100", 2)], 100.0, 10.0)
+    tab = make_table({("mlp", "v100"): (0.0, 0.01, 64), ("cnn", "v100"): (0.0, 0.001, 64)})
+    jobs = [make_job(f"c{k}", "mlp", global_batch=64, dataset_size=64 * 200,
+                     model_size_mb=10.0) for k in range(2)]
+    jobs += [make_job(f"m{k}", "cnn", global_batch=64, dataset_size=64 * 200,
+                      model_size_mb=600.0, min_gpus=4) for k in range(2)]
+    plan = simulate(PlanningProblem(jobs, cl, tab), make_policy("harmony"))
+    path = tmp_path / "plan.json"
+    path.write_text(dump_plan(plan) + "\n")
+    plan = load_plan(path)
+    groups = plan_groups(plan)
+    assert groups, "the harmony policy made no group on this instance"
+    for view in groups.values():
+        for m in view.members:
+            assert sum(m.local_batches) == plan.job(m.job).spec.global_batch
+    res = submit(plan, None, None, dry_run=True)
+    first = {g for g, v in groups.items() if all(m.segment == 0 for m in v.members)}
+    assert {f"group={g}" for g in first} <= set(res.scripts)
+    # on Slurm (in memory): one job per group; a group after another on the same GPUs
+    # waits for the earlier group's job
+    slurm = MemorySlurm(nodes_spec=(("n0", "v100", 2), ("n1", "v100", 2)))
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(plan, st, slurm).submitted)
+    sbatch = {Path(a[0]).name: a[1:] for c, a in slurm.calls if c == "sbatch"}
+    for g in first:
+        view = groups[g]
+        assert len({ids[m.job] for m in view.members}) == 1
+        earlier = {ids[groups[o].members[0].job] for o in first
+                   if groups[o].end_s <= view.start_s + 1e-6
+                   and {(s.node, s.gpu) for s in groups[o].slots}
+                   & {(s.node, s.gpu) for s in view.slots}}
+        if earlier:
+            dep = sbatch[f"group={g}-0.sh"]
+            assert dep and set(dep[0].split(":")[1:]) & earlier, (g, sbatch)
+    assert len(sbatch) == len(set(ids.values()))

@@ -69,6 +69,10 @@ def test_time_limit_checkpoints_and_requeues(
     wait_for(requeued, 120, "the job to be requeued before its time limit")
     lines = mark.read_text().split()
     assert lines[:2] == ["started", "checkpointed"], lines
+    # right after `scontrol requeue` the job shows COMPLETING (its old run's clean-up,
+    # flagged REQUEUED) for a moment before PENDING: wait for that to pass (seen once)
+    wait_for(lambda: client.job_detail(jid)[0].state != "COMPLETING", 30,
+             "the requeued job to finish completing its old run")
     state = client.job_detail(jid)[0].state
     assert state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING"), state  # not TIMEOUT
     client.cancel([jid])

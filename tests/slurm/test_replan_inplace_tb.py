@@ -90,3 +90,43 @@ def _state(client: CliSlurmClient, jid: str) -> str:
 
     comps = [j for j in client.jobs() if j.leader == jid]
     return combined_state(comps) if comps else "GONE"
+
+
+def test_a_hetjob_moves_a_later_component_to_another_type_in_place(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
+    """Component 1 moves from t4-1 to v100-2 (another GPU type) and component 0 grows
+    from one to two GPUs on its node, through `scontrol update`; the step then runs
+    2 + 1 ranks where the new plan says (the session's stand-in `hetsched run`)."""
+    from slurm_helpers import contract_plan
+
+    from hetsched.app.replan_inplace import layout_of_script, update_in_place
+    from hetsched.app.submit import files_dir
+    from hetsched.io.layout import read_layout
+
+    old = contract_plan("hip1", {
+        "a-blk": [[("t4-1", "t4", 8)] * 4],  # holds t4-1, so h waits
+        "h": [[("v100-1", "v100", 8), ("t4-1", "t4", 8)]]})
+    new = contract_plan("hip2", {"h": [[("v100-1", "v100", 4)] * 2 + [("v100-2", "v100", 8)]]})
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(old, st, client, partition="gpu").submitted)
+        wait_for(lambda: _state(client, ids["a-blk"]) == "RUNNING", 20, "the blocker to run")
+        assert _state(client, ids["h"]) == "PENDING"
+        st.add_plan(new.to_dict(), source="replan")
+        row = latest_rows(st)["h"]
+        res = update_in_place(st, client, new, [(row, new.job("h"))])
+        assert res.updated == [("h", ids["h"])], res
+        comps = sorted((j for j in client.jobs() if j.leader == ids["h"]),
+                       key=lambda j: j.het_offset or 0)
+        shown = [_show(client, c.job_id) for c in comps]
+        assert [(r["ReqNodeList"], r["TresPerNode"], r["NumTasks"]) for r in shown] == [
+            ("v100-1", "gres:gpu:2", "2"), ("v100-2", "gres:gpu:1", "1")], shown
+        assert read_layout(layout_of_script(row.script_path)).groups == (
+            ("v100", "v100-1", (4, 4)), ("v100", "v100-2", (8,)))
+        wait_for(lambda: _state(client, ids["h"]) == "RUNNING", 30, "h to start")
+        log = files_dir(st) / "logs" / f"h-{ids['h']}.out"
+        wait_for(lambda: log.exists() and log.read_text().count("rank=") == 3, 20,
+                 "three ranks to start")
+        ranks = sorted(x.split("rank=")[1] for x in log.read_text().splitlines() if "rank=" in x)
+        assert ranks == ["0", "1", "2"]
+        nodes = {j.het_offset: j.nodes for j in client.jobs() if j.leader == ids["h"]}
+        assert nodes == {0: "v100-1", 1: "v100-2"}

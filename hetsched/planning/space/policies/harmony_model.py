@@ -217,6 +217,10 @@ def allocate_machines(J: Jobs, groups: list[np.ndarray], M: int) -> Grouping:
     his = np.minimum.reduceat(J.hi[flat[0]], flat[2])
     bal = _balanced(J, groups, flat, M)
     dop = np.clip(bal, mins, his)
+    # the balanced DoP or the minimum, whichever keeps the group's GPUs busier (a GPU
+    # alone has no all-reduce: the balance can cost more than it overlaps)
+    flat_u = lambda m: _busy_share(J, groups, m, flat)  # noqa: E731
+    dop = np.where(flat_u(mins) >= flat_u(dop), mins, dop)
     # the groups that fit at their minimum, in order
     fit = np.cumsum(mins) <= M
     groups = [g for g, f in zip(groups, fit, strict=True) if f]
@@ -225,6 +229,13 @@ def allocate_machines(J: Jobs, groups: list[np.ndarray], M: int) -> Grouping:
         extra = dop - mins
         dop = mins + np.floor(extra * (M - mins.sum()) / max(extra.sum(), 1e-12))
     return Grouping(groups, _spend(J, groups, dop.astype(float), his, M))
+
+
+def _busy_share(J: Jobs, groups: list[np.ndarray], m: np.ndarray,
+                flat: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Eq. (3)'s GPU utilisation of each group at DoP ``m``."""
+    sc, sm, mx = group_sums(J, groups, m, flat)
+    return sc / np.maximum(np.maximum(np.maximum(sc, sm), mx), 1e-300)
 
 
 def _balanced(J: Jobs, groups: list[np.ndarray], flat: tuple[np.ndarray, np.ndarray, np.ndarray],

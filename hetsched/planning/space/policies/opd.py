@@ -9,7 +9,9 @@ count from the min-cost subroutines A_RAmincost1/2 priced by (11)):
   ``tau`` the smallest power of two that fits their quickest schedules, and a
   scheduled job starts as soon as its GPUs are free (work-conserving), and
   equal-cost schedules (a job alone in a batch sees every price at 0) go to
-  the least end + GPU-slots / GPUs of the type (``ties='impact'``). It is
+  the least end + GPU-slots / GPUs of the type (``ties='impact'``); a job
+  whose window comes while its GPUs are still held (true run times differ
+  from the plan) goes back into the next batch. It is
   the paper's batch algorithm used in receding horizon; Theorem 5's bound is
   not proved for it (alpha is still reported per batch);
 * ``faithful=True``: A_online (Algorithm 1) as written: batches J_i of the jobs
@@ -266,6 +268,7 @@ class OPD(Policy):
         now = int(math.ceil(now_f - 1e-9))
         self._sync(p, snap, now_f)
         if self.frames == "arrival":
+            self._rebatch_blocked(snap)
             self._run_frame(p, snap, now, 0)
         while self.frames == "doubling" and frame_tau(self._frame) <= now_f + 1e-9:
             self._run_frame(p, snap, now, frame_tau(self._frame))
@@ -290,6 +293,18 @@ class OPD(Policy):
                 free -= n
         self._waiting = {int(i) for r, i in enumerate(snap.jobs) if not X[r].any()}
         return X
+
+    def _rebatch_blocked(self, snap: Snapshot) -> None:
+        """'arrival' frames: a job whose window has come while its GPUs are still held goes
+        back into the next batch (true run times differ from the plan; a job that has not
+        started is no commitment in receding horizon)."""
+        for r, i in enumerate(snap.jobs):
+            k = int(i)
+            if k in self._sched and not snap.current[r].any():
+                start, ch = self._sched[k]
+                if self._t0 + start * self._slot <= snap.t + 1e-6 and snap.free[ch.m] < ch.phi:
+                    del self._sched[k]
+                    self._res.pop(k, None)
 
     def _sync(self, p: PlanningProblem, snap: Snapshot, now_f: float) -> None:
         """Align commitments with what runs: true durations differ from the slotted plan.
