@@ -11,8 +11,10 @@ Run: python bench/bench_harmony.py [--jobs 40] [--seeds 5] [--out docs/bench_har
    between servers. Throughputs: Gavel's table converted with its co-located
    pairs. Policies: ``harmony``; isolated = space ``auto`` (every isolated
    policy, best kept); ``naive-colocation`` with ``--seeds`` seeds, best and
-   worst. Restart cost 60 s for all. Two arrival patterns: the trace's, and
-   all at once (the paper's main experiment).
+   worst; ``harmony-jct`` with ``base`` = the policy ``auto`` chose (so it is never
+   worse than ``auto`` on weighted JCT; its own plan's score is reported too). Restart cost 60 s for all. Two arrival patterns: the trace's, and
+   all at once (the paper's main experiment); each again on 12 GPUs (4 per type), where
+   jobs wait; and a synthetic compute/communication mix (``mix_problem``).
 2. *Model error against Gavel's measured pairs*: every pair of jobs sharing
    one GPU in ``simulation_throughputs.json``; eq. (1) predicts each job's
    step as the sum of both isolated steps (one GPU: no all-reduce).
@@ -72,8 +74,13 @@ def trace_jobs(table: ThroughputTable, limit: int, scale: float, at_once: bool) 
 
 def jct_rows(table: ThroughputTable, limit: int, scale: float, seeds: int) -> dict:
     out = {}
-    for label, at_once in (("trace arrivals", False), ("all at once", True)):
-        p = PlanningProblem(trace_jobs(table, limit, scale, at_once), cluster(), table)
+    cases = [(label, PlanningProblem(trace_jobs(table, limit, scale, at_once),
+                                     cluster(per_type), table))
+             for per_type, suffix in ((12, ""), (4, ", 12 GPUs"))
+             for label, at_once in ((f"trace arrivals{suffix}", False),
+                                    (f"all at once{suffix}", True))]
+    cases.append(("comp/comm mix, 8 GPUs", mix_problem()))
+    for label, p in cases:
         row: dict[str, object] = {"jobs": p.S, "gpus": len(p.cluster.gpus)}
         for name in ("harmony", "auto"):
             t0 = time.perf_counter()
@@ -82,6 +89,17 @@ def jct_rows(table: ThroughputTable, limit: int, scale: float, seeds: int) -> di
                          "policy": plan.policy, "time_s": time.perf_counter() - t0,
                          "grouped_segments": sum(1 for j in plan.jobs for s in j.segments
                                                  if s.group)}
+        chosen = str(row["auto"]["policy"]).removeprefix("auto:")  # type: ignore[index]
+        t0 = time.perf_counter()
+        plan = plan_problem(p, "harmony-jct", {"base": chosen}, restart_cost_s=60.0)
+        fb = plan.extra["fallback"]
+        row["harmony-jct"] = {"avg_jct_s": plan.avg_jct_s, "makespan_s": plan.makespan_s,
+                              "base": chosen, "kept": fb["kept"],
+                              "own_weighted_jct_s": fb["own_weighted_jct_s"],
+                              "base_weighted_jct_s": fb["base_weighted_jct_s"],
+                              "time_s": time.perf_counter() - t0,
+                              "grouped_segments": sum(1 for j in plan.jobs for s in j.segments
+                                                      if s.group)}
         naive = []
         for seed in range(seeds):
             plan = plan_problem(p, "naive-colocation", {"seed": seed}, restart_cost_s=60.0)
@@ -91,12 +109,26 @@ def jct_rows(table: ThroughputTable, limit: int, scale: float, seeds: int) -> di
         row["naive worst"] = {"avg_jct_s": max(a for a, _ in naive),
                               "makespan_s": max(m for _, m in naive)}
         iso = row["auto"]
-        for k in ("harmony", "naive best", "naive worst"):
+        for k in ("harmony", "harmony-jct", "naive best", "naive worst"):
             r = row[k]
             r["jct_speedup_vs_isolated"] = iso["avg_jct_s"] / r["avg_jct_s"]
             r["makespan_speedup_vs_isolated"] = iso["makespan_s"] / r["makespan_s"]
         out[label] = row
     return out
+
+
+def mix_problem(n: int = 8) -> PlanningProblem:
+    """``n`` compute-heavy jobs (tiny model) and ``n`` communication-heavy ones (600 MB,
+    4+ GPUs) at once on 4 servers of 2 V100 at 10 Gbit/s: jobs wait, partners exist."""
+    from planner_helpers import make_cluster, make_job, make_table
+
+    cl = make_cluster([(f"n{k}", "v100", 2) for k in range(4)], 100.0, 10.0)
+    tab = make_table({("comp", "v100"): (0.0, 0.045, 64), ("comm", "v100"): (0.0, 0.001, 64)})
+    jobs = [make_job(f"c{k}", "comp", global_batch=64, dataset_size=64 * (100 + 40 * k),
+                     model_size_mb=10.0, min_gpus=4) for k in range(n)]
+    jobs += [make_job(f"m{k}", "comm", global_batch=64, dataset_size=64 * (100 + 30 * k),
+                      model_size_mb=600.0, min_gpus=4) for k in range(n)]
+    return PlanningProblem(jobs, cl, tab)
 
 
 def pair_error() -> dict:

@@ -149,7 +149,7 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         plan = simulate(problem, pol, static=static, restart_cost_s=restart_cost_s,
                         reporter=rep)
         rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
-        return plan
+        return _or_fallback(problem, pol, plan, static, restart_cost_s)
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
     t0 = time.perf_counter()
@@ -180,6 +180,27 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         best.extra["skipped"] = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
     return best
+
+
+def _or_fallback(problem: PlanningProblem, pol: Any, plan: Plan, static: bool,
+                 restart_cost_s: float) -> Plan:
+    """A policy with ``fallback()`` (``harmony-jct``) is never worse than that policy:
+    both are evaluated and the lower weighted JCT is kept (``extra['fallback']`` says which)."""
+    fallback = getattr(pol, "fallback", None)
+    if fallback is None:
+        return plan
+    alt = simulate(problem, fallback(), static=static, restart_cost_s=restart_cost_s)
+    info = {"base": alt.policy, "own_weighted_jct_s": float(plan.weighted_jct_s),
+            "base_weighted_jct_s": float(alt.weighted_jct_s)}
+    if alt.weighted_jct_s < plan.weighted_jct_s:
+        alt.planning_time_s += plan.planning_time_s
+        alt.params = {**plan.params, "kept": alt.policy}
+        alt.policy = plan.policy
+        plan = alt
+    else:
+        plan.planning_time_s += alt.planning_time_s
+    plan.extra["fallback"] = {**info, "kept": "base" if plan.params.get("kept") else "own"}
+    return plan
 
 
 def __getattr__(name: str) -> Any:

@@ -6,6 +6,7 @@ from hetsched.planning.space.policies import (  # noqa: F401
     exhaustive,
     fifo,
     harmony,
+    harmony_jct,
     has,
     homo,
     jps,
