@@ -388,13 +388,11 @@ class Ones(Policy):
         order = np.argsort(s, kind="stable")[: 2 * self.n_pop]
         best = [uniq[int(order[0])]]
         rest = order[1:]
-        if len(rest) > self.n_pop - 1:
-            d = s[rest] - s[order[0]]  # inf scores (a candidate that never ends) weigh 0
-            d = np.where(np.isfinite(d), d, np.inf)
-            fin = d[np.isfinite(d)]
-            spread = max(float(fin.std()), 1e-9) if len(fin) else 1.0
-            w = np.exp(-d / spread)
-            w = w if np.count_nonzero(w) >= self.n_pop - 1 else w + 1e-12
+        if len(rest) > self.n_pop - 1:  # non-finite scores (a job that cannot run): least
+            d = np.nan_to_num(s[rest] - s[order[0]], nan=np.inf)  # likely, never impossible
+            fin = np.isfinite(d)
+            spread = max(float(d[fin].std()) if fin.any() else 0.0, 1e-9)
+            w = np.exp(-np.clip(np.where(fin, d, np.inf) / spread, 0.0, 700.0))
             rest = self.rng.choice(rest, size=self.n_pop - 1, replace=False, p=w / w.sum())
             rest = rest[np.argsort(s[rest], kind="stable")]
         return best + [uniq[int(j)] for j in rest]
