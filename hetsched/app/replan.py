@@ -264,10 +264,10 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         return ReplanResult("unchanged", "no reset events")
     rows = latest_rows(store)
     now = time.time()
-
     result = ReplanResult("replanned", reason)
-    jobs, keep_end_s = _work_left(store, rows, cycle, result, now=now, dry_run=dry_run,
-                                  max_failures=max_failures, log=log, online=online)
+    jobs, keep_end_s, done_epochs = _work_left(store, rows, cycle, result, now=now,
+                                               dry_run=dry_run, max_failures=max_failures,
+                                               log=log, online=online)
     spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
     if not jobs:
         if not dry_run:
@@ -289,7 +289,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
         return result
     new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
                          prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
-                         progress_history=progress_points(store), **settings.make_plan_kwargs())
+                         progress_history=progress_points(store), epochs_done=done_epochs,
+                         **settings.make_plan_kwargs())
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()
@@ -408,10 +409,13 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
 def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,
                *, now: float, dry_run: bool, max_failures: int,
                log: Callable[[str], None], online: bool = False
-               ) -> tuple[list[Job], dict[str, float]]:
-    """The jobs to plan again (the rest of running ones) and, per running job, the
-    seconds left where it runs; done, cancelled and given-up jobs go to ``result``."""
+               ) -> tuple[list[Job], dict[str, float], dict[str, float]]:
+    """The jobs to plan again (the rest of running ones), per running job the
+    seconds left where it runs, and per running ``target_loss`` job the epochs it has
+    run (its length is predicted again from there); done, cancelled and given-up
+    jobs go to ``result``."""
     jobs: list[Job] = []
+    done_epochs: dict[str, float] = {}
     keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     for name, row in rows.items():
         if row.state == "COMPLETED":
@@ -455,8 +459,10 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                 k = len(row.workers)
                 job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
                     sorted({str(w["gpu_type"]) for w in row.workers})))
+        if job.epochs_predicted and frac < 1.0:  # its length is predicted again from here
+            done_epochs[name] = job.epochs * (1.0 - frac)
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
-    return jobs, keep_end_s
+    return jobs, keep_end_s, done_epochs
 
 
 def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:

@@ -163,7 +163,7 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
                                 restart_cost_s=restart_cost, jobs_source=jobs_file,
                                 reporter=reporter, mode=mode, task_iterations=task_iterations,
                                 warn=lambda m: click.echo(m, err=True),
-                                progress_history=_load_progress_history(policy))
+                                progress_history=_load_progress_history(policy, jobs))
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
@@ -234,12 +234,14 @@ def _load_throughputs(tp_file: str | None) -> ThroughputTable:
         return table_from_store(st)
 
 
-def _load_progress_history(policy: str) -> tuple[Any, Any] | None:
+def _load_progress_history(policy: str, jobs: list[Any]) -> tuple[Any, Any] | None:
     """Completed jobs' training history from the state store, for a policy that predicts
-    remaining work (``ones``); None when it needs none or there is no state file."""
+    remaining work (``ones``) or a ``target_loss`` job's length (any policy); None when
+    neither needs it or there is no state file."""
     from hetsched.planning.space.policies.base import REGISTRY
 
-    if not getattr(REGISTRY.get(policy), "uses_progress_history", False):
+    if not (getattr(REGISTRY.get(policy), "uses_progress_history", False)
+            or any(j.epochs_predicted for j in jobs)):
         return None
     from hetsched.state.history import progress_points
     from hetsched.state.store import open_store_readonly

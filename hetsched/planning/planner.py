@@ -14,6 +14,7 @@ from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import HetschedError, InputError, PlanningError
 from hetsched.planning import registry
+from hetsched.planning.lengths import predict_lengths
 from hetsched.planning.select import best_of, default_workers
 from hetsched.planning.space.evaluator import simulate
 
@@ -54,6 +55,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               task_iterations: int | None = None,
               reporter: BaseReporter | None = None,
               progress_history: tuple[Any, Any] | None = None,
+              epochs_done: dict[str, float] | None = None,
               prefer_gpus: dict[str, list[tuple[str, int]]] | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
@@ -62,7 +64,10 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`);
     ``progress`` is the former one-string callback. ``progress_history``:
     completed jobs' (features, progress) pairs from the state store, for the
-    policies that predict remaining work (``ones``).
+    policies that predict remaining work (``ones``); with enough of it every policy
+    plans a ``target_loss`` job at the predictor's expected length
+    (planning/lengths.py; ``epochs_done``: job -> epochs it has run, replan), and the
+    plan records it (``length_prediction``).
     ``prefer_gpus`` (replan: job -> the (node, GPU index) it holds or waits for in
     Slurm) makes space mode keep those GPUs for a job given the same per-type counts
     (planning/space/placer.py).
@@ -72,6 +77,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     rep = as_reporter(reporter, progress)
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
+    jobs, predicted = predict_lengths(jobs, progress_history, epochs_done)
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
                               progress_history=progress_history,
                               prefer_gpus=dict(prefer_gpus or {}))
@@ -92,6 +98,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     else:
         raise PlanningError(f"unknown mode {mode!r}; expected space, pool or auto")
     plan.settings = settings
+    if predicted is not None:
+        plan.extra["length_prediction"] = predicted
     rep.planning_done(plan.policy, plan.weighted_jct_s, plan.planning_time_s)
     return plan
 

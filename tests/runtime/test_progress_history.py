@@ -127,6 +127,37 @@ def test_plan_reads_the_history_from_the_state_file(reports: Path, tmp_path: Pat
     assert json.loads(r.stdout)["ones"]["predictor_points"] == 3 * EPOCHS
 
 
+def test_every_policy_plans_the_predicted_length_from_the_state_file(reports: Path,
+                                                                     tmp_path: Path) -> None:
+    """fifo (no predictor of its own) plans a target_loss job at the predicted length;
+    without the state file it keeps the prior."""
+    state = tmp_path / "state.db"
+    with open_store(state) as st:
+        ingest_reports(st, sorted(reports.glob("*.jsonl")))
+    (tmp_path / "jobs.yaml").write_text(
+        "jobs:\n  - {name: tl, workload: resnet-18, dataset_size: 256, target_loss: 0.5,"
+        " global_batch: 32}\n  - {name: ep, workload: resnet-18, dataset_size: 256,"
+        " epochs: 6, global_batch: 32}\n")
+    exe = shutil.which("hetsched")
+    assert exe
+    docs = {}
+    for key, path in (("with", state), ("without", tmp_path / "absent.db")):
+        r = subprocess.run([exe, "plan", str(tmp_path / "jobs.yaml"), "--cluster",
+                            str(ROOT / "examples" / "cluster.yaml"), "--throughputs",
+                            str(ROOT / "examples" / "gavel_throughputs.csv"), "--policy",
+                            "fifo", "--format", "json"], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "HETSCHED_STATE": str(path)})
+        assert r.returncode == 0, r.stderr
+        docs[key] = json.loads(r.stdout)
+    spec = {j["name"]: j["spec"] for j in docs["with"]["jobs"]}
+    assert spec["tl"]["epochs_predicted"] is True
+    assert 2.0 < spec["tl"]["epochs"] < 8.0, spec["tl"]  # the completed runs took 4 epochs
+    assert spec["ep"]["epochs"] == 6 and "epochs_predicted" not in spec["ep"]
+    assert docs["with"]["length_prediction"]["predictor_points"] == 3 * EPOCHS
+    prior = {j["name"]: j["spec"] for j in docs["without"]["jobs"]}
+    assert prior["tl"]["epochs"] == 10 and "length_prediction" not in docs["without"]
+
+
 def test_a_version_2_file_migrates_to_the_progress_tables(tmp_path: Path) -> None:
     p = tmp_path / "v2.db"
     conn = sqlite3.connect(p)
