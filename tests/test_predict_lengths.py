@@ -58,6 +58,14 @@ def test_a_job_that_has_run_plans_the_expected_rest() -> None:
     assert 0.5 < out[0].epochs < 6.0, r  # about 2 of 4 epochs left
 
 
+def test_under_one_epoch_the_new_job_estimate_less_what_ran() -> None:
+    new, _ = predict_lengths(_jobs(), _history())
+    out, rec = predict_lengths(_jobs(), _history(), epochs_done={"tl": 0.25})
+    assert rec is not None and rec["jobs"]["tl"]["expected_total"] == pytest.approx(
+        new[0].epochs, rel=1e-5)
+    assert out[0].epochs == pytest.approx(new[0].epochs - 0.25, rel=1e-5)
+
+
 def test_without_enough_history_nothing_changes() -> None:
     jobs = _jobs()
     for hist in (None, (_history()[0][:2], _history()[1][:2])):

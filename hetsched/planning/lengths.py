@@ -8,12 +8,13 @@ replaces that prior by the model's expected length *before* the
 ``PlanningProblem`` is built, so every policy, both modes and the evaluator
 plan the same number (docs/elastic.md):
 
-* a job that has run ``k > 0`` epochs (replan): the expected total is
+* a job that has run ``k >= 1`` epochs (replan): the expected total is
   ``k / p`` with ``p`` the mean progress after ``k`` epochs (ONES eq. 7), so
   it plans ``k / p - k`` epochs left;
-* a new job (``k = 0``): ``1 / p1``, with ``p1`` the mean progress the model
-  gives after one epoch (eq. 7 has nothing to extrapolate from at ``k = 0``),
-  its not-yet-known losses taken as the history's mean at the first epoch.
+* a new job, or one under its first epoch: the expected total is ``1 / p1``,
+  ``p1`` the mean progress the model gives after one epoch (eq. 7 has nothing
+  to extrapolate from before it), its not-yet-known losses taken as the
+  history's mean at the first epoch; it plans that total less ``k``.
 
 Jobs with known ``epochs`` are never touched; without a fitted model nothing
 changes. The history comes in as data (planning never opens the store).
@@ -37,15 +38,18 @@ def expected_total_epochs(model: ProgressModel, dataset_size: float, done: float
                           first_epoch: np.ndarray | None = None) -> float:
     """The model's expected total epochs of a job that has run ``done`` epochs.
 
-    ``done = 0``: ``1 / p1`` at one epoch, the losses unknown before the job runs
+    Under one epoch (the history starts at one; eq. 7 from a fraction of an epoch
+    would plan almost nothing): ``1 / p1`` at one epoch, the losses not yet known
     taken from ``first_epoch`` (the history's mean first-epoch features) if given.
     """
-    k = done if done > 0 else 1.0
-    x = features(dataset_size, k)
-    if done <= 0 and first_epoch is not None:
+    if done >= 1.0:
+        a, b = model.beta(features(dataset_size, done))
+        return done / (a / (a + b))
+    x = features(dataset_size, 1.0)
+    if first_epoch is not None:
         x[[1, 3]] = first_epoch[[1, 3]]
     a, b = model.beta(x)
-    return k / (a / (a + b))
+    return max(done, 1.0 / (a / (a + b)))
 
 
 def _first_epoch(history: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
