@@ -147,3 +147,60 @@ def test_a_running_job_moves_only_when_it_pays() -> None:
     assert "moving pays" in d.changes[0].why and d.changes[0].was == "t4-1:1"
     d = decide(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
     assert d.to_submit == set() and d.kept == ["R"] and d.changes == []
+
+
+TL_JOB = """jobs:
+  - {name: T, workload: w, dataset_size: 100000, target_loss: 0.5, global_batch: 64,
+     gpu_types: [v100], min_gpus: 2, max_gpus: 2, command: [train]}
+"""
+
+
+def _history_reports(d: Path, runs: int = 3, epochs: int = 20) -> list[Path]:
+    """Completed runs' rank-0 ``epoch`` and ``done`` records (what the trainer writes)."""
+    import json
+
+    paths = []
+    for r in range(runs):
+        p = d / f"h{r}.jsonl"
+        recs = [{"kind": "epoch", "job": f"h{r}", "rank": 0, "epoch": e,
+                 "dataset_size": 100000, "first_loss": 2.0, "loss": 2.0 / (1 + e + r)}
+                for e in range(epochs)] + [{"kind": "done", "job": f"h{r}", "rank": 0}]
+        p.write_text("".join(json.dumps(x) + "\n" for x in recs))
+        paths.append(p)
+    return paths
+
+
+def test_replan_predicts_a_running_target_loss_jobs_rest(tmp_path: Path) -> None:
+    """Half its planned (prior, 10 epoch) time has passed: replan says it ran ~5 epochs
+    and plans the rest the store's history predicts (runs took 20), not 5 more."""
+    import time
+
+    import pytest
+
+    from hetsched.state.history import ingest_reports
+
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, TL_JOB)
+    jp = plan.jobs[0]
+    assert jp.spec is not None and jp.spec.epochs == 10 and jp.spec.epochs_predicted
+    half = 0.5 * (jp.end_s - jp.start_s)
+    st = open_store(tmp_path / "s.db")
+    submit(plan, st, slurm)
+    slurm.clock = lambda: time.time() - half  # it started half its planned time ago
+    slurm.schedule()
+    slurm.clock = time.time
+    Monitor(st, slurm).poll()
+    ingest_reports(st, _history_reports(tmp_path))
+    r = replan(st, slurm, table(), force=True)
+    assert r.plan is not None, r.summary()
+    pred = r.plan["length_prediction"]
+    assert pred["predictor_points"] == 3 * 20
+    t = pred["jobs"]["T"]
+    assert 4.5 < t["epochs_done"] < 5.5, t
+    spec = next(j["spec"] for j in r.plan["jobs"] if j["name"] == "T")
+    assert spec["epochs_predicted"] is True
+    assert spec["epochs"] == pytest.approx(t["epochs_planned"], abs=1e-5)
+    assert t["epochs_planned"] == pytest.approx(t["expected_total"] - t["epochs_done"],
+                                                abs=1e-5)
+    assert 8.0 < spec["epochs"] < 30.0, t  # not the prior's 5 left
+    st.close()
