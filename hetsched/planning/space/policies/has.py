@@ -46,6 +46,8 @@ MATCHINGS = ("both", "raw", "normalized")
 TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
 #: (job, counts) iteration times kept across events for the greedy trim (then cleared)
 ITER_CACHE_MAX = 2_000_000
+#: best (category, matching) rows whose idle GPUs are handed out after the trim
+REFILL_ROWS = 16
 
 
 def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
@@ -173,10 +175,56 @@ class CategorySolver:
                 better = obj2 < obj[top]
                 A[top[better]] = A2[better]
                 obj[top[better]] = obj2[better]
+            for r in top[:REFILL_ROWS]:  # GPUs the trim left idle, to whom they help
+                A[r], gain = self._refill(A[r])
+                obj[r] += gain
         obj = obj.reshape(len(categories), M)
         best = obj.argmin(axis=1)
         A4 = A.reshape(len(categories), M, len(self.jobs), p.T)
         return A4[np.arange(len(categories)), best], obj[np.arange(len(categories)), best]
+
+    def _refill(self, X: np.ndarray) -> tuple[np.ndarray, float]:
+        """Hand GPUs that no job holds to the jobs they speed up most, one at a time.
+
+        Categories split every GPU and the trim only takes GPUs away, so a
+        GPU one job gave back stays idle even where another job would gain
+        from it (the rematch keeps the trimmed sizes). Greedy: add the one
+        (job, type) that lowers the weighted time most until none does.
+        Returns the allocation (J, T) and the objective change (<= 0).
+        """
+        p, J, T = self.p, len(self.jobs), self.p.T
+        X = X.copy()
+        free = self.snap.free - X.sum(axis=0)
+        w = np.array([p.weight[i] * self.snap.remaining[r] for i, r in zip(self.jobs, self.rows,
+                                                                            strict=True)])
+        cur = np.array([cached_iter_time(p, i, X[j][None])[0] for j, i in enumerate(self.jobs)])
+        gain = np.full((J, T), np.inf)  # objective change of one more GPU of type t for job j
+
+        def score(j: int) -> None:
+            gain[j] = np.inf
+            i, k = self.jobs[j], int(X[j].sum())
+            ts = np.nonzero(p.allowed[i] & (free > 0))[0]
+            if not np.isfinite(cur[j]) or k == 0 or k >= self.hi[j] or not len(ts):
+                return
+            C = np.repeat(X[j][None], len(ts), axis=0)
+            C[np.arange(len(ts)), ts] += 1
+            new = cached_iter_time(p, i, C)
+            ok = new < cur[j] * (1 - 1e-12)
+            gain[j, ts[ok]] = w[j] * (new[ok] - cur[j])
+
+        for j in range(J):
+            score(j)
+        total = 0.0
+        while True:
+            gain[:, free <= 0] = np.inf
+            j, t = np.unravel_index(int(np.argmin(gain)), gain.shape)
+            if not gain[j, t] < 0:
+                return X, total
+            total += float(gain[j, t])
+            X[j, t] += 1
+            free[t] -= 1
+            cur[j] = cached_iter_time(p, self.jobs[j], X[j][None])[0]
+            score(int(j))
 
     def _trim(self, j: int, X: np.ndarray) -> np.ndarray:
         """Replace each row of X (job j's counts) by its best sub-allocation; return times.
