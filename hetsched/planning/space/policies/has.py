@@ -217,14 +217,15 @@ class CategorySolver:
         total = 0.0
         while True:
             gain[:, free <= 0] = np.inf
-            j, t = np.unravel_index(int(np.argmin(gain)), gain.shape)
-            if not gain[j, t] < 0:
+            jt = np.unravel_index(int(np.argmin(gain)), gain.shape)
+            b, t = int(jt[0]), int(jt[1])
+            if not gain[b, t] < 0:
                 return X, total
-            total += float(gain[j, t])
-            X[j, t] += 1
+            total += float(gain[b, t])
+            X[b, t] += 1
             free[t] -= 1
-            cur[j] = cached_iter_time(p, self.jobs[j], X[j][None])[0]
-            score(int(j))
+            cur[b] = cached_iter_time(p, self.jobs[b], X[b][None])[0]
+            score(b)
 
     def _trim(self, j: int, X: np.ndarray) -> np.ndarray:
         """Replace each row of X (job j's counts) by its best sub-allocation; return times.
