@@ -16,6 +16,10 @@ Two refinements over the paper, both measured in docs/benchmarks.md:
   by its own best GPU (so a job with large raw samples/s does not take every
   fast GPU) and keeps whichever matching predicts the lower JCT.
   ``matching="raw"`` is the paper's P3 alone.
+
+With ``trim`` (docs/policies.md) each matching is cut to its best
+sub-allocation, and GPUs then held by no job are handed to the jobs they
+speed up most (:meth:`CategorySolver._refill`).
 """
 
 from __future__ import annotations
