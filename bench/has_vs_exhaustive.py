@@ -57,8 +57,8 @@ def scenario_a(line: bool) -> None:
     snap = start(p)
     print(f"\n== A, K=30, {'affine line' if line else 'piecewise curves'}; types {p.types}")
     got = {}
-    for name in ("exhaustive", "has"):
-        X = make_policy(name).allocate(p, snap)
+    for name, params in (("exhaustive", {}), ("has", {}), ("has refill", {"refill": True})):
+        X = make_policy(name.split()[0], dict(params)).allocate(p, snap)
         got[name] = X
         per = [round(float(p.weight[i] * p.iters[i] * p.iter_time(i, X[i][None])[0]), 1)
                for i in range(p.S)]

@@ -19,7 +19,7 @@ Two refinements over the paper, both measured in docs/benchmarks.md:
 
 With ``trim`` (docs/policies.md) each matching is cut to its best
 sub-allocation, and GPUs then held by no job are handed to the jobs they
-speed up most (:meth:`CategorySolver._refill`).
+speed up most (:meth:`CategorySolver._refill`) with ``refill=True``.
 """
 
 from __future__ import annotations
@@ -86,8 +86,9 @@ class CategorySolver:
     """Evaluates categories (per-job GPU counts) for the admitted jobs of one snapshot."""
 
     def __init__(self, p: PlanningProblem, snap: Snapshot, rows: list[int], matching: str,
-                 trim: bool = True) -> None:
+                 trim: bool = True, refill: bool = False) -> None:
         self.p, self.snap, self.rows, self.matching, self.trim = p, snap, rows, matching, trim
+        self.refill = refill
         self.jobs = [int(snap.jobs[r]) for r in rows]
         free = snap.free
         usable = np.array([int((free * p.allowed[i]).sum()) for i in self.jobs])
@@ -179,7 +180,7 @@ class CategorySolver:
                 better = obj2 < obj[top]
                 A[top[better]] = A2[better]
                 obj[top[better]] = obj2[better]
-            for r in top[:REFILL_ROWS]:  # GPUs the trim left idle, to whom they help
+            for r in top[:REFILL_ROWS] if self.refill else ():  # idle GPUs, to whom they help
                 A[r], gain = self._refill(A[r])
                 obj[r] += gain
         obj = obj.reshape(len(categories), M)
@@ -328,10 +329,12 @@ class HAS(Policy):
         "samples": "categories sampled at an event above exact_max",
         "max_categories": "refuse above this many categories (0: never refuse, sample)",
         "trim": "drop workers that slow their job down (False: every GPU used, paper's (8c))",
+        "refill": "after the trim, hand idle GPUs to the jobs they speed up most "
+                  "(exact at K=30 in scenario A; worse online: docs/policies.md)",
     }
 
     def __init__(self, *, matching: str = "both", exact_max: int = 20000, samples: int = 64,
-                 max_categories: int = 0, trim: bool = True) -> None:
+                 max_categories: int = 0, trim: bool = True, refill: bool = False) -> None:
         if matching not in MATCHINGS:
             raise ValueError(f"matching must be one of {', '.join(MATCHINGS)}, got {matching!r}")
         if samples < 1:
@@ -341,13 +344,14 @@ class HAS(Policy):
         self.samples = int(samples)
         self.max_categories = int(max_categories)
         self.trim = bool(trim)
+        self.refill = bool(refill)
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         rows, mins = admit(problem, snap, smith_priority(problem, snap))
         if not rows:
             return np.zeros((len(snap.jobs), problem.T), dtype=int)
         admitted = list(rows)
-        solver = CategorySolver(problem, snap, rows, self.matching, self.trim)
+        solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill)
         n = count_compositions(solver.total, len(rows))
         if self.max_categories and n > self.max_categories:
             raise PlanningError(
@@ -359,7 +363,7 @@ class HAS(Policy):
             cats = list(bounded_compositions(solver.total, lo, hi))
         else:  # too many to enumerate at this event: sample as JPS does (issue 11.3)
             rows = latency_order(problem, snap, rows)
-            solver = CategorySolver(problem, snap, rows, self.matching, self.trim)
+            solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill)
             cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
                 solver.total, len(rows), 0.0, self.samples, 0)))
         if not cats:

@@ -34,10 +34,12 @@ class JPS(Policy):
         "seed": "random seed of the sampler (plans are reproducible)",
         "matching": "P3 objective: 'raw', 'normalized' or 'both' (see has)",
         "trim": "drop workers that slow their job down (see has)",
+        "refill": "after the trim, hand idle GPUs to the jobs they speed up most (see has)",
     }
 
     def __init__(self, *, alpha: float = 0.7, beta: float = 1.0, samples: int = 40,
-                 seed: int = 0, matching: str = "both", trim: bool = True) -> None:
+                 seed: int = 0, matching: str = "both", trim: bool = True,
+                 refill: bool = False) -> None:
         if not 0.0 <= alpha < 1.0:
             raise ValueError(f"alpha must be in [0, 1), got {alpha}")
         if not 0.0 <= beta <= 1.0:
@@ -49,6 +51,7 @@ class JPS(Policy):
         self.alpha, self.beta, self.samples, self.seed = float(alpha), float(beta), int(samples), int(seed)
         self.matching = matching
         self.trim = bool(trim)
+        self.refill = bool(refill)
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -58,7 +61,7 @@ class JPS(Policy):
             return minimal
         minimal[rows] = mins  # the fallback: every admitted job on its minimal set
         rows = latency_order(p, snap, rows)  # job prioritising
-        solver = CategorySolver(p, snap, rows, self.matching, self.trim)
+        solver = CategorySolver(p, snap, rows, self.matching, self.trim, self.refill)
         S = len(rows)
         cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
             solver.total, S, self.alpha, self.samples, self.seed)))
