@@ -59,7 +59,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.history import progress_points
+from hetsched.state.history import epochs_reported, progress_points
 from hetsched.state.store import (
     CANCELLED,
     GAVE_UP,
@@ -411,11 +411,14 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                log: Callable[[str], None], online: bool = False
                ) -> tuple[list[Job], dict[str, float], dict[str, float]]:
     """The jobs to plan again (the rest of running ones), per running job the
-    seconds left where it runs, and per running ``target_loss`` job the epochs it has
-    run (its length is predicted again from there); done, cancelled and given-up
-    jobs go to ``result``."""
+    seconds left where it runs, and per ``target_loss`` job the epochs it has run in
+    all (its length is predicted again from there): its own epoch reports where the
+    store has them, else the epochs its plan says it ran before (``epochs_done``) plus
+    its planned epochs times the share of its planned time that has passed; done,
+    cancelled and given-up jobs go to ``result``."""
     jobs: list[Job] = []
     done_epochs: dict[str, float] = {}
+    measured = epochs_reported(store)  # the jobs' own epoch reports beat the estimate
     keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
     for name, row in rows.items():
         if row.state == "COMPLETED":
@@ -459,8 +462,10 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                 k = len(row.workers)
                 job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
                     sorted({str(w["gpu_type"]) for w in row.workers})))
-        if job.epochs_predicted and frac < 1.0:  # its length is predicted again from here
-            done_epochs[name] = job.epochs * (1.0 - frac)
+        if job.epochs_predicted:  # its length is predicted again from what it has run
+            ran = measured.get(name, jp.epochs_done + job.epochs * (1.0 - frac))
+            if ran > 0:
+                done_epochs[name] = ran
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     return jobs, keep_end_s, done_epochs
 

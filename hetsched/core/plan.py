@@ -102,6 +102,8 @@ class JobPlan:
     arrival_s: float
     segments: list[Segment] = field(default_factory=list)
     spec: Job | None = None
+    #: epochs the job ran before this plan (replan; its spec's ``epochs`` is the rest)
+    epochs_done: float = 0.0
 
     @property
     def start_s(self) -> float:
@@ -122,6 +124,7 @@ class JobPlan:
             "jct_s": round(self.jct_s, 6),
             "spec": self.spec.to_dict() if self.spec is not None else {},
             "segments": [s.to_dict() for s in self.segments],
+            **({"epochs_done": round(self.epochs_done, 6)} if self.epochs_done > 0 else {}),
         }
 
 

@@ -85,6 +85,11 @@ class JobModel(_Strict):
     spec: dict[str, Any] = Field(default_factory=dict,
                                  description="the job spec (docs/formats.md, jobs file)")
     segments: list[SegmentModel]
+    epochs_done: Annotated[float, Field(ge=0, le=limits.JOB["epochs"].maximum,
+                                        allow_inf_nan=False, description=(
+        "epochs the job ran before this plan (replan: measured from its epoch reports, "
+        "else estimated; it accumulates across replans); the spec's epochs are the rest. "
+        "Absent: 0"))] = 0.0
 
 
 class LowerBoundModel(_Open):
@@ -166,7 +171,8 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
                         iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
                         iterations=s.iterations, restart_s=s.restart_s,
                         global_batch=s.global_batch, group=s.group) for s in j.segments]
-        jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job))
+        jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job,
+                            epochs_done=j.epochs_done))
     if m.mode == "pool" and not m.tasks:
         raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")
     return Plan(policy=m.policy, jobs=jobs, lower_bound_s=m.lower_bound.weighted_jct_s,

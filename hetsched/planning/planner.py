@@ -66,8 +66,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     completed jobs' (features, progress) pairs from the state store, for the
     policies that predict remaining work (``ones``); with enough of it every policy
     plans a ``target_loss`` job at the predictor's expected length
-    (planning/lengths.py; ``epochs_done``: job -> epochs it has run, replan), and the
-    plan records it (``length_prediction``).
+    (planning/lengths.py; ``epochs_done``: job -> epochs it has run, replan, kept in
+    each ``JobPlan.epochs_done``), and the plan records it (``length_prediction``).
     ``prefer_gpus`` (replan: job -> the (node, GPU index) it holds or waits for in
     Slurm) makes space mode keep those GPUs for a job given the same per-type counts
     (planning/space/placer.py).
@@ -98,6 +98,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     else:
         raise PlanningError(f"unknown mode {mode!r}; expected space, pool or auto")
     plan.settings = settings
+    for jp in plan.jobs:  # carried into the plan, so the next replan adds to it
+        jp.epochs_done = max(0.0, float((epochs_done or {}).get(jp.name, 0.0)))
     if predicted is not None:
         plan.extra["length_prediction"] = predicted
     rep.planning_done(plan.policy, plan.weighted_jct_s, plan.planning_time_s)

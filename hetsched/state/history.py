@@ -19,7 +19,8 @@
   keeps the training history ``ones`` predicts progress from (``epoch`` and
   ``done`` records: tables ``progress_runs`` and ``progress_epochs``);
   :func:`progress_points` turns completed jobs' epochs into the regression's
-  training points (docs/elastic.md).
+  training points (docs/elastic.md); :func:`epochs_reported` gives running jobs'
+  measured epochs (replan's ``epochs_done``).
 
 Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
 """
@@ -318,3 +319,20 @@ def completed_runs(store: Store) -> int:
     """How many completed runs the progress history holds."""
     return int(store.conn.execute(
         "SELECT COUNT(*) FROM progress_runs WHERE epochs IS NOT NULL").fetchone()[0])
+
+
+def epochs_reported(store: Store) -> dict[str, int]:
+    """Per job, the epochs its unfinished runs have reported (their highest epoch + 1).
+
+    A resumed run counts on from its checkpoint's epoch into the same report
+    file, so this is the job's total since it first started, however often it
+    was moved or replanned; replan takes it over its own estimate. Completed
+    runs are left out (a later job of the same name starts again).
+    """
+    if not store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'progress_runs'"
+                              ).fetchone():
+        return {}
+    rows = store.conn.execute(
+        "SELECT r.job, MAX(e.epoch) FROM progress_runs r JOIN progress_epochs e "
+        "ON e.run = r.run WHERE r.epochs IS NULL AND r.job != '' GROUP BY r.job").fetchall()
+    return {str(job): int(top) + 1 for job, top in rows}

@@ -176,3 +176,27 @@ def test_a_version_2_file_migrates_to_the_progress_tables(tmp_path: Path) -> Non
     with open_store(p) as st:
         assert st.schema_version == store_mod.SCHEMA_VERSION == 3
         assert completed_runs(st) == 0
+
+
+def test_a_resumed_runs_epochs_count_on_until_it_completes(tmp_path: Path) -> None:
+    """What replan measures k from: a run cut mid-epoch and resumed from its checkpoint
+    into the same report file counts on from the checkpoint's epoch; once it completes
+    it is history, no longer a running job's count."""
+    from hetsched.state.history import epochs_reported
+
+    rep, ck = tmp_path / "res.jsonl", tmp_path / "res.ckpt"
+    cfg = {"job": "res", "workload": "mlp", "dataset_size": 256, "epochs": EPOCHS,
+           "local_batches": [32], "report": str(rep), "device": "cpu",
+           "checkpoint": str(ck)}  # 8 steps an epoch
+    with open_store(tmp_path / "state.db") as st:
+        train(TrainConfig(**cfg, max_steps=12), ONE)  # epoch 0 done, half of epoch 1
+        ingest_reports(st, [rep])
+        assert epochs_reported(st) == {"res": 1}
+        train(TrainConfig(**cfg, max_steps=12), ONE)  # resumed: to step 24, epochs 1, 2
+        ingest_reports(st, [rep])
+        assert epochs_reported(st) == {"res": 3}
+        assert completed_runs(st) == 0
+        train(TrainConfig(**cfg), ONE)  # the rest: epoch 3, done
+        ingest_reports(st, [rep])
+        assert epochs_reported(st) == {} and completed_runs(st) == 1
+        assert progress_points(st)[1].tolist() == [0.25, 0.5, 0.75, 1.0]

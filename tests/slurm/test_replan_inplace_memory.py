@@ -144,6 +144,6 @@ def test_submit_refuses_a_gpu_type_its_node_lacks(tmp_path: Path) -> None:
     plan = contract_plan("ty1", {"ok": [_w("t4-1", "t4", 8)], "bad": [_w("a100-1", "h100", 8)]})
     with open_store(tmp_path / "s.db") as st, pytest.raises(InputError) as ei:
         submit(plan, st, slurm)
-    assert "job 'bad' has h100 GPUs on node a100-1, which Slurm says has a100 GPUs" \
+    assert "job 'bad': it has h100 GPUs on node a100-1, which Slurm says has a100 GPUs" \
         in str(ei.value) and "\n" not in str(ei.value)
     assert slurm.count("sbatch") == 0

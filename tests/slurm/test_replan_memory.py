@@ -204,3 +204,89 @@ def test_replan_predicts_a_running_target_loss_jobs_rest(tmp_path: Path) -> None
                                                 abs=1e-5)
     assert 8.0 < spec["epochs"] < 30.0, t  # not the prior's 5 left
     st.close()
+
+
+MOVABLE_TL_JOB = """jobs:
+  - {name: B, workload: w, dataset_size: 100000, epochs: 50, global_batch: 64,
+     gpu_types: [a100], min_gpus: 4, max_gpus: 4, command: [train]}
+""" + TL_JOB.split("\n", 1)[1].replace("gpu_types: [v100]", "gpu_types: [a100, t4]")
+
+
+def _started_ago(slurm: MemorySlurm, seconds: float) -> None:
+    """Start what is queued as if it had started ``seconds`` ago."""
+    import time
+
+    slurm.clock = lambda: time.time() - seconds
+    slurm.schedule()
+    slurm.clock = time.time
+
+
+def test_epochs_done_accumulate_across_replans(tmp_path: Path) -> None:
+    """T runs half its prior plan on t4 (B holds the a100s); B ends and replan 1 moves
+    T to the a100s (it ran ~5 epochs); it runs half its new plan there; replan 2 counts both parts,
+    not only the epochs run since it moved (the rest of the spec is all the new plan
+    knows: the count is carried in the plan's ``epochs_done``)."""
+    import pytest
+
+    from hetsched.state.history import ingest_reports
+
+    slurm = MemorySlurm(nodes_spec=NODES)
+    p0 = make_testbed_plan(slurm, MOVABLE_TL_JOB)
+    t0 = p0.job("T")
+    assert t0.segments[0].workers[0].gpu_type == "t4" and t0.start_s == 0.0
+    st = open_store(tmp_path / "s.db")
+    ids = dict(submit(p0, st, slurm).submitted)
+    _started_ago(slurm, 0.5 * (t0.end_s - t0.start_s))
+    slurm.finish(ids["B"])
+    Monitor(st, slurm).poll()
+    ingest_reports(st, _history_reports(tmp_path))
+    r1 = replan(st, slurm, table(), force=True)
+    assert r1.plan is not None and [j for j, _ in r1.submitted] == ["T"], r1.summary()
+    assert [j for j, _ in r1.cancelled] == ["T"], r1.changes  # moved to the a100s
+    t1 = r1.plan["length_prediction"]["jobs"]["T"]
+    assert 4.5 < t1["epochs_done"] < 5.5, t1
+    j1 = next(j for j in r1.plan["jobs"] if j["name"] == "T")
+    assert {w["gpu_type"] for s in j1["segments"] for w in s["workers"]} == {"a100"}
+    _started_ago(slurm, 0.5 * (j1["end_s"] - j1["start_s"]))  # half its new plan there
+    Monitor(st, slurm).poll()
+    r2 = replan(st, slurm, table(), force=True)
+    assert r2.plan is not None, r2.summary()
+    t2 = r2.plan["length_prediction"]["jobs"]["T"]
+    want = t1["epochs_done"] + 0.5 * j1["spec"]["epochs"]
+    assert t2["epochs_done"] == pytest.approx(want, rel=0.05), (t1, t2)
+    assert t2["epochs_planned"] == pytest.approx(t2["expected_total"] - t2["epochs_done"],
+                                                 abs=1e-5)
+    assert j1["epochs_done"] == pytest.approx(t1["epochs_done"], abs=1e-5)  # carried
+    j2 = next(j for j in r2.plan["jobs"] if j["name"] == "T")
+    assert j2["epochs_done"] == pytest.approx(t2["epochs_done"], abs=1e-5)
+    st.close()
+
+
+def test_replan_counts_a_running_jobs_own_epoch_reports(tmp_path: Path) -> None:
+    """T reported 7 epochs (rank 0, no ``done`` yet): replan takes them over the
+    elapsed-time estimate (~5); a finished run of the same name does not count."""
+    import json
+
+    from hetsched.state.history import ingest_reports
+
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, TL_JOB)
+    jp = plan.jobs[0]
+    st = open_store(tmp_path / "s.db")
+    submit(plan, st, slurm)
+    _started_ago(slurm, 0.5 * (jp.end_s - jp.start_s))
+    Monitor(st, slurm).poll()
+    own = tmp_path / "T.jsonl"
+    own.write_text("".join(json.dumps(
+        {"kind": "epoch", "job": "T", "rank": r, "epoch": e, "dataset_size": 100000,
+         "first_loss": 2.0, "loss": 2.0 / (1 + e)}) + "\n" for e in range(7) for r in (0, 1)))
+    ingest_reports(st, [*_history_reports(tmp_path), own])
+    r = replan(st, slurm, table(), force=True)
+    assert r.plan is not None, r.summary()
+    t = r.plan["length_prediction"]["jobs"]["T"]
+    assert t["epochs_done"] == 7.0, t
+    from hetsched.state.history import epochs_reported
+
+    assert epochs_reported(st) == {"T": 7}  # h0..h2 finished: not running jobs
+    assert next(j for j in r.plan["jobs"] if j["name"] == "T")["epochs_done"] == 7.0
+    st.close()
