@@ -17,16 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.core.plan import Plan
+from hetsched.core.spec import GPU
 from hetsched.errors import InputError
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One GPU the group's jobs share."""
-
-    node: str
-    gpu_type: str
-    gpu: int
 
 
 @dataclass(frozen=True)
@@ -44,7 +36,7 @@ class GroupMember:
 @dataclass(frozen=True)
 class GroupView:
     group: str
-    slots: tuple[Slot, ...]
+    slots: tuple[GPU, ...]  # the GPUs the group's jobs share, in rank order
     members: tuple[GroupMember, ...]
     start_s: float = 0.0
     end_s: float = 0.0
@@ -73,9 +65,9 @@ def _slot_key(w: Any) -> tuple[str, str, int]:
 
 def plan_groups(plan: Plan, source: str = "plan",
                 segment_of: dict[str, int] | None = None) -> dict[str, GroupView]:
-    """Every group of the plan, among each job's segment ``segment_of[job]`` (default:
-    each job's first segment with a group id of its own... i.e. every grouped segment
-    when ``segment_of`` is None). Raises InputError when members do not share GPUs."""
+    """Every group of the plan: each job's segment ``segment_of[job]`` where given, else
+    each job's first segment in each group. Raises InputError when members do not share
+    GPUs."""
     found: dict[str, list[tuple[str, int, Any]]] = {}
     for j in plan.jobs:
         for k, s in enumerate(j.segments):
@@ -93,8 +85,8 @@ def _view(group: str, rows: list[tuple[str, int, Any]], source: str) -> GroupVie
     order: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
     for w in first.workers:
         order.setdefault((str(w.gpu_type), str(w.node)), []).append(_slot_key(w))
-    slots = [Slot(*key) for comp in order.values() for key in comp]
-    keys = [(s.node, s.gpu_type, s.gpu) for s in slots]
+    keys = [key for comp in order.values() for key in comp]
+    slots = [GPU(*key) for key in keys]
     if len(set(keys)) != len(keys):
         raise InputError(source, f"group {group!r}: job {rows[0][0]!r} names a GPU twice",
                          f"jobs[{rows[0][0]}].segments")

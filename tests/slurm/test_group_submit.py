@@ -185,8 +185,8 @@ def test_the_harmony_policys_groups_submit_and_build(tmp_path: Path) -> None:
         assert len({ids[m.job] for m in view.members}) == 1
         earlier = {ids[groups[o].members[0].job] for o in first
                    if groups[o].end_s <= view.start_s + 1e-6
-                   and {(s.node, s.gpu) for s in groups[o].slots}
-                   & {(s.node, s.gpu) for s in view.slots}}
+                   and {(s.node, s.index) for s in groups[o].slots}
+                   & {(s.node, s.index) for s in view.slots}}
         if earlier:
             dep = sbatch[f"group={g}-0.sh"]
             assert dep and set(dep[0].split(":")[1:]) & earlier, (g, sbatch)

@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 from slurm_helpers import job_plan, wait_for
 
-from hetsched.core.groups import GroupMember, GroupView, Slot
+from hetsched.core.groups import GroupMember, GroupView
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions
+from hetsched.core.spec import GPU
 from hetsched.errors import InputError
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.group_script import render_group
@@ -122,7 +123,7 @@ def _render_group(tmp: Path, stub: str, **field: Any) -> Script:
     """A co-location group built straight from values (no validation: the template's own
     defence)."""
     node, gpu_type = field.get("node", "a100-1"), field.get("gpu_type", "a100")
-    view = GroupView(field.get("group", "g1"), (Slot(node, gpu_type, 0), Slot(node, gpu_type, 1)),
+    view = GroupView(field.get("group", "g1"), (GPU(node, gpu_type, 0), GPU(node, gpu_type, 1)),
                      (GroupMember("ga", 0, (4, 4)), GroupMember("gb", 0, (2, 6))), 0.0, 60.0)
     opts = {k: field[k] for k in SBATCH_FIELDS if k in field}
     if "extra" in opts:
