@@ -164,8 +164,6 @@ def pair_error() -> dict:
 
 def scale_time(n_jobs: int = 8000, n_gpus: int = 10_000, table: ThroughputTable | None = None
                ) -> dict:
-    from planner_helpers import snapshot
-
     rng = np.random.default_rng(0)
     wls = [(w, b) for (w, b) in (("resnet-50", 64), ("resnet-18", 128), ("transformer", 64),
                                  ("lm", 20), ("recommendation", 1024))]
@@ -179,24 +177,13 @@ def scale_time(n_jobs: int = 8000, n_gpus: int = 10_000, table: ThroughputTable 
     cl = Cluster(nodes=tuple(Node(f"n{k}", TYPES[k % 3], 8) for k in range(n_gpus // 8)),
                  intra_node_gbps=300.0, inter_node_gbps=10.0)
     p = PlanningProblem(jobs, cl, table)
-    best, info = float("inf"), {}
-    for _ in range(3):
-        pol = make_policy("harmony")
-        t0 = time.perf_counter()
-        X = pol.allocate(p, snapshot(p))
-        dt = time.perf_counter() - t0
-        if dt < best:
-            best = dt
-            info = {"placed_jobs": int((X.sum(axis=1) > 0).sum()),
-                    "gpus_used": _gpus_used(pol, p, X),
-                    "groups_of_2_plus": sum(1 for v in _sizes(pol) if v > 1)}
-    return {"jobs": n_jobs, "gpus": n_gpus, "allocate_s": best, **info}
+    return {"jobs": n_jobs, "gpus": n_gpus, **_time_decision(p)}
 
 
 def scale_mix(n_jobs: int = 8000, n_gpus: int = 10_000) -> dict:
     """The same decision on a mix that co-locates: half compute-heavy jobs, half
     communication-heavy (600 MB on 4+ GPUs) in servers of 2 GPUs at 10 Gbit/s."""
-    from planner_helpers import make_cluster, make_job, make_table, snapshot
+    from planner_helpers import make_cluster, make_job, make_table
 
     cl = make_cluster([(f"n{k}", "v100", 2) for k in range(n_gpus // 2)], 100.0, 10.0)
     tab = make_table({("comp", "v100"): (0.0, 0.01, 64), ("comm", "v100"): (0.0, 0.001, 64)})
@@ -205,6 +192,13 @@ def scale_mix(n_jobs: int = 8000, n_gpus: int = 10_000) -> dict:
     jobs += [make_job(f"m{k}", "comm", global_batch=64, dataset_size=64 * 200,
                       model_size_mb=600.0, min_gpus=4) for k in range(n_jobs // 2)]
     p = PlanningProblem(jobs, cl, tab)
+    return {"jobs": n_jobs, "gpus": n_gpus, **_time_decision(p)}
+
+
+def _time_decision(p: PlanningProblem) -> dict:
+    """harmony's decision on ``p`` at time 0: the best of 3 timings, and what it placed."""
+    from planner_helpers import snapshot
+
     best, info = float("inf"), {}
     for _ in range(3):
         pol = make_policy("harmony")
@@ -216,7 +210,7 @@ def scale_mix(n_jobs: int = 8000, n_gpus: int = 10_000) -> dict:
             info = {"placed_jobs": int((X.sum(axis=1) > 0).sum()),
                     "gpus_used": _gpus_used(pol, p, X),
                     "groups_of_2_plus": sum(1 for v in _sizes(pol) if v > 1)}
-    return {"jobs": n_jobs, "gpus": n_gpus, "allocate_s": best, **info}
+    return {"allocate_s": best, **info}
 
 
 def _gpus_used(pol, p: PlanningProblem, X: np.ndarray) -> int:  # noqa: ANN001
