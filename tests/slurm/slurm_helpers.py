@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,17 @@ from hetsched.core.plan import JobPlan, Plan, Segment
 from hetsched.core.plan import Worker as PlanWorker
 from hetsched.core.spec import Job
 from hetsched.io.plan_json import plan_from_dict
+
+
+def use_real_hetsched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``hetsched`` executable for the job steps (this interpreter, this checkout),
+    set as ``HETSCHED_EXECUTABLE``: the rendered scripts run the real CLI."""
+    exe = tmp_path / "hetsched"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
+                   "main()' \"$@\"\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))
+    return exe
 
 
 def wait_for(cond: Callable[[], object], timeout_s: float, what: str,

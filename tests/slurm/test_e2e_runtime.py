@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from slurm_helpers import invoke, wait_for
+from slurm_helpers import invoke, use_real_hetsched, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.testbed import Testbed
@@ -82,11 +81,7 @@ def test_profile_plan_submit_train_uneven_shares(
     from hetsched.state.store import open_store
 
     # the real runtime in the job steps (the session uses a stub elsewhere)
-    exe = tmp_path / "hetsched"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
-                   "main()' \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))
+    use_real_hetsched(tmp_path, monkeypatch)
     monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "a100=2,v100=1,t4=0.5")
     monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.04,0.008")
     monkeypatch.setenv("HETSCHED_REPORT_DIR", str(tmp_path / "reports"))

@@ -19,14 +19,13 @@ for the first), then as one group (one Slurm job, `hetsched run --group`).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import pytest
 from group_helpers import group_job, group_plan, write_plan
-from slurm_helpers import invoke, wait_for
+from slurm_helpers import invoke, use_real_hetsched, wait_for
 
 from hetsched.core.colocation import group_iteration_s
 from hetsched.io.reports import iter_records
@@ -45,11 +44,7 @@ COMM = ("gcomm", "mlp", 2)
 @pytest.fixture()
 def group_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     pytest.importorskip("torch")
-    exe = tmp_path / "hetsched"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
-                   "main()' \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))
+    use_real_hetsched(tmp_path, monkeypatch)
     monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "v100=1")
     # COMP floors: gcomp 0.4 s, gcomm 0.13 s; COMM floors: gcomm 0.31 s, gcomp 0.055 s; so
     # eq. (1) is the COMP sum, 0.53 s, clear of the other terms (a tie would make the

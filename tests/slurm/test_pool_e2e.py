@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_csv
-from slurm_helpers import invoke, wait_for
+from slurm_helpers import invoke, use_real_hetsched, wait_for
 
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.testbed import Testbed
@@ -55,11 +54,7 @@ jobs:
 def pool_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The real executor in the job steps, emulated speeds, reports under tmp_path."""
     pytest.importorskip("torch")
-    exe = tmp_path / "hetsched"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
-                   "main()' \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))
+    use_real_hetsched(tmp_path, monkeypatch)
     monkeypatch.setenv("HETSCHED_EMULATE_SPEED",
                        ",".join(f"{k}={v}" for k, v in EMULATE_SPEED.items()))
     monkeypatch.setenv("HETSCHED_EMULATE_COST", ",".join(str(x) for x in EMULATE_COST))

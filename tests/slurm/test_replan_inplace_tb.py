@@ -4,11 +4,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from slurm_helpers import make_testbed_plan, throughput_rows, wait_for
+from slurm_helpers import make_testbed_plan, throughput_rows, use_real_hetsched, wait_for
 
 from hetsched.app.monitor import Monitor
 from hetsched.app.replan import latest_rows, replan
@@ -44,11 +43,7 @@ def _show(client: CliSlurmClient, jid: str) -> dict[str, str]:
 def test_replan_changes_a_pending_job_in_place_and_it_runs_with_the_new_layout(
         testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    exe = tmp_path / "hetsched"  # the real `hetsched run` in the job steps
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from hetsched.cli.main import main; "
-                   "main()' \"$@\"\n")
-    exe.chmod(0o755)
-    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(exe))
+    use_real_hetsched(tmp_path, monkeypatch)  # the real `hetsched run` in the job steps
     out = tmp_path / "p.out"
     plan = make_testbed_plan(client, JOBS.format(out=out))
     assert {w.gpu_type for w in plan.job("P").segments[0].workers} == {"v100"}
