@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 EXAMPLES := examples
 STAMP := .deps.stamp
 
-.PHONY: deps demo test lint bench clean
+.PHONY: deps demo test test-fast lint bench clean
 
 # Installs what hetsched needs: Python packages (torch pinned to the CPU build
 # on these machines) and, when root on Debian, Slurm and munge for the testbed.
@@ -25,6 +25,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
+
+# The fast lane: no Slurm testbed, no multi-process torch, no subprocess-heavy suites
+# (under two minutes on 2 cores). `make test` still runs everything and is CI's command.
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -q -m "not slurm and not slow"
 
 lint: $(STAMP)
 	ruff check hetsched tests bench

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SHARED = REPO.parent / "shared"
 
-# Modest example counts keep the whole suite well under a minute on 2 cores;
+# Modest example counts keep `make test-fast` under two minutes on 2 cores;
 # HYPOTHESIS_PROFILE=thorough runs many more.
 settings.register_profile("default", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -79,3 +79,11 @@ def two_type_problem() -> PlanningProblem:
         make_job("c", "big", dataset_size=32_000, global_batch=64, arrival_s=20.0),
     ]
     return PlanningProblem(jobs, cluster, table)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that starts the real Slurm testbed carries the ``slurm`` marker, so
+    ``make test-fast`` (``-m "not slurm and not slow"``) never starts one by accident."""
+    for item in items:
+        if "testbed" in getattr(item, "fixturenames", ()) and "slurm" not in item.keywords:
+            item.add_marker(pytest.mark.slurm)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_docs_example_runs() -> None:
     text = (REPO / "docs" / "api.md").read_text()
     (code,) = re.findall(r"```python\n(.*?)```", text, re.S)

@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 def _show(tmp_path: Path, **env: str) -> tuple[int, dict, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
@@ -34,6 +36,7 @@ def test_precedence_env_user_site_default(tmp_path: Path) -> None:
     assert (rows["templates"]["value"], rows["templates"]["origin"]) == ("", "default")
 
 
+@pytest.mark.slow
 def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "site.toml").write_text('partiton = "x"\n')
     code, _, err = _show(tmp_path)

@@ -29,6 +29,7 @@ from hetsched.planning.space.policies.base import REGISTRY, make_policy
 POLICIES = sorted(REGISTRY)
 
 
+@pytest.mark.slow
 @given(instances())
 def test_every_policy_dynamic_plan_is_valid(inst) -> None:
     p = inst.problem()
@@ -36,6 +37,7 @@ def test_every_policy_dynamic_plan_is_valid(inst) -> None:
         check_plan(p, simulate(p, make_policy(name)))
 
 
+@pytest.mark.slow
 @given(instances())
 def test_every_policy_static_plan_is_valid_and_never_moves(inst) -> None:
     p = inst.problem()
@@ -49,6 +51,7 @@ def test_every_policy_static_plan_is_valid_and_never_moves(inst) -> None:
             assert all(len(jp.segments) == 1 for jp in plan.jobs), name
 
 
+@pytest.mark.slow
 @given(instances())
 def test_restart_cost_is_what_a_move_costs(inst) -> None:
     """A prohibitive restart cost means no policy ever moves or preempts a running job.

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BLOCK = ("import sys; sys.modules[{mod!r}] = None; sys.argv = {argv!r}; "
          "from hetsched.cli import main; main()")
 
@@ -31,6 +33,7 @@ def test_run_without_torch_names_the_runtime_extra(tmp_path: Path) -> None:
                                 "installed; install it with: pip install 'hetsched[runtime]'")
 
 
+@pytest.mark.slow
 def test_gantt_png_without_matplotlib_names_the_plot_extra(tmp_path: Path,
                                                            examples: dict[str, Path]) -> None:
     r = _run_without("matplotlib", ["plan", str(examples["jobs"]), "--cluster",

@@ -38,6 +38,8 @@ from hypothesis import strategies as st
 
 from hetsched.io.plan_json import plan_from_dict
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 REPO = Path(__file__).resolve().parent.parent
 EX = REPO / "examples"
 CLI = "from hetsched.cli.main import main; main()"

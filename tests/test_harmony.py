@@ -178,6 +178,7 @@ def coloc_instances(draw: st.DrawFn) -> PlanningProblem:
     return PlanningProblem(jobs, cl, make_table(prof))
 
 
+@pytest.mark.slow
 @given(coloc_instances(), st.sampled_from(["harmony", "naive-colocation"]))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_colocated_plans_are_feasible(p: PlanningProblem, name: str) -> None:
@@ -361,6 +362,7 @@ THRESHOLD = 0.85
 # --- the CLI ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_plan_policy_harmony(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("jobs:\n" + "".join(

@@ -16,6 +16,7 @@ from hetsched.planning.space.policies import make_policy
 from hetsched.planning.space.policies.harmony_jct import pair_gain
 
 
+@pytest.mark.slow
 @given(coloc_instances(), st.sampled_from(["has", "fifo"]))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_never_worse_than_its_isolated_base(p: PlanningProblem, base: str) -> None:

@@ -18,6 +18,8 @@ from hetsched.core import limits
 from hetsched.core.spec import Job
 from hetsched.errors import InputError
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 REPO = Path(__file__).resolve().parent.parent
 EX = REPO / "examples"
 CLI = "from hetsched.cli.main import main; main()"

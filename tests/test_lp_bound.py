@@ -55,6 +55,7 @@ def test_lp_bound_is_deterministic() -> None:
     assert a == b
 
 
+@pytest.mark.slow
 def test_plan_json_names_the_active_bound(runner, examples) -> None:
     from hetsched.cli.main import main
 

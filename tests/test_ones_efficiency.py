@@ -90,6 +90,7 @@ def _plan_cli(tmp: Path, job_yaml: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("elastic,msg", [
     ("{min_batch: 64, max_batch: 128, lr_scaling: cubic}",
      "elastic: lr_scaling: 'cubic' is not valid; expected linear, sqrt, none"),

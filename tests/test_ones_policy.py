@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_helpers import Instance, instances
@@ -67,6 +68,7 @@ def _check_feasible(inst: Instance, plan) -> None:  # type: ignore[no-untyped-de
             0.0 if j.elastic and j.elastic.noise_scale else 1.0), j.name
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(elastic_instances(), st.integers(0, 3))
 def test_never_infeasible_and_reproducible(inst: Instance, seed: int) -> None:
@@ -99,6 +101,7 @@ def test_batches_change_and_elastic_jobs_beat_their_fixed_batch() -> None:
     assert np.isfinite(plan.makespan_s)
 
 
+@pytest.mark.slow
 def test_cli_plan_marks_segment_batches_and_predictions(tmp_path: Path) -> None:
     (tmp_path / "jobs.yaml").write_text(
         "jobs:\n"

@@ -242,6 +242,7 @@ def test_no_policy_peeks_at_a_job_before_it_arrives(inst, pol, late) -> None:
     assert _decisions_before(a, extra.arrival_s) == _decisions_before(b, extra.arrival_s)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(max_jobs=5, max_gpus=10), st.sampled_from(["frame", "alpha"]), st.booleans(),
        st.sampled_from(["doubling", "arrival"]), st.sampled_from([0.0, 1.0, 60.0]),
@@ -281,6 +282,7 @@ def test_noise_changes_what_the_policy_sees_not_how_time_runs() -> None:
     assert res.ratio_lower_bound >= 1.0 - 1e-9
 
 
+@pytest.mark.slow
 def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
     import yaml
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 REPO = Path(__file__).resolve().parent.parent
 EX = REPO / "examples"
 PLAN = ["plan", str(EX / "jobs.yaml"), "--cluster", str(EX / "cluster.yaml"),

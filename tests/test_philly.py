@@ -76,6 +76,7 @@ def test_diurnal_modulation_puts_more_arrivals_in_the_peak_half_day() -> None:
         philly_jobs(ROWS, 3, gpus=30, diurnal=1.0)
 
 
+@pytest.mark.slow
 def test_convert_philly_trace_cli_writes_jobs_yaml_simulate_reads(tmp_path) -> None:
     import subprocess
 

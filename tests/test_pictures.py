@@ -43,6 +43,7 @@ def batch(n: int) -> PlanningProblem:
     return PlanningProblem(jobs, cluster, table)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "layout"), [(6, "per-gpu"), (60, "per-job"), (600, "per-job")])
 def test_gantt_is_readable_at_every_size(n: int, layout: str, artefacts: Path) -> None:
     plan = plan_problem(batch(n), "fifo")
@@ -59,6 +60,7 @@ def test_gantt_is_readable_at_every_size(n: int, layout: str, artefacts: Path) -
     assert max(ticks) * size >= 0.5 * plan.makespan_s  # and they span the plan
 
 
+@pytest.mark.slow
 def test_bundled_example_draws_per_gpu_with_names(artefacts: Path, examples) -> None:
     from hetsched.io.profiles import load_throughputs
     from hetsched.io.specs import load_cluster, load_jobs

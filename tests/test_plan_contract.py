@@ -45,6 +45,7 @@ def plan_files(examples: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["space", "pool"])
 def test_round_trip_is_exact(plan_files: dict[str, Path], mode: str) -> None:
     """A plan read with load_plan writes back exactly what `hetsched plan` wrote."""
@@ -81,6 +82,7 @@ def test_replan_reuses_the_plans_settings(plan_files: dict[str, Path],
     assert how_planned(load_plan(plan_files["pool"]), None).mode == "pool"
 
 
+@pytest.mark.slow
 def test_pool_plan_is_never_submitted_as_space_hetjobs(plan_files: dict[str, Path],
                                                        tmp_path: Path) -> None:
     r = subprocess.run(["hetsched", "submit", str(plan_files["pool"]), "--dry-run"],

@@ -358,6 +358,7 @@ def test_non_preemptive_policies_never_move_a_running_job(inst) -> None:
     assert {n for n in POLICIES if not REGISTRY[n].preemptive} == {"fifo", "allox", "homo", "opd"}
 
 
+@pytest.mark.slow
 @given(instances(max_jobs=4, max_gpus=8), st.booleans())
 def test_auto_is_never_worse_than_a_candidate(inst, static) -> None:
     p = inst.problem()
@@ -414,6 +415,7 @@ def test_warm_transport_lp_matches_the_assignment_optimum() -> None:
                 assert (warm * worth).sum() == pytest.approx((exact * worth).sum(), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_has_gives_gpus_the_trim_left_idle_to_a_job_they_speed_up(examples) -> None:
     """Gavel's four paper-sized jobs on 30 GPUs (bench_planner scenario A, K=30).
 

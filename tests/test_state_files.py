@@ -25,6 +25,8 @@ from hetsched.errors import (
 )
 from hetsched.state.store import open_store
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 REPO = Path(__file__).resolve().parent.parent
 EX = REPO / "examples"
 CLI = "from hetsched.cli.main import main; main()"

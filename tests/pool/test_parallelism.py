@@ -63,6 +63,7 @@ def test_requested_gpus_is_kept(four_types) -> None:
     assert pp.P[0] == 3
 
 
+@pytest.mark.slow
 def test_mode_auto_keeps_the_better_mode(runner, examples) -> None:
     args = ["plan", str(examples["jobs"]), "--cluster", str(examples["cluster"]),
             "--throughputs", str(examples["throughputs"]), "--format", "json"]

@@ -45,6 +45,7 @@ def test_auto_is_never_worse_than_a_candidate(p) -> None:  # type: ignore[no-unt
     assert auto.policy == f"auto:{auto.params['chosen']}"
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(p=instances(max_jobs=4), n=st.sampled_from([1, 2]))
 def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: ignore[no-untyped-def]

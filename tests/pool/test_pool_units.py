@@ -123,6 +123,7 @@ def test_cli_space_mode_has_no_tasks_section() -> None:
     assert "tasks" not in d and d["mode"] == "space"
 
 
+@pytest.mark.slow
 def test_cli_pool_table_and_errors(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["plan", *ARGS, "--mode", "pool", "--policy", "auto",
                                     "--gantt", str(tmp_path / "g.png")])

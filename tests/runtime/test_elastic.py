@@ -46,6 +46,7 @@ def _diff(a: Path, b: Path) -> float:
     return max(float((x[k] - y[k]).abs().max()) for k in x)
 
 
+@pytest.mark.slow
 def test_rescale_in_place_equals_one_process(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     req = tmp_path / "el.rescale.json"
@@ -79,6 +80,7 @@ def test_rescale_in_place_equals_one_process(tmp_path: Path) -> None:
     assert _diff(tmp_path / "flat.params", tmp_path / "ref.params") > 1e-4
 
 
+@pytest.mark.slow
 def test_other_rank_count_checkpoints_and_restarts(tmp_path: Path) -> None:
     ck = tmp_path / "mv.pt"
     req = Path(str(ck) + ".rescale.json")  # the default place, next to the checkpoint

@@ -28,6 +28,7 @@ def test_refuses_a_space_plan(tmp_path: Path) -> None:
     assert len(lines) == 1 and "pool plans" in lines[0] and "space-mode" in lines[0], r.stderr
 
 
+@pytest.mark.slow
 def test_local_run_reports_and_checkpoints(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, gpus=2, task_iterations=2)
     rep, ck = tmp_path / "rep", tmp_path / "ck"
@@ -54,6 +55,7 @@ def test_local_run_reports_and_checkpoints(tmp_path: Path) -> None:
                                                      for n, j in tasks["jobs"].items()}
 
 
+@pytest.mark.slow
 def test_emulated_speeds_make_tasks_take_the_modelled_time(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:

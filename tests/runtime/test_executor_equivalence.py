@@ -56,6 +56,7 @@ def check(plan: Path, ck: Path) -> dict[str, float]:
             for name, j in xp.jobs.items()}
 
 
+@pytest.mark.slow
 def test_interleaved_on_two_executors_equals_single_process(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, gpus=2, task_iterations=2, jobs=SGD_JOBS)
     tasks = plan_json(plan)["tasks"]

@@ -17,6 +17,8 @@ from test_executor_equivalence import SEED, SGD_JOBS, check
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 
 def _executors(parent: int) -> list[int]:
     """The spawned executor processes of a `hetsched exec --local` (start order)."""

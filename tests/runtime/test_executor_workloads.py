@@ -9,6 +9,8 @@ import torch
 from hetsched.runtime.executor.slots import JobSlot
 from hetsched.runtime.workloads import BUILTINS, bert_base, resnet50
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 
 @pytest.mark.parametrize(("name", "lo", "hi"), [("resnet50", 25.5e6, 25.6e6),
                                                ("bert-base", 108e6, 111e6)])

@@ -20,6 +20,8 @@ from rt_helpers import train_many  # noqa: E402
 from hetsched.runtime.launcher import RankEnv, spawn_local  # noqa: E402
 from hetsched.runtime.trainer import TrainConfig, train  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 # 60 samples / global batch 8: 7 full steps + one partial step of 4 (split by shares)
 DATA = 60
 

@@ -109,6 +109,7 @@ def test_ones_uses_the_history_it_is_given(reports: Path, tmp_path: Path) -> Non
     assert without.extra["ones"]["predictor_points"] == 0
 
 
+@pytest.mark.slow
 def test_plan_reads_the_history_from_the_state_file(reports: Path, tmp_path: Path) -> None:
     state = tmp_path / "state.db"
     with open_store(state) as st:
@@ -127,6 +128,7 @@ def test_plan_reads_the_history_from_the_state_file(reports: Path, tmp_path: Pat
     assert json.loads(r.stdout)["ones"]["predictor_points"] == 3 * EPOCHS
 
 
+@pytest.mark.slow
 def test_every_policy_plans_the_predicted_length_from_the_state_file(reports: Path,
                                                                      tmp_path: Path) -> None:
     """fifo (no predictor of its own) plans a target_loss job at the predicted length;

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses or multi-process torch: `make test`, not `make test-fast`
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -65,6 +65,7 @@ def test_submit_names_the_jobs_that_would_fail(tmp_path: Path) -> None:
     assert "warning: gavel would fail where it runs" in r.stderr
 
 
+@pytest.mark.slow
 def test_plan_skip_unplaceable(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(JOBS)

@@ -155,6 +155,7 @@ def test_bad_sbatch_options_are_one_line(slurm: dict, where: str, tmp_path: Path
     assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.slow
 def test_cli_and_config_options_and_their_errors(tmp_path: Path) -> None:
     import subprocess
 

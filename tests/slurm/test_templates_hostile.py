@@ -198,6 +198,7 @@ def accepted_renders(tmp: Path, stub: str) -> list[tuple[str, str, str, Script]]
     return out
 
 
+@pytest.mark.slow
 def test_hostile_values_are_refused_or_inert(tmp_path: Path) -> None:
     stub = str(tmp_path / "no-such-hetsched")
     renders = accepted_renders(tmp_path, stub)
