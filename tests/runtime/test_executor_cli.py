@@ -11,6 +11,8 @@ from exec_helpers import hetsched, make_plan, plan_json
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
 
+pytestmark = pytest.mark.slow  # multi-process torch: `make test`, not `make test-fast`
+
 
 def test_refuses_a_space_plan(tmp_path: Path) -> None:
     (tmp_path / "jobs.yaml").write_text("jobs:\n  - {name: a, workload: mlp, dataset_size: 64, "
@@ -28,7 +30,6 @@ def test_refuses_a_space_plan(tmp_path: Path) -> None:
     assert len(lines) == 1 and "pool plans" in lines[0] and "space-mode" in lines[0], r.stderr
 
 
-@pytest.mark.slow
 def test_local_run_reports_and_checkpoints(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, gpus=2, task_iterations=2)
     rep, ck = tmp_path / "rep", tmp_path / "ck"
@@ -55,7 +56,6 @@ def test_local_run_reports_and_checkpoints(tmp_path: Path) -> None:
                                                      for n, j in tasks["jobs"].items()}
 
 
-@pytest.mark.slow
 def test_emulated_speeds_make_tasks_take_the_modelled_time(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:

@@ -17,6 +17,8 @@ from hetsched.runtime.executor.entry import run_local, run_threads
 from hetsched.runtime.executor.plan import ExecJob, exec_plan
 from hetsched.runtime.workloads import gather, load_workload
 
+pytestmark = pytest.mark.slow  # multi-process torch: `make test`, not `make test-fast`
+
 SEED = 3
 #: all three with SGD: Adam (the tiny transformer's optimizer) turns the float noise of a
 #: gradient that is zero in exact arithmetic (attention's key bias) into lr-sized steps
@@ -56,7 +58,6 @@ def check(plan: Path, ck: Path) -> dict[str, float]:
             for name, j in xp.jobs.items()}
 
 
-@pytest.mark.slow
 def test_interleaved_on_two_executors_equals_single_process(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, gpus=2, task_iterations=2, jobs=SGD_JOBS)
     tasks = plan_json(plan)["tasks"]

@@ -31,6 +31,8 @@ from hetsched.runtime.job import (  # noqa: E402
 )
 from hetsched.runtime.launcher import spawn_local  # noqa: E402
 
+pytestmark = pytest.mark.slow  # multi-process torch: `make test`, not `make test-fast`
+
 #: uneven shares on the two ranks; ``b`` has Adam (optimizer state with a scalar step)
 #: and multi-head attention (one layer of several modules in the slot's loader)
 JOBS = (("a", "mlp", (6, 10), 64), ("b", "tiny-transformer", (3, 5), 40))
@@ -77,7 +79,6 @@ def _params(path: Path) -> dict[str, Any]:
     return dict(torch.load(path, weights_only=True))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("run", ["group", "spill"])
 @pytest.mark.parametrize("job", [j[0] for j in JOBS])
 def test_group_equals_alone(runs: dict[str, Any], run: str, job: str) -> None:
@@ -136,7 +137,6 @@ def test_checkpoints_and_reports_per_job(runs: dict[str, Any]) -> None:
         assert sum(r["n"] for r in recs if r["kind"] == "steps" and r["rank"] == 0) == steps
 
 
-@pytest.mark.slow
 def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
     """SIGTERM on one rank mid-run: every job agrees, checkpoints and stops; the rerun
     resumes each job from its checkpoint and ends where the job alone ends."""
@@ -180,7 +180,6 @@ def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
             assert torch.allclose(grouped[k], alone[k], rtol=1e-5, atol=1e-6), (name, k)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--job", "a", "--group", "g1"], "give exactly one of --job and --group"),
     (["--group", "nope"], "no group 'nope' in the plan (groups: g1)"),
