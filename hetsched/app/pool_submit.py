@@ -41,8 +41,9 @@ from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
 from hetsched.io.files import atomic_write
 from hetsched.io.plan_json import dump_plan
+from hetsched.io.secret import write_secret
 from hetsched.slurm.client import SlurmClient
-from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
+from hetsched.slurm.pool_script import key_path, pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
 
@@ -209,6 +210,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
             pid, j.name, 0, script.sha256, str(path),
             [w.to_dict() for w in j.segments[0].workers]) for j in jobs}
     try:
+        write_secret(key_path(plan_path))  # a fresh secret per submission (0600)
         jid = client.submit(path)
     except CommandError as e:
         _rollback(store, client, pid, list(subs.values()))

@@ -74,6 +74,8 @@ MAX_YAML_DEPTH = 64
 #: digits of an integer literal; 20 digits already exceed every bound above
 MAX_INT_DIGITS = 20
 MAX_STRING = 4096
+#: the pool executor's wire: one JSON header of a request or a reply
+MAX_EXEC_HEADER = 64 * 1024
 MAX_COMMAND_ARGS = 1024
 
 
