@@ -214,7 +214,7 @@ class Coordinator:
                 time.sleep(0.05)  # ECONNABORTED (a reset in the backlog), EMFILE...: go on
                 continue
             if not self.pending.acquire(blocking=False):
-                self.refused += 1
+                self._refuse()
                 sock.close()
                 continue
             try:
@@ -224,6 +224,10 @@ class Coordinator:
                 self.pending.release()
                 sock.close()
 
+    def _refuse(self) -> None:
+        with self.cond:
+            self.refused += 1
+
     def _join(self, sock: socket.socket) -> tuple[protocol.Channel, str] | None:
         """Authenticate a new connection and take its ``join``; None (closed) if it fails."""
         try:
@@ -231,8 +235,8 @@ class Coordinator:
                 ch = protocol.server_handshake(sock, self.key, self.handshake_timeout_s)
                 head = protocol.recv_header(ch)
             except (protocol.Refused, protocol.PeerLost):
+                self._refuse()
                 sock.close()
-                self.refused += 1
                 return None
             gpu = head.get("gpu")
             why = None
@@ -246,12 +250,12 @@ class Coordinator:
                 else:
                     self.joined.add(gpu)
             if why is not None:
+                self._refuse()
                 try:
                     protocol.send(ch, {"error": why})
                 except protocol.PeerLost:
                     pass
                 ch.close()
-                self.refused += 1
                 return None
             protocol.send(ch, {})
             ch.settimeout(self.idle_timeout_s)
@@ -354,9 +358,7 @@ class Coordinator:
         if head.get("nbytes") != want:  # checked before a byte of it is read
             raise BadRequest(f"job {srv.job.name}: gradient of {head.get('nbytes')!r} bytes, "
                              f"expected {want}")
-        with self.cond:
-            srv.check_put(rnd, task)  # refused before it is read: out of round, twice
-        buf = bytearray(want)
+        buf = bytearray(want)  # the job's own size, checked above
         protocol.recv_payload(conn, want, buf)
         contribution = torch.frombuffer(buf, dtype=torch.float32)
         with self.cond:
