@@ -39,7 +39,7 @@ from hetsched.app.submit import (
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
-from hetsched.io.files import atomic_write
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
 from hetsched.slurm.client import SlurmClient
@@ -198,7 +198,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
             result.skipped = [(n, found) for n in rows]
             result.slurm_id = found
             return result
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(log_dir)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     _write_sidecar(store, pid, prior, None)

@@ -49,7 +49,7 @@ from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
-from hetsched.io.files import atomic_write
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
@@ -233,7 +233,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(unit_of))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(log_dir)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)

@@ -37,6 +37,7 @@ from hetsched.errors import (
     EXIT_STATE_READONLY,
     HetschedError,
 )
+from hetsched.io.files import private_dir
 
 BACKUP_SUFFIX = ".bak"
 
@@ -126,7 +127,7 @@ def check_tables(p: Path, present: set[str], expected: set[str], version: int) -
 def create_atomically(p: Path) -> Path:
     """A fresh empty file in ``p``'s directory, 0600, for the caller to fill and link."""
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(p.parent)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.new.")
     except OSError as e:
         raise StateAccessError(f"cannot create state file {p}: {e.strerror}; make "
@@ -148,7 +149,7 @@ def publish(tmp: Path, p: Path) -> None:
 
 def write_backup(conn: sqlite3.Connection, dest: Path) -> Path:
     """Copy an open store with SQLite's backup API to ``dest`` (atomically, 0600)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(dest.parent)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     os.close(fd)
     try:

@@ -98,9 +98,16 @@ class JobServer:
         if self.ckpt is not None:
             saved = state.load_job_checkpoint(self.ckpt, self.names)
             if saved is not None:
-                self.flat.copy_(saved["params"])
-                self.opt.load_state_dict(saved["optimizer"])
-                self.version = int(saved["rounds_done"])
+                from hetsched.runtime.checkpoint import CheckpointError
+
+                try:
+                    self.flat.copy_(saved["params"])
+                    self.opt.load_state_dict(saved["optimizer"])
+                except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise CheckpointError(self.ckpt, "does not fit this job's model or "
+                                          f"optimizer ({first[:100]})") from None
+                self.version = min(int(saved["rounds_done"]), job.rounds)
 
     def check_put(self, rnd: int, task: int) -> None:
         """Refuse (BadRequest) a contribution that is not one this round still waits for."""
