@@ -17,7 +17,8 @@ Guarantees (see docs/slurm.md):
   the plan starts, when the plan starts it.
 * **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
   the sbatch in flight is recorded; then the jobs this call submitted are
-  cancelled and their records removed (exit 130): all or nothing.
+  cancelled and their records removed (exit 130 for SIGINT, 143 for SIGTERM):
+  all or nothing.
 * **Runnable.** A job with no command, no entrypoint and no built-in
   workload (or a built-in with an absurd dataset) is refused before anything
   is sent, naming each such job and why (``--skip-unplaceable``: the rest).
@@ -68,9 +69,14 @@ class SubmitError(HetschedError):
 
 
 class SubmitInterrupted(HetschedError):
-    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled."""
+    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled.
+    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
 
 
 @dataclass
@@ -318,7 +324,7 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                 raise SubmitInterrupted(
                     f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
                     f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
-                    "nothing from this run remains queued")
+                    "nothing from this run remains queued", caught[0])
 
 
 @contextlib.contextmanager

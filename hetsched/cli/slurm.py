@@ -137,11 +137,11 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
     then the jobs file's `slurm:`, then these options, then the config
     (`hetsched config show`); Slurm's SBATCH_* variables override them all.
-    SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
+    SIGINT/SIGTERM during submit cancel what it submitted (exit 130/143).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
     queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
-    130 interrupted (nothing left queued).
+    130, 143 interrupted by SIGINT, SIGTERM (nothing left queued).
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
