@@ -72,9 +72,9 @@ def _sidecar(store: Store, plan_id: str) -> Path:
     return files_dir(store) / "pool" / f"{plan_id}.json"
 
 
-def default_dirs(store: Store | None) -> PoolDirs:
+def default_dirs(store: Store | None, files_base: Path | None = None) -> PoolDirs:
     """``$HETSCHED_REPORT_DIR``/``$HETSCHED_CHECKPOINT_DIR``, else beside the state file."""
-    base = files_dir(store) if store is not None else Path("hetsched-files")
+    base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
     rep, ck = config.get("report_dir"), config.get("checkpoint_dir")
     return PoolDirs(Path(rep) if rep else base / "reports",
                     Path(ck) if ck else base / "checkpoints")
@@ -155,7 +155,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                 dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
                 source: str = "plan", allow_active_elsewhere: bool = False,
                 progress: Callable[[str], None] | None = None,
-                sbatch: SbatchOptions | None = None) -> PoolSubmitResult:
+                sbatch: SbatchOptions | None = None,
+                files_base: Path | None = None) -> PoolSubmitResult:
     """Submit a pool-mode plan as one hetjob (see module doc)."""
     pid = check_plan(plan, source)
     bad = not_poolable(plan)
@@ -164,8 +165,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                               f"the pool executor: {listing(bad)}", "jobs")
     opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
-        base = files_dir(store) if store is not None else Path("hetsched-files")
-        dirs = default_dirs(store)
+        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
+        dirs = default_dirs(store, base)
         script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
                              log_dir=base / "logs", report_dir=dirs.report_dir,
                              checkpoint_dir=dirs.checkpoint_dir, partition=partition,

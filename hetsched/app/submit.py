@@ -191,12 +191,14 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            source: str = "plan", allow_active_elsewhere: bool = False,
            progress: Callable[[str], None] | None = None,
            sbatch: SbatchOptions | None = None, check_runnable: bool = True,
-           skip_unrunnable: bool = False) -> SubmitResult:
+           skip_unrunnable: bool = False, files_base: Path | None = None) -> SubmitResult:
     """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
 
     ``only`` restricts to some jobs (replan), ``segment_of`` picks another
     segment per job. With ``dry_run`` nothing is written and Slurm is not
-    touched: the result carries the scripts (and the jobs that would fail).
+    touched: the result carries the scripts (and the jobs that would fail), rendered
+    with the real paths of ``files_base`` (the state file's ``.files`` folder) so a
+    dry run fails where the submit would.
     Jobs that would fail where they run (app/runnable.py) are refused, or
     left out with ``skip_unrunnable``.
     """
@@ -206,7 +208,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
                            pin_nodes=pin_nodes, source=source,
                            allow_active_elsewhere=allow_active_elsewhere, progress=progress,
-                           sbatch=sbatch)
+                           sbatch=sbatch, files_base=files_base)
     pid = check_plan(plan, source)
     preds = predecessors(plan)
     bad = unrunnable(plan, only) if check_runnable else []
@@ -217,7 +219,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if bad and not dry_run:
         only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
     if dry_run:
-        base = files_dir(store) if store is not None else Path("hetsched-files")
+        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
         scripts, units, unit_of = render_units(
             plan, pid, plan_path=base / "plans" / f"{pid}.json", log_dir=base / "logs",
             partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,

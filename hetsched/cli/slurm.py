@@ -149,8 +149,12 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
                            skip_unplaceable=skip_unplaceable)
     part = _partition(partition)
     if dry_run:
+        from hetsched.state.store import default_path
+
+        state = Path(state_path) if state_path else default_path()
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
-                     source=plan_file, sbatch=sbatch)
+                     source=plan_file, sbatch=sbatch,
+                     files_base=Path(str(state) + ".files"))  # the real paths, not stand-ins
         for name in getattr(res, "order", None) or list(res.scripts):
             script = res.scripts[name]
             after = getattr(res, "after", {}).get(name)

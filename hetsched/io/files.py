@@ -81,11 +81,16 @@ def read_text(path: str | Path, expected: str = "a text file",
               max_bytes: int | None = None) -> str:
     """Read a user's input file; every failure becomes one InputError line naming it.
 
-    With ``max_bytes`` a larger file is refused before it is read (and a pipe or
-    device is read no further than the limit).
+    With ``max_bytes`` a larger file is refused before it is read. Only regular
+    files are read: a FIFO (whose open blocks until someone writes), a device or a
+    socket is refused with one line.
     """
     p = Path(path)
     try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            # a FIFO would block the open until someone writes to it; a device never ends
+            raise InputError(str(p), f"is not a regular file, expected {expected}")
         if max_bytes is not None:
             with p.open("rb") as f:
                 data = f.read(max_bytes + 1)

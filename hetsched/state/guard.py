@@ -83,6 +83,10 @@ def preflight(p: Path) -> None:
     try:
         st = p.stat()
     except FileNotFoundError:
+        if p.is_symlink():  # a link to nothing: creating "it" would write wherever it points
+            raise StateAccessError(
+                f"state file {p} is a symbolic link to {os.readlink(p)!r}, which does not "
+                "exist; restore its target or point HETSCHED_STATE at the real file") from None
         return
     except PermissionError as e:
         raise StateAccessError(f"cannot reach state file {p}: {e.strerror}; check the "
