@@ -231,15 +231,18 @@ def server_handshake(sock: socket.socket, key: bytes,
 
 
 def client_handshake(sock: socket.socket, key: bytes,
-                     timeout_s: float = HANDSHAKE_TIMEOUT_S) -> Channel:
+                     timeout_s: float = HANDSHAKE_TIMEOUT_S,
+                     greeting_timeout_s: float | None = None) -> Channel:
     """The executor's side of the handshake (steps 1-3). Raises EOFError when the
     coordinator closed before its greeting (still starting, or busy), PeerLost when
-    it refused the key or did not prove it knows it."""
-    sock.settimeout(timeout_s)
+    it refused the key or did not prove it knows it. The greeting may take up to
+    ``greeting_timeout_s`` (rank 0 accepts once it has built every job's server)."""
+    sock.settimeout(max(timeout_s, greeting_timeout_s or 0.0))
     try:
         greet = _exact(sock, len(MAGIC) + NONCE_BYTES)
     except OSError as e:
         raise EOFError(str(e)) from None
+    sock.settimeout(timeout_s)
     if greet[:len(MAGIC)] != MAGIC:
         raise PeerLost("the process on the coordinator's port is not a hetsched coordinator")
     ns = greet[len(MAGIC):]
@@ -258,7 +261,7 @@ def client_handshake(sock: socket.socket, key: bytes,
     return ch
 
 
-def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 120.0) -> Channel:
+def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 300.0) -> Channel:
     """Connect to the coordinator (retrying while it is still starting), authenticate,
     and join as ``gpu``."""
     deadline = time.monotonic() + timeout_s
@@ -266,7 +269,8 @@ def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 120.0
         sock = None
         try:
             sock = socket.create_connection((addr, port), timeout=HANDSHAKE_TIMEOUT_S)
-            ch = client_handshake(sock, key)
+            ch = client_handshake(sock, key,
+                                  greeting_timeout_s=deadline - time.monotonic())
             break
         except (OSError, EOFError):
             if sock is not None:
