@@ -20,6 +20,7 @@ EXIT_STATE_READONLY = 7  #: the state file is read-only (not corrupted)
 EXIT_STATE_PERMISSION = 8  #: the state file or its directory cannot be read or written
 EXIT_STATE_EMPTY = 9  #: the state file is empty (0 bytes: truncated)
 EXIT_STATE_INCOMPLETE = 10  #: the state file lacks tables (damaged by hand)
+EXIT_UNSAFE_FILE = 11  #: a layout, plan, checkpoint or key file another user could write
 EXIT_LOCKED = 75  #: another replan holds the lock (EX_TEMPFAIL: try again later)
 EXIT_INTERRUPTED = 130  #: SIGINT (128 + 2)
 EXIT_TERMINATED = 143  #: SIGTERM (128 + 15)
@@ -36,6 +37,7 @@ EXIT_CODES = {
     EXIT_STATE_PERMISSION: "state file or its directory not readable/writable",
     EXIT_STATE_EMPTY: "state file empty (0 bytes, truncated)",
     EXIT_STATE_INCOMPLETE: "state file lacks tables (damaged by hand)",
+    EXIT_UNSAFE_FILE: "a layout, plan, checkpoint or key file another user could have written",
     EXIT_LOCKED: "another replan holds the lock; try again later",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
     EXIT_TERMINATED: "terminated (SIGTERM)",
@@ -67,6 +69,13 @@ class InputError(HetschedError):
     def __str__(self) -> str:
         loc = self.source if not self.where else f"{self.source}: {self.where}"
         return f"{loc}: {self.message}"
+
+
+class UnsafeFileError(InputError):
+    """A file hetsched would act on (a layout, plan, checkpoint, key) that another user
+    could have written: refused, not read."""
+
+    exit_code = EXIT_UNSAFE_FILE
 
 
 class PlanningError(HetschedError):

@@ -41,6 +41,7 @@ from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned, poll_r
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
+from hetsched.io.files import private_dir
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
 from hetsched.slurm.client import SlurmClient
@@ -208,7 +209,7 @@ def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None
 def carry_checkpoints(checkpoint_dir: Path, old_id: str, new_id: str, jobs: list[str]) -> None:
     """Copy the jobs' checkpoints (``.pt`` then the ``.json`` sidecar) to the new plan's dir."""
     src, dst = Path(checkpoint_dir) / old_id, Path(checkpoint_dir) / new_id
-    dst.mkdir(parents=True, exist_ok=True)
+    private_dir(dst)
     for job in jobs:
         for suffix in (".pt", ".json"):  # the sidecar last: it never claims more than the .pt
             s = src / f"{job}{suffix}"

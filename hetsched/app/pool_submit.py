@@ -39,10 +39,11 @@ from hetsched.app.submit import (
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
-from hetsched.io.files import atomic_write
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.plan_json import dump_plan
+from hetsched.io.secret import write_secret
 from hetsched.slurm.client import SlurmClient
-from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
+from hetsched.slurm.pool_script import key_path, pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
 
@@ -71,9 +72,9 @@ def _sidecar(store: Store, plan_id: str) -> Path:
     return files_dir(store) / "pool" / f"{plan_id}.json"
 
 
-def default_dirs(store: Store | None) -> PoolDirs:
+def default_dirs(store: Store | None, files_base: Path | None = None) -> PoolDirs:
     """``$HETSCHED_REPORT_DIR``/``$HETSCHED_CHECKPOINT_DIR``, else beside the state file."""
-    base = files_dir(store) if store is not None else Path("hetsched-files")
+    base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
     rep, ck = config.get("report_dir"), config.get("checkpoint_dir")
     return PoolDirs(Path(rep) if rep else base / "reports",
                     Path(ck) if ck else base / "checkpoints")
@@ -154,7 +155,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                 dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
                 source: str = "plan", allow_active_elsewhere: bool = False,
                 progress: Callable[[str], None] | None = None,
-                sbatch: SbatchOptions | None = None) -> PoolSubmitResult:
+                sbatch: SbatchOptions | None = None,
+                files_base: Path | None = None) -> PoolSubmitResult:
     """Submit a pool-mode plan as one hetjob (see module doc)."""
     pid = check_plan(plan, source)
     bad = not_poolable(plan)
@@ -163,8 +165,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                               f"the pool executor: {listing(bad)}", "jobs")
     opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
-        base = files_dir(store) if store is not None else Path("hetsched-files")
-        dirs = default_dirs(store)
+        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
+        dirs = default_dirs(store, base)
         script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
                              log_dir=base / "logs", report_dir=dirs.report_dir,
                              checkpoint_dir=dirs.checkpoint_dir, partition=partition,
@@ -197,7 +199,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
             result.skipped = [(n, found) for n in rows]
             result.slurm_id = found
             return result
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(log_dir)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     _write_sidecar(store, pid, prior, None)
@@ -209,6 +211,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
             pid, j.name, 0, script.sha256, str(path),
             [w.to_dict() for w in j.segments[0].workers]) for j in jobs}
     try:
+        write_secret(key_path(plan_path))  # a fresh secret per submission (0600)
         jid = client.submit(path)
     except CommandError as e:
         _rollback(store, client, pid, list(subs.values()))

@@ -23,7 +23,7 @@ from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
-from hetsched.io.files import atomic_write
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.profiles import parse_csv, write_csv
 from hetsched.state.history import (
     BUILTIN_WORKLOADS,
@@ -146,7 +146,7 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)
         outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))
-    (files / "logs").mkdir(parents=True, exist_ok=True)
+    private_dir(files / "logs")
     return outs
 
 

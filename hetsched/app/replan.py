@@ -55,6 +55,7 @@ from hetsched.app.submit import files_dir, submit
 from hetsched.core.plan import Plan, PlanSettings
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError, InputError
+from hetsched.io.files import private_dir
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
@@ -94,7 +95,7 @@ def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(p.parent)
     pidfile = p.with_name(p.name + ".pid")
     lock = FileLock(str(p), mode=0o600)
     try:
@@ -339,7 +340,7 @@ def _retire_spool(spool_files: list[Path]) -> None:
     """Move the jobs files taken from the spool to its done/ folder."""
     for p in spool_files:
         done_dir = p.parent / "done"
-        done_dir.mkdir(exist_ok=True)
+        private_dir(done_dir)
         with contextlib.suppress(OSError):
             p.rename(done_dir / p.name)
 
@@ -499,7 +500,7 @@ def default_log(store: Store) -> Path:
 def file_logger(path: str | Path) -> Callable[[str], None]:
     """A logger appending timestamped lines to ``path`` (created 0600)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(p.parent)
 
     def log(msg: str) -> None:
         _log.info("%s", msg)  # also on stderr under `hetsched -v replan`

@@ -76,7 +76,8 @@ def _last_events(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, Any]]) -> str:
+def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, Any]],
+                     live: str = "") -> str:
     if row.state == GAVE_UP and (row.job, "job-given-up") in events:
         return "gave up: " + events[(row.job, "job-given-up")]["detail"]
     if row.state == CANCELLED and (row.job, "job-cancelled") in events:
@@ -87,7 +88,8 @@ def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, An
         except (ValueError, AttributeError):
             return detail
     wait = events.get((row.job, "job-waiting"))
-    if wait is not None and wait["at"] >= row.updated:
+    if wait is not None and wait["at"] >= row.updated and live not in RUNNING | {"COMPLETED"}:
+        # a job that runs (or ran) again no longer waits, whatever the last replan said
         return "waits: " + wait["detail"]
     return ""
 
@@ -119,7 +121,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
         state = combined_state(comps) if comps else row.state
         slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                          and c.reason != "None"}))
-        reason = adopted or _hetsched_reason(row, events) or slurm_reason
+        reason = adopted or _hetsched_reason(row, events, state) or slurm_reason
         starts = [c.start_time for c in comps if c.start_time]
         ends = [c.end_time for c in comps if c.end_time]
         elapsed = None

@@ -17,7 +17,8 @@ Guarantees (see docs/slurm.md):
   the plan starts, when the plan starts it.
 * **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
   the sbatch in flight is recorded; then the jobs this call submitted are
-  cancelled and their records removed (exit 130): all or nothing.
+  cancelled and their records removed (exit 130 for SIGINT, 143 for SIGTERM):
+  all or nothing.
 * **Runnable.** A job with no command, no entrypoint and no built-in
   workload (or a built-in with an absurd dataset) is refused before anything
   is sent, naming each such job and why (``--skip-unplaceable``: the rest).
@@ -49,7 +50,7 @@ from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
-from hetsched.io.files import atomic_write
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
@@ -68,9 +69,14 @@ class SubmitError(HetschedError):
 
 
 class SubmitInterrupted(HetschedError):
-    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled."""
+    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled.
+    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
 
 
 @dataclass
@@ -185,12 +191,14 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            source: str = "plan", allow_active_elsewhere: bool = False,
            progress: Callable[[str], None] | None = None,
            sbatch: SbatchOptions | None = None, check_runnable: bool = True,
-           skip_unrunnable: bool = False) -> SubmitResult:
+           skip_unrunnable: bool = False, files_base: Path | None = None) -> SubmitResult:
     """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
 
     ``only`` restricts to some jobs (replan), ``segment_of`` picks another
     segment per job. With ``dry_run`` nothing is written and Slurm is not
-    touched: the result carries the scripts (and the jobs that would fail).
+    touched: the result carries the scripts (and the jobs that would fail), rendered
+    with the real paths of ``files_base`` (the state file's ``.files`` folder) so a
+    dry run fails where the submit would.
     Jobs that would fail where they run (app/runnable.py) are refused, or
     left out with ``skip_unrunnable``.
     """
@@ -200,7 +208,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
                            pin_nodes=pin_nodes, source=source,
                            allow_active_elsewhere=allow_active_elsewhere, progress=progress,
-                           sbatch=sbatch)
+                           sbatch=sbatch, files_base=files_base)
     pid = check_plan(plan, source)
     preds = predecessors(plan)
     bad = unrunnable(plan, only) if check_runnable else []
@@ -211,7 +219,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if bad and not dry_run:
         only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
     if dry_run:
-        base = files_dir(store) if store is not None else Path("hetsched-files")
+        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
         scripts, units, unit_of = render_units(
             plan, pid, plan_path=base / "plans" / f"{pid}.json", log_dir=base / "logs",
             partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,
@@ -233,7 +241,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(unit_of))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(log_dir)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)
@@ -318,7 +326,7 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                 raise SubmitInterrupted(
                     f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
                     f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
-                    "nothing from this run remains queued")
+                    "nothing from this run remains queued", caught[0])
 
 
 @contextlib.contextmanager

@@ -128,9 +128,13 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
 @click.option("--no-residency", is_flag=True,
               help="Ignore the plan's speculative memory plan: evict every model after its "
               "task (for comparison).")
+@click.option("--key-file", type=click.Path(dir_okay=False), default=None,
+              envvar="HETSCHED_POOL_KEY_FILE", show_envvar=True,
+              help="The pool job's secret (0600), written by `hetsched submit`; every "
+              "executor proves it to the coordinator. --local makes its own.")
 def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | None,
              checkpoint_dir: str | None, checkpoint_every_s: float, device: str | None,
-             seed: int, no_residency: bool) -> None:
+             seed: int, no_residency: bool, key_file: str | None) -> None:
     """Run a pool plan's task sequences: this GPU's executor inside a Slurm step.
 
     `srun` starts one executor per pool GPU; rank 0 also runs the coordinator
@@ -145,7 +149,7 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
     opts = default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
                          "checkpoint_every_s": checkpoint_every_s,
                          "device": device, "seed": seed, "residency": not no_residency,
-                         "local": local})
+                         "local": local, "key_file": key_file})
     if local:
         codes = run_local(plan_path, opts)
         if any(codes):

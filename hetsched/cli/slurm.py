@@ -137,11 +137,11 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
     then the jobs file's `slurm:`, then these options, then the config
     (`hetsched config show`); Slurm's SBATCH_* variables override them all.
-    SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
+    SIGINT/SIGTERM during submit cancel what it submitted (exit 130/143).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
     queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
-    130 interrupted (nothing left queued).
+    130, 143 interrupted by SIGINT, SIGTERM (nothing left queued).
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
@@ -149,8 +149,12 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
                            skip_unplaceable=skip_unplaceable)
     part = _partition(partition)
     if dry_run:
+        from hetsched.state.store import default_path
+
+        state = Path(state_path) if state_path else default_path()
         res = submit(plan, None, None, dry_run=True, partition=part, pin_nodes=pin_nodes,
-                     source=plan_file, sbatch=sbatch)
+                     source=plan_file, sbatch=sbatch,
+                     files_base=Path(str(state) + ".files"))  # the real paths, not stand-ins
         for name in getattr(res, "order", None) or list(res.scripts):
             script = res.scripts[name]
             after = getattr(res, "after", {}).get(name)

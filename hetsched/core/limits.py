@@ -58,6 +58,25 @@ PROFILE = {
     "gpus": Bound(0, 10**5, strict=True, integer=True),
 }
 
+#: a pool plan's ``tasks`` section (``tasks.jobs[J]`` and the runs of ``tasks.gpus[G]``)
+POOL = {
+    "tasks_per_round": Bound(1, 100_000, integer=True),
+    "rounds": Bound(1, 10**7, integer=True),
+    "iterations_per_task": Bound(1, 10**7, integer=True),
+    "last_round_iterations": Bound(1, 10**7, integer=True),
+    "local_batch": Bound(1, 10**7, integer=True),
+    "model_memory_gb": Bound(0, 1e5),
+    "memory_gb": Bound(0, 1e5),
+    "gpu": Bound(0, 1023, integer=True),
+    "tasks": Bound(0, 10**7, integer=True),
+    "repeat": Bound(1, 10**7, integer=True),
+    "round_step": Bound(0, 10**7, integer=True),
+    "period_s": Bound(0, 1e9),
+    "time_s": Bound(0, 1e12),
+}
+#: tasks of a pool plan in all, once its runs are expanded (what an executor holds)
+MAX_POOL_TASKS = 5_000_000
+
 # -- sizes ------------------------------------------------------------------
 MAX_JOBS = 100_000
 MAX_NODES = 100_000
@@ -74,6 +93,8 @@ MAX_YAML_DEPTH = 64
 #: digits of an integer literal; 20 digits already exceed every bound above
 MAX_INT_DIGITS = 20
 MAX_STRING = 4096
+#: the pool executor's wire: one JSON header of a request or a reply
+MAX_EXEC_HEADER = 64 * 1024
 MAX_COMMAND_ARGS = 1024
 
 

@@ -3,23 +3,94 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from hetsched.errors import InputError
+from hetsched.errors import InputError, UnsafeFileError
+
+#: the mode of every folder hetsched creates for its state, layouts, plans, scripts,
+#: checkpoints and reports: the user's own, whatever the umask
+PRIVATE_DIR_MODE = 0o700
+
+
+def private_dir(path: str | Path) -> Path:
+    """Create ``path`` and any missing parents 0700 (whatever the umask); returns it.
+
+    Folders that already exist are left as they are (a user's own ``--report-dir``
+    keeps its mode); :func:`check_private` refuses to read from one that another
+    user can write.
+    """
+    p = Path(path)
+    missing = []
+    q = p
+    while not q.exists() and q != q.parent:
+        missing.append(q)
+        q = q.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue  # created meanwhile by another process: not ours to chmod
+        os.chmod(d, PRIVATE_DIR_MODE)  # the umask may have removed bits, never added any
+    if not p.is_dir():
+        raise NotADirectoryError(str(p))
+    return p
+
+
+def _foreign(st: os.stat_result, what: str, is_dir: bool) -> str | None:
+    me = os.getuid()
+    if st.st_uid != me and not (is_dir and st.st_uid == 0):  # root's folders are safe
+        return f"{what} is owned by uid {st.st_uid}, not by you (uid {me})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not (is_dir and st.st_mode & stat.S_ISVTX):
+            # a sticky folder (/tmp) lets nobody replace another user's file
+            who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+            return f"{what} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_private(path: str | Path, what: str = "file") -> None:
+    """Refuse (UnsafeFileError, one line) a file hetsched would act on that another user
+    could have written: the file, or the folder holding it, group- or other-writable
+    (a sticky folder such as /tmp excepted), or either owned by someone else.
+
+    A file that does not exist passes (the caller reports it as missing).
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return
+    why = _foreign(st, "the file", False)
+    if why is None:
+        parent = p.resolve().parent
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            return
+        why = _foreign(pst, f"its folder {parent}", True)
+    if why is not None:
+        raise UnsafeFileError(str(p), f"refused as a {what}: {why}; another user could have "
+                              "replaced it (chmod go-w, or move it to a folder of your own)")
 
 
 def read_text(path: str | Path, expected: str = "a text file",
               max_bytes: int | None = None) -> str:
     """Read a user's input file; every failure becomes one InputError line naming it.
 
-    With ``max_bytes`` a larger file is refused before it is read (and a pipe or
-    device is read no further than the limit).
+    With ``max_bytes`` a larger file is refused before it is read. Only regular
+    files are read: a FIFO (whose open blocks until someone writes), a device or a
+    socket is refused with one line.
     """
     p = Path(path)
     try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            # a FIFO would block the open until someone writes to it; a device never ends
+            raise InputError(str(p), f"is not a regular file, expected {expected}")
         if max_bytes is not None:
             with p.open("rb") as f:
                 data = f.read(max_bytes + 1)
@@ -53,7 +124,7 @@ def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,
     ``durable`` also fsyncs the file and its directory (checkpoints: a crash right
     after the rename must not lose them).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:

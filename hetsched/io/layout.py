@@ -23,7 +23,7 @@ from typing import Any
 
 from hetsched.core.plan import Plan, worker_groups
 from hetsched.errors import InputError
-from hetsched.io.files import atomic_write, read_text
+from hetsched.io.files import atomic_write, check_private, read_text
 
 VERSION = 1
 MAX_BYTES = 4 * 2**20
@@ -71,6 +71,7 @@ def _field(d: Mapping[str, Any], key: str, kind: type, src: str) -> Any:
 def read_layout(path: str | Path) -> Layout:
     """The layout in ``path``; one InputError line naming the file and field if bad."""
     src = str(path)
+    check_private(path, "job layout")  # it names the plan, and so the command, the job runs
     try:
         d = json.loads(read_text(path, "a job layout", MAX_BYTES))
     except ValueError as e:

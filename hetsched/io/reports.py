@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hetsched.io.files import private_dir
+
 
 class Reporter:
     """Appends records for one rank of one job; a no-op when no path is given."""
@@ -32,7 +34,7 @@ class Reporter:
         self.path = Path(path) if path else None
         self.common = common
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
 
     def write(self, kind: str, **fields: Any) -> None:
         if self.path is None:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from hetsched.errors import InputError
-from hetsched.io.files import atomic_write_with
+from hetsched.io.files import atomic_write_with, check_private
 
 FORMAT = 2
 #: what a format-1 checkpoint's numpy RNG state needs to unpickle (arrays of uint32)
@@ -78,7 +78,6 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
                     sampler: dict[str, Any], step: int, extra: dict[str, Any] | None = None
                     ) -> None:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "format": FORMAT, "step": step, "sampler": sampler,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -97,6 +96,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any] | None:
     p = Path(path)
     if not p.exists():
         return None
+    check_private(p, "checkpoint")
     try:
         with torch.serialization.safe_globals(FORMAT1_GLOBALS), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's pickle-protocol notes: we say it in one line

@@ -103,14 +103,52 @@ def set_lr(optimizer: Any, rule: str, batch: int, base_batch: int) -> None:
         g["lr"] = g["hetsched_base_lr"] * f
 
 
+#: the most ranks a rescale request may name (core.limits.MAX_TOTAL_GPUS)
+MAX_REQUEST_RANKS = 100_000
+
+
+def encode_request(req: Request | None) -> list[int]:
+    """A request as integers ``[seq, n, b_1 .. b_n]`` (``[-1, 0]``: none): what crosses
+    between ranks, never a pickled object."""
+    if req is None:
+        return [-1, 0]
+    return [int(req.seq), len(req.local_batches), *(int(b) for b in req.local_batches)]
+
+
+def decode_request(vals: list[int]) -> Request | None:
+    if len(vals) < 2 or vals[0] < 0:
+        return None
+    n = vals[1]
+    if not 0 <= n <= MAX_REQUEST_RANKS or len(vals) != 2 + n:
+        raise RuntimeError(f"malformed rescale request from rank 0 ({len(vals)} values)")
+    return Request(vals[0], list(vals[2:]))
+
+
 def broadcast_request(path: str | Path | None, world: int) -> Request:
-    """Rank 0 reads the request and sends it to every rank (called by all ranks)."""
+    """Rank 0 reads the request and sends it to every rank (called by all ranks).
+
+    Two tensor broadcasts (the length, then the integers), so nothing is
+    unpickled from another rank (``broadcast_object_list`` would unpickle).
+    """
+    import torch
     import torch.distributed as dist
 
-    obj: list[Any] = [read_request(path) if path else None]
+    req = read_request(path) if path else None
     if world > 1:
-        dist.broadcast_object_list(obj, src=0)
-    req = obj[0]
+        dev = torch.device("cpu")
+        if dist.get_backend() == "nccl":
+            dev = torch.device("cuda", torch.cuda.current_device())
+        vals = encode_request(req) if dist.get_rank() == 0 else []
+        if len(vals) > 2 + MAX_REQUEST_RANKS:
+            vals = encode_request(None)  # a request for more ranks than exist: ignored
+        n = torch.tensor([len(vals)], dtype=torch.int64, device=dev)
+        dist.broadcast(n, src=0)
+        size = int(n.item())
+        if not 2 <= size <= 2 + MAX_REQUEST_RANKS:
+            raise RuntimeError(f"malformed rescale request length {size} from rank 0")
+        buf = torch.tensor(vals if vals else [0] * size, dtype=torch.int64, device=dev)
+        dist.broadcast(buf, src=0)
+        req = decode_request([int(v) for v in buf.cpu().tolist()])
     if req is None:
         raise RuntimeError("rescale request vanished between poll and apply")
     return req

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from hetsched.io.files import private_dir
 from hetsched.io.reports import Reporter
 from hetsched.runtime.emulate import emulation_for, link_emulation
 from hetsched.runtime.group_member import Member
@@ -200,7 +201,7 @@ def _finish(cfg: GroupConfig, renv: RankEnv, members: list[Member],
     for m in members:
         m.report_steps()
     if cfg.trace_dir:
-        Path(cfg.trace_dir).mkdir(parents=True, exist_ok=True)
+        private_dir(cfg.trace_dir)
         for m in members:
             (Path(cfg.trace_dir) / f"{m.cfg.job}-r{renv.rank}.json").write_text(
                 json.dumps(m.trace))

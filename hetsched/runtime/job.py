@@ -15,6 +15,7 @@ from typing import Any
 from hetsched import config
 from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
+from hetsched.io.files import check_private
 from hetsched.io.layout import Layout, read_layout
 from hetsched.io.plan_json import load_plan
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
@@ -31,6 +32,7 @@ def default_report(job: str) -> Path:
 def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
                                                                         list[dict[str, Any]]]:
     """The job's spec and the segment's workers in rank order (the template's order)."""
+    check_private(plan_path, "plan")
     plan = load_plan(plan_path)
     jobs = {j.name: j for j in plan.jobs}
     if job not in jobs:
@@ -216,6 +218,7 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
     from hetsched.core.groups import group_of
     from hetsched.runtime.group import GroupConfig
 
+    check_private(plan_path, "plan")
     plan = load_plan(plan_path)
     view = group_of(plan, group, plan_path)
     world = len(view.slots) if world_size is None else world_size

@@ -210,12 +210,67 @@ def init_distributed(renv: RankEnv, device: str | None = None, timeout_s: float 
     else:
         dev = torch.device("cpu")
     if renv.world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            "nccl" if use_cuda else "gloo",
-            init_method=f"tcp://{renv.master_addr}:{renv.master_port}",
-            rank=renv.rank, world_size=renv.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if not use_cuda and _is_loopback(renv.master_addr):
+            _gloo_on_loopback()
+        store = rendezvous_store(renv, timeout)
+        dist.init_process_group("nccl" if use_cuda else "gloo", store=store,
+                                rank=renv.rank, world_size=renv.world_size, timeout=timeout)
     return dev
+
+
+def _is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(_resolve(addr) or addr).is_loopback
+    except ValueError:
+        return False
+
+
+def _gloo_on_loopback() -> None:
+    """A local run's gloo pairs listen on the loopback interface, not the host's address."""
+    if sys.platform.startswith("linux") and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        try:
+            names = {n for _, n in socket.if_nameindex()}
+        except OSError:
+            return
+        if "lo" in names:
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+def store_socket(addr: str, port: int) -> socket.socket:
+    """Rank 0's listening socket for torch's TCPStore, bound to the rendezvous address
+    only (torch's own store listens on every interface)."""
+    host = _resolve(addr) or addr
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise HetschedError(f"rank 0 cannot listen on {host}:{port} for the rendezvous "
+                            f"({e.strerror}); set HETSCHED_MASTER_ADDR to this node's address "
+                            "and HETSCHED_MASTER_PORT to a free port") from None
+    return sock
+
+
+#: rank 0's store sockets, kept open for the process's life (the store serves on them)
+_STORE_SOCKETS: list[socket.socket] = []
+
+
+def rendezvous_store(renv: RankEnv, timeout: Any) -> Any:
+    """torch's TCPStore for the process group: rank 0 serves it on the rendezvous address
+    only (127.0.0.1 for ``--local``), the others connect to it."""
+    import torch.distributed as dist
+
+    if renv.rank == 0:
+        sock = store_socket(renv.master_addr, renv.master_port)
+        _STORE_SOCKETS.append(sock)
+        return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, True,
+                             timeout, wait_for_workers=False, master_listen_fd=sock.fileno())
+    return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, False, timeout)
 
 
 def shutdown_distributed() -> None:

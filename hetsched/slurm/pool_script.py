@@ -93,6 +93,11 @@ def pool_components(gpus: Sequence[PoolGpu]) -> list[Component]:
     return [Component(t, n, k, (1,) * k) for (t, n), k in comps.items()]
 
 
+def key_path(plan_path: str | Path) -> Path:
+    """Where a pool job's secret lives: beside the plan copy, ``plans/<plan_id>.key``."""
+    return Path(plan_path).with_suffix(".key")
+
+
 def pool_comment(plan_id: str) -> str:
     """The ``--comment`` tag of a pool plan's hetjob (never matches a space-mode tag)."""
     return f"hetsched-pool:{plan_id}"
@@ -100,7 +105,7 @@ def pool_comment(plan_id: str) -> str:
 
 def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str | Path,
                 report_dir: str | Path, checkpoint_dir: str | Path,
-                partition: str | None = None, pin_nodes: bool = True,
+                key_file: str | Path | None = None, partition: str | None = None, pin_nodes: bool = True,
                 hetsched: str | None = None, directory: Path | None = None,
                 job_name: str | None = None, sbatch: SbatchOptions | None = None,
                 time_min: int = 0) -> Script:
@@ -108,6 +113,7 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
 
     ``sbatch`` adds account/QoS/memory/constraint/extra options to every
     component; ``time_min`` is the time limit (``sbatch.time`` wins; 0: none).
+    ``key_file`` is the pool job's secret (default: :func:`key_path` of the plan).
     """
     if plan.mode != "pool":
         raise TemplateValueError("plan", f"render_pool needs a pool-mode plan, not {plan.mode!r}",
@@ -128,6 +134,7 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
         "plan_path": str(plan_path),
         "report_dir": str(report_dir),
         "checkpoint_dir": str(checkpoint_dir),
+        "key_file": str(key_file if key_file is not None else key_path(plan_path)),
         **sbatch_fields(sbatch, time_min),
     }
     return Script(_render(TEMPLATE, directory, ctx), comps)

@@ -37,6 +37,7 @@ from hetsched.errors import (
     EXIT_STATE_READONLY,
     HetschedError,
 )
+from hetsched.io.files import private_dir
 
 BACKUP_SUFFIX = ".bak"
 
@@ -82,6 +83,10 @@ def preflight(p: Path) -> None:
     try:
         st = p.stat()
     except FileNotFoundError:
+        if p.is_symlink():  # a link to nothing: creating "it" would write wherever it points
+            raise StateAccessError(
+                f"state file {p} is a symbolic link to {os.readlink(p)!r}, which does not "
+                "exist; restore its target or point HETSCHED_STATE at the real file") from None
         return
     except PermissionError as e:
         raise StateAccessError(f"cannot reach state file {p}: {e.strerror}; check the "
@@ -126,7 +131,7 @@ def check_tables(p: Path, present: set[str], expected: set[str], version: int) -
 def create_atomically(p: Path) -> Path:
     """A fresh empty file in ``p``'s directory, 0600, for the caller to fill and link."""
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(p.parent)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.new.")
     except OSError as e:
         raise StateAccessError(f"cannot create state file {p}: {e.strerror}; make "
@@ -148,7 +153,7 @@ def publish(tmp: Path, p: Path) -> None:
 
 def write_backup(conn: sqlite3.Connection, dest: Path) -> Path:
     """Copy an open store with SQLite's backup API to ``dest`` (atomically, 0600)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(dest.parent)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     os.close(fd)
     try:

@@ -395,7 +395,7 @@ def open_store_readonly(path: str | Path | None = None) -> Store | None:
     hetsched cannot read is refused with the same checks as :class:`Store`.
     """
     p = Path(path if path is not None else default_path())
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():  # a dangling link is refused by preflight
         return None
     try:
         guard.preflight(p)  # empty, unreadable: the same clear refusals as for writers

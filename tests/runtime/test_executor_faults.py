@@ -81,6 +81,7 @@ def test_killed_executor_fails_all_then_restart_resumes(tmp_path: Path, victim: 
 def test_executor_that_never_connects_fails_the_pool_job(tmp_path: Path) -> None:
     import torch
 
+    from hetsched.io.secret import new_secret
     from hetsched.runtime.executor.entry import ExecFailed, run_gpu
     from hetsched.runtime.executor.plan import exec_plan
     from hetsched.runtime.launcher import free_port
@@ -90,7 +91,8 @@ def test_executor_that_never_connects_fails_the_pool_job(tmp_path: Path) -> None
     gpus = xp.gpu_ids()
     t0 = time.monotonic()
     with pytest.raises(ExecFailed, match=f"executor for GPU {gpus[1]} never connected"):
-        run_gpu(xp, gpus[0], gpus, True, "127.0.0.1", free_port(), "t", torch.device("cpu"),
+        run_gpu(xp, gpus[0], gpus, True, "127.0.0.1", free_port(), new_secret(),
+                torch.device("cpu"),
                 {"hello_timeout_s": 2.0})
     assert time.monotonic() - t0 < 60
 

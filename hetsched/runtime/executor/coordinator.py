@@ -16,13 +16,27 @@ the kernel closes its socket at once) fails the pool job: every waiting and
 later request is answered with the error, so every executor exits non-zero
 with that one line and the Slurm job fails; the checkpoints keep every round
 completed so far.
+
+What the listener accepts (it listens on one address, the one the executors
+connect to): a connection must prove the pool job's key (:mod:`.protocol`)
+and name a GPU of the plan that has not joined yet within
+``HANDSHAKE_TIMEOUT_S``; anything else is closed and forgotten, whatever it
+sent (a port scanner's reset, a bad length, a wrong key), and the listener
+goes on accepting. At most ``MAX_PENDING`` connections may be in their
+handshake at once. A joined executor's requests are checked before anything
+is read or changed: a job of the plan, a round in range, the gradient's exact
+size announced before it is read, finite values, the job's current round for
+a ``put``; a violation fails the pool job with one line (it is one of our own
+executors misbehaving). A joined executor silent for ``idle_timeout_s`` fails
+the pool job too.
 """
 
 from __future__ import annotations
 
+import math
+import socket
 import threading
 import time
-from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +44,35 @@ import torch
 
 from hetsched.runtime.executor import protocol, state
 from hetsched.runtime.executor.plan import ExecJob, ExecPlan
+
+#: connections in their handshake at once; more are closed at once (a flood cannot
+#: hold the coordinator's threads)
+MAX_PENDING = 64
+#: a joined executor silent this long (at least; see :func:`idle_bound`) fails the job
+IDLE_FLOOR_S = 900.0
+IDLE_FACTOR = 20.0
+
+
+def idle_bound(xplan: ExecPlan) -> float:
+    """Seconds a joined executor may send nothing: 20 times the plan's longest task,
+    at least 15 minutes (a task's compute runs between its ``get`` and its ``put``)."""
+    longest = max((t.end_s - t.start_s for g in xplan.gpus.values() for t in g.tasks),
+                  default=0.0)
+    if not math.isfinite(longest):
+        longest = 0.0
+    return max(IDLE_FLOOR_S, IDLE_FACTOR * longest)
+
+
+class BadRequest(ValueError):
+    """An authenticated executor's request that breaks the protocol (fails the job)."""
+
+
+def _int(head: dict[str, Any], key: str, default: int | None = None) -> int:
+    v = head.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"request {head.get('op')!r}: {key!r} must be an integer, got "
+                         f"{str(v)[:40]!r}")
+    return v
 
 
 class JobServer:
@@ -55,18 +98,32 @@ class JobServer:
         if self.ckpt is not None:
             saved = state.load_job_checkpoint(self.ckpt, self.names)
             if saved is not None:
-                self.flat.copy_(saved["params"])
-                self.opt.load_state_dict(saved["optimizer"])
-                self.version = int(saved["rounds_done"])
+                from hetsched.runtime.checkpoint import CheckpointError
+
+                try:
+                    self.flat.copy_(saved["params"])
+                    self.opt.load_state_dict(saved["optimizer"])
+                except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise CheckpointError(self.ckpt, "does not fit this job's model or "
+                                          f"optimizer ({first[:100]})") from None
+                self.version = min(int(saved["rounds_done"]), job.rounds)
+
+    def check_put(self, rnd: int, task: int) -> None:
+        """Refuse (BadRequest) a contribution that is not one this round still waits for."""
+        if rnd != self.version:
+            raise BadRequest(f"job {self.job.name}: gradient for round {rnd} while the job "
+                             f"is at round {self.version}")
+        if task in self.got or not 0 <= task < self.job.tasks_per_round:
+            raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent twice or "
+                             "out of range")
 
     def add(self, rnd: int, task: int, contribution: torch.Tensor) -> bool:
         """Add one task's contribution; True when it completed the round (step applied)."""
-        if rnd != self.version:
-            raise ValueError(f"job {self.job.name}: gradient for round {rnd} while the job is "
-                             f"at round {self.version}")
-        if task in self.got or not 0 <= task < self.job.tasks_per_round:
-            raise ValueError(f"job {self.job.name}: task {task} of round {rnd} sent twice or "
-                             "out of range")
+        self.check_put(rnd, task)
+        if not bool(torch.isfinite(contribution).all()):
+            raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent a "
+                             "gradient with NaN or infinite values; nothing was applied")
         self.grad += contribution
         self.got.add(task)
         if len(self.got) < self.job.tasks_per_round:
@@ -86,24 +143,44 @@ class JobServer:
 class Coordinator:
     """Serves every executor of one pool job (threads in rank 0's process)."""
 
-    def __init__(self, xplan: ExecPlan, gpus: list[str], listener: Listener,
-                 ckpt_dir: Path | None, seed: int = 0, hello_timeout_s: float = 300.0,
-                 ckpt_every_s: float = 0.0) -> None:
+    def __init__(self, xplan: ExecPlan, gpus: list[str], listener: socket.socket, key: bytes,
+                 ckpt_dir: Path | None, seed: int = 0, hello_timeout_s: float = 120.0,
+                 ckpt_every_s: float = 0.0,
+                 handshake_timeout_s: float = protocol.HANDSHAKE_TIMEOUT_S,
+                 idle_timeout_s: float | None = None) -> None:
         self.plan = xplan
         self.gpus = list(gpus)
         self.listener = listener
+        self.key = bytes(key)
+        self.handshake_timeout_s = handshake_timeout_s
+        self.idle_timeout_s = idle_bound(xplan) if idle_timeout_s is None else idle_timeout_s
         self.jobs = {n: JobServer(j, xplan.plan_id, ckpt_dir, seed, ckpt_every_s)
                      for n, j in xplan.jobs.items()}
+        self.max_payload = max((s.flat.numel() * 4 for s in self.jobs.values()), default=0)
         self.cond = threading.Condition()
         self.failed: str | None = None
+        self.joined: set[str] = set()
         self.hello: set[str] = set()
         self.bye: set[str] = set()
+        self.refused = 0  # connections dropped before they joined (strangers, scanners)
+        self.closed = False
+        self.pending = threading.BoundedSemaphore(MAX_PENDING)
         self.hello_deadline = time.monotonic() + hello_timeout_s
-        threading.Thread(target=self._accept, daemon=True, name="coord-accept").start()
+        self._accepter = threading.Thread(target=self._accept, daemon=True,
+                                          name="coord-accept")
+        self._accepter.start()
         threading.Thread(target=self._watch, daemon=True, name="coord-watch").start()
 
     def rounds_done(self) -> dict[str, int]:
         return {n: s.version for n, s in self.jobs.items()}
+
+    def accepting(self) -> bool:
+        """Whether the accept loop still runs (it stops only on :meth:`close`)."""
+        return self._accepter.is_alive()
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
 
     def fail(self, why: str) -> None:
         with self.cond:
@@ -119,11 +196,11 @@ class Coordinator:
             return self.failed
 
     def _watch(self) -> None:
-        """Fail the pool job when an executor has not connected by the deadline."""
+        """Fail the pool job when an executor has not joined by the deadline."""
         while True:
             time.sleep(0.5)
             with self.cond:
-                missing = sorted(set(self.gpus) - self.hello)
+                missing = sorted(set(self.gpus) - self.joined)
                 if self.failed is not None or not missing:
                     return
                 if time.monotonic() > self.hello_deadline:
@@ -132,30 +209,96 @@ class Coordinator:
                     return
 
     def _accept(self) -> None:
-        while True:
+        """Accept until :meth:`close`; no error of one connection ends the loop."""
+        while not self.closed:
             try:
-                conn = protocol.accept(self.listener)
-            except OSError:
-                return  # listener closed
-            except Exception:  # noqa: BLE001  (a failed handshake: a stranger, ignore it)
+                sock, _ = self.listener.accept()
+            except TimeoutError:
                 continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except OSError:
+                if self.closed or self.listener.fileno() < 0:
+                    return  # closed by close()
+                time.sleep(0.05)  # ECONNABORTED (a reset in the backlog), EMFILE...: go on
+                continue
+            if not self.pending.acquire(blocking=False):
+                self._refuse()
+                sock.close()
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(sock,), daemon=True,
+                                 name="coord-conn").start()
+            except RuntimeError:  # no thread to be had: drop this one, keep accepting
+                self.pending.release()
+                sock.close()
 
-    def _serve(self, conn: protocol.Channel) -> None:
-        gpu = "?"
+    def _refuse(self) -> None:
+        with self.cond:
+            self.refused += 1
+
+    def _join(self, sock: socket.socket) -> tuple[protocol.Channel, str] | None:
+        """Authenticate a new connection and take its ``join``; None (closed) if it fails."""
+        try:
+            try:
+                ch = protocol.server_handshake(sock, self.key, self.handshake_timeout_s)
+                head = protocol.recv_header(ch)
+            except (protocol.Refused, protocol.PeerLost):
+                self._refuse()
+                sock.close()
+                return None
+            gpu = head.get("gpu")
+            why = None
+            with self.cond:
+                if head.get("op") != "join" or not isinstance(gpu, str):
+                    why = "expected join {gpu}"
+                elif gpu not in self.gpus:
+                    why = f"GPU {gpu[:80]!r} is not an executor GPU of this pool job"
+                elif gpu in self.joined:
+                    why = f"GPU {gpu} has joined already"
+                else:
+                    self.joined.add(gpu)
+            if why is not None:
+                self._refuse()
+                try:
+                    protocol.send(ch, {"error": why})
+                except protocol.PeerLost:
+                    pass
+                ch.close()
+                return None
+            protocol.send(ch, {})
+            ch.settimeout(self.idle_timeout_s)
+            return ch, str(gpu)
+        except protocol.PeerLost:
+            sock.close()
+            with self.cond:
+                self.joined.discard(str(head.get("gpu")))
+            return None
+        finally:
+            self.pending.release()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            got = self._join(sock)
+        except Exception:  # noqa: BLE001  (whatever a stranger caused: drop it, go on)
+            sock.close()
+            return
+        if got is None:
+            return
+        conn, gpu = got
         try:
             while True:
-                head, payload = protocol.recv(conn)
+                head = protocol.recv_header(conn, self.max_payload)
                 op = head.get("op")
                 if op == "hello":
-                    gpu = str(head.get("gpu"))
+                    if head.get("gpu") != gpu:
+                        raise BadRequest(f"hello for GPU {str(head.get('gpu'))[:80]!r} on "
+                                         f"GPU {gpu}'s connection")
                     with self.cond:
                         self.hello.add(gpu)
                     protocol.send(conn, {"rounds_done": self.rounds_done()})
                 elif op == "get":
                     self._get(conn, head)
                 elif op == "put":
-                    self._put(conn, head, payload)
+                    self._put(conn, head)
                 elif op == "bye":
                     with self.cond:
                         self.bye.add(gpu)
@@ -163,23 +306,41 @@ class Coordinator:
                     protocol.send(conn, {})
                     return
                 else:
-                    protocol.send(conn, {"error": f"unknown request {op!r}"})
+                    raise BadRequest(f"unknown request {str(op)[:40]!r}")
+                if head.get("nbytes") and op != "put":
+                    raise BadRequest(f"request {op!r} carries a payload")
+        except protocol.PeerIdle:
+            self.fail(f"executor for GPU {gpu} sent nothing for {self.idle_timeout_s:.0f} s "
+                      "(hung?)")
         except protocol.PeerLost:
             if gpu not in self.bye:
                 self.fail(f"executor for GPU {gpu} lost (its connection closed before it "
                           "finished)")
-        except ValueError as e:
-            self.fail(str(e))
+        except (protocol.Refused, ValueError) as e:
+            why = f"executor for GPU {gpu}: {e}"
+            self.fail(why)
             try:
-                protocol.send(conn, {"error": str(e)})
+                protocol.send(conn, {"error": why})
             except protocol.PeerLost:
                 pass
         finally:
             conn.close()
 
+    def _job(self, head: dict[str, Any]) -> JobServer:
+        name = head.get("job")
+        srv = self.jobs.get(name) if isinstance(name, str) else None
+        if srv is None:
+            raise BadRequest(f"request {head.get('op')!r} for job {str(name)[:80]!r}, "
+                             "which is not a job of this plan")
+        return srv
+
     def _get(self, conn: protocol.Channel, head: dict[str, Any]) -> None:
-        srv = self.jobs[str(head["job"])]
-        rnd = int(head["round"])
+        srv = self._job(head)
+        rnd = _int(head, "round")
+        have = _int(head, "have", -1)
+        if not 0 <= rnd < srv.job.rounds:
+            raise BadRequest(f"job {srv.job.name}: round {rnd} requested; the job has rounds "
+                             f"0..{srv.job.rounds - 1}")
         with self.cond:
             while self.failed is None and srv.version < rnd:
                 self.cond.wait(1.0)
@@ -187,26 +348,31 @@ class Coordinator:
                 protocol.send(conn, {"error": self.failed})
                 return
             if srv.version != rnd:
-                raise ValueError(f"job {srv.job.name}: round {rnd} requested after the job "
+                raise BadRequest(f"job {srv.job.name}: round {rnd} requested after the job "
                                  f"reached round {srv.version}")
             version = srv.version
-        if int(head.get("have", -1)) == version:
+        if have == version:
             protocol.send(conn, {"same": True, "version": version})
             return
         # sent outside the lock: round r's step needs this very task's gradient, so the
         # parameters of version r cannot change while a task of round r pulls them
         protocol.send(conn, {"version": version}, srv.flat.numpy())
 
-    def _put(self, conn: protocol.Channel, head: dict[str, Any], payload: bytes | None) -> None:
-        srv = self.jobs[str(head["job"])]
-        if payload is None or len(payload) != srv.grad.numel() * 4:
-            raise ValueError(f"job {srv.job.name}: gradient of the wrong size")
-        contribution = torch.frombuffer(bytearray(payload), dtype=torch.float32)
+    def _put(self, conn: protocol.Channel, head: dict[str, Any]) -> None:
+        srv = self._job(head)
+        rnd, task = _int(head, "round"), _int(head, "task")
+        want = srv.grad.numel() * 4
+        if head.get("nbytes") != want:  # checked before a byte of it is read
+            raise BadRequest(f"job {srv.job.name}: gradient of {head.get('nbytes')!r} bytes, "
+                             f"expected {want}")
+        buf = bytearray(want)  # the job's own size, checked above
+        protocol.recv_payload(conn, want, buf)
+        contribution = torch.frombuffer(buf, dtype=torch.float32)
         with self.cond:
             if self.failed is not None:
                 protocol.send(conn, {"error": self.failed})
                 return
-            done = srv.add(int(head["round"]), int(head["task"]), contribution)
+            done = srv.add(rnd, task, contribution)
             if done:
                 self.cond.notify_all()
             job_done = srv.version >= srv.job.rounds

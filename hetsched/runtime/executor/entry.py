@@ -11,7 +11,11 @@ job's components. This task's place comes from the same environment as
 ``HETSCHED_POOL_GPUS`` (plan GPU ids, comma-separated, in ``SLURM_PROCID`` order)
 ``[rank]``, else the plan's GPU order; ``--gpu`` overrides. Rank 0 also runs the
 coordinator on the rendezvous port (rank 0 listens, every executor, rank 0's
-own included, connects to it).
+own included, connects to it). The coordinator listens on the rendezvous
+address only (the address of the plan's first node, 127.0.0.1 for ``--local``),
+and every connection proves the pool job's key: the file ``--key-file``
+(``HETSCHED_POOL_KEY_FILE``) that ``hetsched submit`` wrote, 0600, beside the
+plan copy; ``--local`` makes a fresh key in memory for its processes.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from hetsched.runtime.executor.plan import ExecPlan, exec_plan
 from hetsched.runtime.launcher import free_port, from_env
 
 POOL_GPUS_VAR = "HETSCHED_POOL_GPUS"
+KEY_FILE_VAR = "HETSCHED_POOL_KEY_FILE"
 #: exit status of an executor whose pool job failed (distinct from input errors' 2)
 FAILED_EXIT = 3
 
@@ -75,6 +80,39 @@ def _device(name: str | None) -> Any:
     return torch.device("cpu")
 
 
+def pool_key(opts: Mapping[str, Any], env: Mapping[str, str]) -> bytes:
+    """The pool job's key: ``opts["key"]`` (``--local``'s own), else the key file."""
+    from hetsched.io.secret import read_secret
+
+    if opts.get("key"):
+        return bytes(opts["key"])
+    path = opts.get("key_file") or env.get(KEY_FILE_VAR)
+    if not path:
+        raise InputError("--key-file", "no pool job key: `hetsched submit` passes the key "
+                         f"file it wrote (--key-file, ${KEY_FILE_VAR}); outside Slurm use "
+                         "`hetsched exec --local`")
+    return read_secret(path)
+
+
+def load_exec_plan(plan_path: str) -> ExecPlan:
+    """The pool plan an executor runs, refused when another user could have written it."""
+    from hetsched.io.files import check_private
+
+    check_private(plan_path, "pool plan")
+    return exec_plan(load_plan(plan_path), plan_path)
+
+
+def bind_address(addr: str) -> str:
+    """The one address the coordinator listens on: the rendezvous address (an IPv4
+    address, or a name resolved the way the executors resolve it)."""
+    import socket
+
+    try:
+        return str(socket.getaddrinfo(addr, None, socket.AF_INET)[0][4][0])
+    except (OSError, IndexError):
+        return addr
+
+
 def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None = None
              ) -> dict[str, Any]:
     """This process's executor (and rank 0's coordinator). Raises ExecFailed on failure."""
@@ -83,7 +121,8 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
     from hetsched.runtime.launcher import cpu_threads
 
     env = os.environ if env is None else env
-    xplan = exec_plan(load_plan(plan_path), plan_path)
+    xplan = load_exec_plan(plan_path)
+    key = pool_key(opts, env)
     renv = from_env(env)
     gpus = executor_gpus(xplan, env)
     if renv.world_size != len(gpus):
@@ -97,32 +136,45 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
         torch.set_num_threads(int(opts.get("threads") or cpu_threads(len(gpus) if opts.get(
             "local") else 1, env)))
     return run_gpu(xplan, gid, gpus, renv.rank == 0, renv.master_addr,
-                   renv.master_port or free_port(), renv.job_id, dev, opts, env)
+                   renv.master_port or free_port(), key, dev, opts, env)
+
+
+#: seconds the coordinator waits for every executor to connect (they connect right
+#: after start, before building their models)
+CONNECT_TIMEOUT_S = 120.0
 
 
 def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, port: int,
-            job_id: str, dev: Any, opts: dict[str, Any], env: Mapping[str, str] | None = None,
+            key: bytes, dev: Any, opts: dict[str, Any], env: Mapping[str, str] | None = None,
             coord_box: list[Any] | None = None) -> dict[str, Any]:
-    """One executor (with the coordinator when ``rank0``) on an explicit rendezvous."""
+    """One executor (with the coordinator when ``rank0``) on an explicit rendezvous;
+    ``key`` is the pool job's secret."""
     from hetsched.runtime.emulate import emulation_for
     from hetsched.runtime.executor import protocol
     from hetsched.runtime.executor.worker import ExecOptions, Executor, PoolFailed
 
-    key = protocol.authkey(xplan.plan_id, job_id)
     coord = None
     if rank0:
         from hetsched.runtime.executor.coordinator import Coordinator
 
         ckpt = Path(opts["checkpoint_dir"]) if opts.get("checkpoint_dir") else None
+        host = bind_address(addr)
         try:
-            listener = protocol.listen(port, key)
+            listener = protocol.listen(host, port)
         except OSError as e:
-            raise ExecFailed(gid, f"the coordinator cannot listen on port {port} ({e.strerror}"
-                             "); set HETSCHED_MASTER_PORT to a free port") from None
-        coord = Coordinator(xplan, gpus, listener, ckpt,
-                            seed=int(opts.get("seed") or 0),
-                            hello_timeout_s=float(opts.get("hello_timeout_s") or 300.0),
-                            ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0))
+            raise ExecFailed(gid, f"the coordinator cannot listen on {host}:{port} "
+                             f"({e.strerror}); set HETSCHED_MASTER_ADDR to this node's "
+                             "address and HETSCHED_MASTER_PORT to a free port") from None
+        try:
+            coord = Coordinator(xplan, gpus, listener, key, ckpt,
+                                seed=int(opts.get("seed") or 0),
+                                hello_timeout_s=float(opts.get("hello_timeout_s")
+                                                      or CONNECT_TIMEOUT_S),
+                                ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0),
+                                idle_timeout_s=opts.get("idle_timeout_s"))
+        except BaseException:
+            listener.close()
+            raise
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]
@@ -133,7 +185,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
                      average=bool(opts.get("average", False)),
                      emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"))
     try:
-        conn = protocol.connect(addr, port, key)
+        conn = protocol.connect(addr, port, key, gid)
         try:
             ran = Executor(xplan, gpu, conn, rep, eo).run()
         finally:
@@ -141,11 +193,11 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
     except (PoolFailed, protocol.PeerLost) as e:
         if coord is not None:
             coord.fail(str(e))
-            coord.listener.close()
+            coord.close()
         raise ExecFailed(gid, str(e)) from None
     if coord is not None:
         why = coord.wait_done()
-        coord.listener.close()
+        coord.close()
         if why is not None:
             raise ExecFailed(gid, why)
     return {"gpu": gid, "tasks": ran}
@@ -160,9 +212,12 @@ def run_threads(plan_path: str, opts: dict[str, Any], device: str = "cpu"
 
     import torch
 
-    xplan = exec_plan(load_plan(plan_path), plan_path)
+    from hetsched.io.secret import new_secret
+
+    xplan = load_exec_plan(plan_path)
     gpus = executor_gpus(xplan, {})
     port = free_port()
+    key = new_secret()
     dev = torch.device(device)
     out: list[dict[str, Any] | BaseException] = [RuntimeError("did not finish")] * len(gpus)
     box: list[Any] = []
@@ -170,7 +225,7 @@ def run_threads(plan_path: str, opts: dict[str, Any], device: str = "cpu"
     def one(rank: int) -> None:
         try:
             out[rank] = run_gpu(xplan, gpus[rank], gpus, rank == 0, "127.0.0.1", port,
-                                "threads", dev, opts, coord_box=box)
+                                key, dev, opts, coord_box=box)
         except BaseException as e:  # noqa: BLE001  (reported to the caller)
             out[rank] = e
 
@@ -201,12 +256,18 @@ def _local_child(plan_path: str, opts: dict[str, Any], rank: int, world: int, po
 
 
 def start_local(plan_path: str, opts: dict[str, Any]) -> list[Any]:
-    """Start every GPU's executor as a local process (spawn); returns the processes."""
-    xplan = exec_plan(load_plan(plan_path), plan_path)
+    """Start every GPU's executor as a local process (spawn); returns the processes.
+
+    They share a fresh key, handed to each through the spawn pipe (never the
+    command line or the environment)."""
+    from hetsched.io.secret import new_secret
+
+    xplan = load_exec_plan(plan_path)
     gpus = executor_gpus(xplan, os.environ)
     port = free_port()
     ctx = mp.get_context("spawn")
     procs = []
+    opts = {**opts, "key": new_secret()}
     for r in range(len(gpus)):
         p = ctx.Process(target=_local_child, args=(plan_path, opts, r, len(gpus), port, gpus),
                         name=f"exec-{gpus[r]}")

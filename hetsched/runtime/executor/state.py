@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetsched.io.files import atomic_write_with
+from hetsched.io.files import atomic_write_with, check_private
 
 FORMAT = 1
 
@@ -64,11 +64,43 @@ def save_job_checkpoint(path: Path, flat: torch.Tensor, names: list[str],
 
 
 def load_job_checkpoint(path: Path, names: list[str]) -> dict[str, Any] | None:
-    """The saved state, or None when the job has no checkpoint yet."""
+    """The saved state, or None when the job has no checkpoint yet.
+
+    A truncated, corrupted, foreign or crafted file is one line
+    (:class:`~hetsched.runtime.checkpoint.CheckpointError`), never a traceback and
+    never code run (``weights_only``).
+    """
+    import pickle
+    import warnings
+
+    from hetsched.runtime.checkpoint import CheckpointError
+
     if not path.exists():
         return None
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("format") != FORMAT or list(state.get("names", [])) != names:
-        raise ValueError(f"{path}: not a checkpoint of this job's model (format "
-                         f"{state.get('format')!r}, {len(state.get('names', []))} parameters)")
+    check_private(path, "pool checkpoint")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        why = ("refused: loading it would run code from the file" if "GLOBAL" in str(e)
+               or "Unsupported global" in str(e) else "not a readable pool checkpoint")
+        raise CheckpointError(path, why) from None
+    except (RuntimeError, EOFError, OSError, ValueError, TypeError, KeyError,
+            AttributeError, IndexError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(path, f"not a readable pool checkpoint: truncated or corrupted "
+                              f"({first[:100]})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT \
+            or list(state.get("names", [])) != names:
+        got = state if isinstance(state, dict) else {}
+        raise CheckpointError(path, f"not a checkpoint of this job's model (format "
+                              f"{got.get('format')!r}, {len(got.get('names', []) or [])} "
+                              f"parameters, the model has {len(names)})")
+    params = state.get("params")
+    rounds = state.get("rounds_done")
+    if not isinstance(params, torch.Tensor) or isinstance(rounds, bool) \
+            or not isinstance(rounds, int) or rounds < 0 or "optimizer" not in state:
+        raise CheckpointError(path, "incomplete pool checkpoint (params, rounds_done, "
+                              "optimizer)")
     return state

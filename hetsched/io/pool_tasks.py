@@ -1,0 +1,126 @@
+"""The ``tasks`` section of a pool plan, checked and bounded when the plan is loaded.
+
+Every number against :data:`hetsched.core.limits.POOL`, every job name against the
+plan, every row's round and task inside its job's, and the tasks the runs stand
+for counted (``repeat`` times the run's rows) before anything is expanded, so a
+hostile or damaged plan is one line (exit 2) in ``exec``, ``submit`` and
+``submit --dry-run`` alike, never a MemoryError or a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hetsched.core import limits
+from hetsched.errors import InputError
+
+#: the columns of a run's rows (planning.pool.compact.COLUMNS)
+ROW_COLUMNS = ("job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict")
+JOB_FIELDS = ("tasks_per_round", "rounds", "iterations_per_task", "last_round_iterations",
+              "local_batch")
+
+
+def _num(v: Any, key: str, src: str, where: str) -> Any:
+    why = limits.check_number(v, limits.POOL[key])
+    if why is not None:
+        raise InputError(src, f"{key}: {why}", where)
+    return v
+
+
+def _mapping(v: Any, src: str, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise InputError(src, f"expected a mapping, got {type(v).__name__}", where)
+    return v
+
+
+def _list(v: Any, src: str, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise InputError(src, f"expected a list, got {type(v).__name__}", where)
+    return v
+
+
+def check_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> None:
+    """Raise InputError (one line: file, field, what is valid) unless ``tasks`` is a
+    well-formed, bounded pool ``tasks`` section for a plan with jobs ``plan_jobs``."""
+    t = _mapping(tasks, src, "tasks")
+    jobs = _mapping(t.get("jobs"), src, "tasks.jobs")
+    shape: dict[str, tuple[int, int]] = {}
+    for name, d in jobs.items():
+        where = f"tasks.jobs.{str(name)[:80]}"
+        if name not in plan_jobs:
+            raise InputError(src, "not a job of the plan's 'jobs'", where)
+        d = _mapping(d, src, where)
+        for key in JOB_FIELDS:
+            if key not in d:
+                raise InputError(src, f"missing {key!r} (an integer >= 1)", where)
+            _num(d[key], key, src, where)
+        if "model_memory_gb" in d:
+            _num(d["model_memory_gb"], "model_memory_gb", src, where)
+        shape[str(name)] = (int(d["rounds"]), int(d["tasks_per_round"]))
+    gpus = _list(t.get("gpus"), src, "tasks.gpus")
+    if len(gpus) > limits.MAX_TOTAL_GPUS:
+        raise InputError(src, f"{len(gpus)} GPUs; the limit is {limits.MAX_TOTAL_GPUS}",
+                         "tasks.gpus")
+    total = 0
+    seen: set[tuple[str, int]] = set()
+    for gi, g in enumerate(gpus):
+        where = f"tasks.gpus[{gi}]"
+        g = _mapping(g, src, where)
+        for key in ("node", "gpu_type"):
+            v = g.get(key)
+            if not isinstance(v, str) or not v or len(v) > 256:
+                raise InputError(src, f"{key!r} must be a non-empty string", where)
+        if "gpu" not in g:
+            raise InputError(src, "missing 'gpu' (the GPU's index on its node)", where)
+        _num(g["gpu"], "gpu", src, where)
+        if (g["node"], g["gpu"]) in seen:
+            raise InputError(src, f"GPU {g['gpu']} of node {g['node']!r} is listed twice",
+                             where)
+        seen.add((g["node"], g["gpu"]))
+        _num(g.get("tasks", 0), "tasks", src, where)
+        if "memory_gb" in g:
+            _num(g["memory_gb"], "memory_gb", src, where)
+        for ri, run in enumerate(_list(g.get("runs", []), src, f"{where}.runs")):
+            rw = f"{where}.runs[{ri}]"
+            run = _mapping(run, src, rw)
+            repeat = _num(run.get("repeat", 1), "repeat", src, rw)
+            step = _num(run.get("round_step", 0), "round_step", src, rw)
+            _num(run.get("period_s", 0.0), "period_s", src, rw)
+            rows = _list(run.get("tasks"), src, f"{rw}.tasks")
+            total += int(repeat) * len(rows)
+            if total > limits.MAX_POOL_TASKS:
+                raise InputError(src, f"the runs stand for more than {limits.MAX_POOL_TASKS:,}"
+                                 " tasks (hetsched's limit)", rw)
+            for k, row in enumerate(rows):
+                _row(row, src, f"{rw}.tasks[{k}]", shape, int(repeat), int(step))
+
+
+def _row(row: Any, src: str, where: str, shape: Mapping[str, tuple[int, int]], repeat: int,
+         step: int) -> None:
+    if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
+        raise InputError(src, f"a task row is a list of {len(ROW_COLUMNS)} values "
+                         f"({', '.join(ROW_COLUMNS)})", where)
+    job, rnd, task, *times, memory, evict = row
+    if not isinstance(job, str) or job not in shape:
+        raise InputError(src, f"task of unknown job {str(job)[:80]!r} (jobs of "
+                         f"tasks.jobs: {', '.join(sorted(shape)[:10])})", where)
+    rounds, per_round = shape[job]
+    for v, name in ((rnd, "round"), (task, "task")):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(src, f"{name} must be an integer, got {str(v)[:40]!r}", where)
+    last = rnd + (repeat - 1) * step
+    if not 0 <= rnd or last >= rounds:
+        reach = f" (its run's repeats reach round {last})" if last != rnd else ""
+        raise InputError(src, f"job {job!r} has rounds 0..{rounds - 1}; this row is round "
+                         f"{rnd}{reach}", where)
+    if not 0 <= task < per_round:
+        raise InputError(src, f"task {task} of job {job!r}, which has tasks "
+                         f"0..{per_round - 1} per round", where)
+    for v in times:
+        _num(v, "time_s", src, where)
+    if memory not in ("keep", "evict"):
+        raise InputError(src, f"memory must be 'keep' or 'evict', got {str(memory)[:40]!r}",
+                         where)
+    if not isinstance(evict, list) or not all(isinstance(e, str) for e in evict):
+        raise InputError(src, "evict must be a list of job names", where)

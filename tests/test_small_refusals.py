@@ -1,0 +1,56 @@
+"""Small refusals, each one line with its documented exit code: a FIFO as an input
+file (no hang), a dangling-symlink state file (8, not "corrupted"), and a dry run that
+fails where the real submit would (a state path with a space)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hetsched.errors import EXIT_INPUT, EXIT_STATE_PERMISSION
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = \"hetsched\"; main()"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", MAIN, *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def one_line(r: subprocess.CompletedProcess[str], code: int, says: str) -> None:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code, r.stderr
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_fifo_as_the_jobs_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "jobs.yaml"
+    os.mkfifo(fifo)  # nobody ever writes to it: an open() would block for ever
+    one_line(run("plan", str(fifo)), EXIT_INPUT, "is not a regular file")
+
+
+def test_a_dangling_symlink_state_file_is_a_permission_problem_not_corruption(
+        tmp_path: Path) -> None:
+    st = tmp_path / "state.db"
+    st.symlink_to(tmp_path / "gone" / "state.db")
+    for args in (["status"], ["cancel", "--all"]):
+        r = run(*args, "--state", str(st))
+        one_line(r, EXIT_STATE_PERMISSION, "is a symbolic link to")
+    assert not (tmp_path / "gone").exists()  # nothing created where the link points
+
+
+def test_dry_run_fails_where_submit_fails(tmp_path: Path) -> None:
+    from tests.runtime.exec_helpers import make_plan
+
+    plan = make_plan(tmp_path, gpus=2, task_iterations=1)
+    state = tmp_path / "with space" / "s.db"
+    r = run("submit", str(plan), "--dry-run", "--state", str(state))
+    one_line(r, EXIT_INPUT, "contains spaces")
+    ok = run("submit", str(plan), "--dry-run", "--state", str(tmp_path / "s.db"))
+    assert ok.returncode == 0, ok.stderr
+    assert f"--plan {tmp_path}/s.db.files/plans/" in ok.stdout  # the real path
+    assert "--key-file" in ok.stdout and not (tmp_path / "s.db.files").exists()
