@@ -13,8 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from hetsched.core.report import BaseReporter
