@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from hetsched.app.replan import latest_rows
 from hetsched.errors import InputError
 from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.runner import CommandError
 from hetsched.state.store import CANCELLED, SUBMITTING, Store, Submission
 
 #: hetsched rows a cancel applies to (queued, running, or being submitted)
@@ -57,13 +58,23 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
             res.not_active.append((name, row.state))
     _whole_groups(rows, targets)
     who = user or _user()
+    events: list[int] = []
     with store.tx():  # marked first: a concurrent monitor must not read it as a failure
         for row in targets:
             store.set_state(row.id, CANCELLED)
-            store.add_event("job-cancelled", job=row.job, slurm_id=row.slurm_id,
-                            detail=json.dumps({"by": who, "via": "hetsched cancel",
-                                               "reason": reason}))
-    client.cancel([r.slurm_id for r in targets if r.slurm_id])
+            events.append(store.add_event(
+                "job-cancelled", job=row.job, slurm_id=row.slurm_id,
+                detail=json.dumps({"by": who, "via": "hetsched cancel", "reason": reason})))
+    try:
+        client.cancel([r.slurm_id for r in targets if r.slurm_id])
+    except CommandError as e:  # scancel failed or Slurm did not answer: nothing was cancelled
+        with store.tx():
+            for row in targets:
+                store.set_state(row.id, row.state)
+            store.mark_handled(events)
+            store.add_event("cancel-failed", detail=json.dumps(
+                {"jobs": [r.job for r in targets], "error": str(e)[:300]}), handled=True)
+        raise
     res.cancelled = [(r.job, r.slurm_id or "-") for r in targets]
     return res
 
