@@ -190,13 +190,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
 
 
 def _stdout_console() -> Console:
-    """A terminal console; piped, as wide as $COLUMNS says, else wide enough for long names."""
-    if sys.stdout.isatty():
-        return Console()
-    import os
+    """A terminal console; piped, unlimited width (render.stdout_console)."""
+    from hetsched.cli.render import stdout_console
 
-    cols = os.environ.get("COLUMNS", "")
-    return Console(width=int(cols) if cols.isdigit() and int(cols) >= 40 else 200)
+    return stdout_console()
 
 
 def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:

@@ -78,8 +78,8 @@ class RichReporter(BaseReporter):
     def _line(self, text: str) -> None:
         if self.progress is not None:
             self.progress.console.print(text, highlight=False)
-        else:
-            self.console.print(text, highlight=False)
+        else:  # piped: one line stays one line, however long (no wrapping at 80 columns)
+            self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
 
     # -- hooks -------------------------------------------------------------
     def probes(self, pending: int, running: int, done: int, total: int) -> None:
