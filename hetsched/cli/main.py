@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsched import __version__
-from hetsched.cli.options import format_option, partition_option
+from hetsched.cli.options import format_option, needs_extra, partition_option
 from hetsched.errors import HetschedError, InputError
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ def _write(path: str, text: str) -> None:
 @format_option("table", "json", "yaml")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
 @click.option("--gantt", "gantt_png", type=click.Path(dir_okay=False),
+              callback=needs_extra("matplotlib"),
               help="Write a per-GPU Gantt chart PNG here.")
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,

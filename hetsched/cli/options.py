@@ -59,3 +59,21 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
         return wrapped  # type: ignore[return-value]
 
     return deco
+
+
+def needs_extra(module: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option callback: when the option is given, import MODULE now, before any work.
+
+    A missing optional dependency then fails while the command line is
+    parsed (the main group turns the ModuleNotFoundError into one line
+    naming the extra), not after a plan was computed and files written.
+    """
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value:
+            import importlib
+
+            importlib.import_module(module)
+        return value
+
+    return check

@@ -21,7 +21,7 @@ from hetsched.app.replan import (
 )
 from hetsched.app.status import JobStatus, when
 from hetsched.app.submit import base_sbatch, submit
-from hetsched.cli.options import format_option, partition_option, state_option
+from hetsched.cli.options import format_option, needs_extra, partition_option, state_option
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import InputError
@@ -212,6 +212,7 @@ def _print_status_table(jobs: list[JobStatus]) -> None:
 @state_option
 @format_option("table", "json")
 @click.option("--png", "png_out", type=click.Path(dir_okay=False), default=None,
+              callback=needs_extra("matplotlib"),
               help="Also draw measured vs predicted iteration time per job (job reports) here.")
 def status_cmd(state_path: str | None, fmt: str, png_out: str | None) -> None:
     """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
