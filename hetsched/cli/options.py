@@ -77,3 +77,14 @@ def needs_extra(module: str) -> Callable[[click.Context, click.Parameter, Any], 
         return value
 
     return check
+
+
+def exit_codes_help() -> str:
+    """The exit code table (hetsched.errors.EXIT_CODES) as the epilog of ``hetsched --help``.
+
+    The wheel installs no documents, so ``--help`` carries what a user needs.
+    """
+    from hetsched.errors import EXIT_CODES
+
+    return "\b\nExit codes:\n" + "\n".join(f"  {code:>3}  {what}"
+                                         for code, what in EXIT_CODES.items())

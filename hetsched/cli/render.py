@@ -189,7 +189,7 @@ def summary_table(plan: Plan) -> Table:
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
     opd = plan.extra.get("opd")
-    if isinstance(opd, dict) and "alpha" in opd:  # issue 15: alpha beside opd's plans
+    if isinstance(opd, dict) and "alpha" in opd:  # alpha beside opd's plans
         proved = "proved" if opd.get("bound_proved") else "not proved for this variant"
         tab.add_row("opd alpha", f"{opd['alpha']} (paper's bound 4*alpha = "
                     f"{opd.get('competitive_bound')}, {proved})")
@@ -279,7 +279,7 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
 
 
 # ---------------------------------------------------------------------------
-# Pool mode (issue 3): per-GPU views of the plan's ``tasks`` section
+# Pool mode: per-GPU views of the plan's ``tasks`` section
 
 JOB_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -140,7 +140,7 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     SIGINT/SIGTERM during submit cancel what it submitted (exit 130).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
-    queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
+    queued), 4 Slurm did not answer, 6-10 state file unusable (`hetsched --help`),
     130 interrupted (nothing left queued).
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
@@ -319,7 +319,8 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
     A cancelled job is never resubmitted by `hetsched replan`; neither is one
     cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
     The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
-    input (unknown job), 3 scancel failed, 6-10 state file unusable (docs/reliability.md).
+    input (unknown job), 3 scancel failed, 4 Slurm did not answer (nothing
+    changed), 6-10 state file unusable (`hetsched --help` lists every code).
     """
     from hetsched.app.cancel import cancel_jobs
 

@@ -74,10 +74,10 @@ class PlanningProblem:
         self.c = np.ones((S, T))
         self.cap = np.ones((S, T), dtype=int)
         self.sync = np.zeros((S, T))
-        #: per job: GPU type -> fit whose sync was calibrated at several scales (issue 11.7)
+        #: per job: GPU type -> fit whose sync was calibrated at several scales
         self.calibrated: list[dict[int, StepFit]] = [{} for _ in range(S)]
         #: per job: None (every allowed type affine) or, per type, the piecewise curve
-        #: where the affine fit is poor (issue 11.7): predictions and batch shares use it
+        #: where the affine fit is poor: predictions and batch shares use it
         self.curves: list[list[Curve] | None] = [None] * S
         self.allowed = np.zeros((S, T), dtype=bool)
         node_max = {t: 0 for t in self.types}

@@ -81,7 +81,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
                               progress_history=progress_history,
                               prefer_gpus=dict(prefer_gpus or {}))
-    if mode == "pool":  # pool mode (issue 3) lives in its own package
+    if mode == "pool":  # pool mode lives in its own package
         from hetsched.planning.pool import plan_pool
 
         if static:
@@ -91,7 +91,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep)
-    elif mode == "auto":  # issue 11.4: space or pool, whichever predicts less weighted JCT
+    elif mode == "auto":  # space or pool, whichever predicts less weighted JCT
         plan = _plan_either(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, task_iterations=task_iterations,
                             reporter=rep)

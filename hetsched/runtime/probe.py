@@ -11,7 +11,7 @@ a gradient-sized buffer between in-process ranks, i.e. the intra-node
 exchange cost of this model, measured at 2 and 4 ranks (``sync_gpus``): the
 one-GPU rows carry the 2-rank time in ``sync_time_s``, and one row per scale K
 (``gpus`` = K, the largest batch's step time plus the K-rank sync) lets the
-planner calibrate its communication model at several scales (issue 11.7).
+planner calibrate its communication model at several scales.
 
 A time limit stops the sweep early with the rows measured so far (a probe that
 measured nothing fails, and the profiler marks the pair unusable).

@@ -1,4 +1,4 @@
-"""Harmony (Lee et al., ../shared/papers/harmony-ps-colocation.txt): co-located job groups.
+"""Harmony (Lee et al.): co-located job groups.
 
 ``harmony`` groups jobs with complementary COMP/COMM use onto shared GPUs
 (Algorithm 1, :mod:`.harmony_model`) and regroups at arrivals and

@@ -1,4 +1,4 @@
-"""Harmony's Algorithm 1, vectorised (../shared/papers/harmony-ps-colocation.txt §IV-B).
+"""Harmony's Algorithm 1, vectorised (Lee et al., Harmony, §IV-B).
 
 The policy's view of the jobs: per job, COMP on ``m`` GPUs of one type is the
 step-time model at local batch ``ceil(B/m)`` (eq. (2) through the affine step
