@@ -116,7 +116,8 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
                        "submit` again adopts it" if sid else
                        "submit was killed before sbatch answered; `hetsched submit` again")
         comps = by_leader.get(sid or "", [])
-        state = combined_state(comps) if comps else row.state
+        # a job dropped from a pool is cancelled although the pool's Slurm job runs on
+        state = combined_state(comps) if comps and row.state != CANCELLED else row.state
         slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                          and c.reason != "None"}))
         reason = adopted or _hetsched_reason(row, events) or slurm_reason

@@ -332,5 +332,8 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
         click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
     for name, jid in res.cancelled:
         click.echo(f"cancelled {name} (Slurm job {jid})")
-    if not res.cancelled:
+    for name, jid in res.dropped:
+        click.echo(f"dropped {name} from pool job {jid}; the next `hetsched replan` "
+                   "restarts the pool from its checkpoints without it")
+    if not res.cancelled and not res.dropped:
         click.echo("nothing to cancel")
