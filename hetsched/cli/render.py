@@ -395,3 +395,53 @@ def png_gantt_pool(plan: Plan, path: str | Path) -> None:
     for jp in plan.jobs[:40]:
         ax.barh(-10, 0, color=cmap(colour[jp.name] % 20), label=jp.name)
     _finish_gantt(fig, ax, [lbl for lbl, _ in rows], f"{plan.policy} (pool)", plan, path)
+
+
+# ---------------------------------------------------------------------------
+# hetsched status
+
+
+def status_table(jobs: list[Any], width: int = UNLIMITED, now: float | None = None) -> Table:
+    """``hetsched status``'s table: actual beside predicted (in brackets), where it runs.
+
+    ``jobs`` are :class:`hetsched.app.status.JobStatus`. A plan column appears
+    when the jobs come from more than one plan (``--all``, or a replanned batch).
+    """
+    import time
+
+    from hetsched.app.status import when
+
+    now = time.time() if now is None else now
+
+    def pair(actual: str, predicted: str) -> str:
+        return f"{actual} ({predicted})" if predicted != "-" else actual
+
+    def dur(x: float | None) -> str:
+        return fmt_s(x) if x is not None else "-"
+
+    plans = len({j.plan_id for j in jobs}) > 1
+    cols = [("job", "left", "name")] + ([("plan", "left", "name")] if plans else []) + [
+        ("Slurm id", "right", "number"), ("state", "left", "number"),
+        ("reason", "left", "list"), ("GPUs (node:index)", "left", "list"),
+        ("start (pred.)", "left", "list"), ("end (pred.)", "left", "list"),
+        ("JCT (pred.)", "left", "number"), ("iter s (pred.)", "left", "number")]
+    rows = []
+    for j in jobs:
+        it = pair(f"{j.measured_iter_s:.3g}" if j.measured_iter_s is not None else "-",
+                  f"{j.predicted_iter_s:.3g}" if j.predicted_iter_s is not None else "-")
+        jct = pair(dur(j.measured_jct_s) if j.measured_jct_s is not None else (
+            f"{dur(j.elapsed_s)}+" if j.elapsed_s is not None and j.actual_end is None
+            else "-"), dur(j.predicted_jct_s))
+        rows.append((j.job, *([j.plan_id] if plans else []), j.slurm_id,
+                     j.state + (" !" if j.slow else ""), j.reason or "-",
+                     j.placement or j.gpus or "-",
+                     pair(when(j.actual_start, now), when(j.predicted_start, now)),
+                     pair(when(j.actual_end, now), when(j.predicted_end, now)), jct, it))
+    return folding_table("hetsched jobs", cols, rows, width)
+
+
+def status_notes(jobs: list[Any]) -> list[str]:
+    """Lines under the status table: slow jobs (the '!'), and each failed job's log."""
+    out = [f"! {j.job}: {j.slow} (more than 1.5x)" for j in jobs if j.slow]
+    out += [f"{j.job} {j.state.lower()}: log {j.log}" for j in jobs if j.log]
+    return out
