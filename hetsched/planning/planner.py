@@ -159,7 +159,14 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         plan = simulate(problem, pol, static=static, restart_cost_s=restart_cost_s,
                         reporter=rep)
         rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
-        return _or_fallback(problem, pol, plan, static, restart_cost_s)
+        plan = _or_fallback(problem, pol, plan, static, restart_cost_s)
+        if getattr(cls, "colocates", False) and not any(
+                s.group is not None for jp in plan.jobs for s in jp.segments):
+            from hetsched.core.memory import no_group_reason  # say why sharing never paid
+
+            plan.extra["no_group"] = no_group_reason(problem)
+            rep.note(f"{cls.name} formed no co-location group: {plan.extra['no_group']}")
+        return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
     t0 = time.perf_counter()

@@ -78,7 +78,7 @@ def _fits(p: PlanningProblem, ids: list[int], t: int, k: int, mem: np.ndarray) -
            or bi > p.cap[i, t] for i, bi in zip(ids, b, strict=True)):
         return False
     return fits_memory([job_state_gb(p.jobs[i]) for i in ids], b,
-                       [float(p.cap[i, t]) for i in ids], float(mem[t]) * MARGIN)
+                       [float(p.mem_cap[i, t]) for i in ids], float(mem[t]) * MARGIN)
 
 
 @register
