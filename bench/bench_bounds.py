@@ -1,4 +1,4 @@
-"""Lower-bound benchmark (issue 11.2): gap of each bound to the best known plan.
+"""Lower-bound benchmark: gap of each bound to the best known plan.
 
 Run: python bench/bench_bounds.py [--n 40] [--seed 0] [--out docs/bench_bounds.json]
 

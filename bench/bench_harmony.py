@@ -1,4 +1,4 @@
-"""Harmony co-location (issue 14): harmony vs isolated vs naive co-location, model error, scale.
+"""Harmony co-location: harmony vs isolated vs naive co-location, model error, scale.
 
 Run: python bench/bench_harmony.py [--jobs 40] [--seeds 5] [--out docs/bench_harmony.json]
 

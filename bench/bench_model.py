@@ -1,4 +1,4 @@
-"""Model error on Gavel's measured throughput table, before and after issue 11.7.
+"""Model error on Gavel's measured throughput table, before and after piecewise, calibrated step-time curves.
 
 Run: python bench/bench_model.py [--out docs/bench_model.json]
 

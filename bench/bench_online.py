@@ -1,4 +1,4 @@
-"""Online benchmark for issue 15: every policy replayed online, 0% and 20% profile noise.
+"""Online benchmark: every policy replayed online, 0% and 20% profile noise.
 
 Run: python bench/bench_online.py [--quick] [--jobs 60] [--out docs/bench_online.json]
 

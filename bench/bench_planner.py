@@ -1,4 +1,4 @@
-"""Planner benchmarks for issue 2: planning time and quality against the HAS paper's tables.
+"""Planner benchmarks: planning time and quality against the HAS paper's tables.
 
 Run: python bench/bench_planner.py [--quick] [--out docs/bench_planner.json]
 

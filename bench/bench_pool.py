@@ -1,4 +1,4 @@
-"""Pool-mode benchmarks for issue 3: the shape of Hare's evaluation (HPDC'22, section 7).
+"""Pool-mode benchmarks: the shape of Hare's evaluation (HPDC'22, section 7).
 
 Run: python bench/bench_pool.py [--quick] [--out docs/bench_pool.json]
 

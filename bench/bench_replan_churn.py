@@ -1,4 +1,4 @@
-"""Cancellations per replan on a 60-job converted Gavel trace (issue 12.2).
+"""Cancellations per replan on a 60-job converted Gavel trace.
 
 Submits the trace's first 60 jobs (placeable ones; a converted trace has jobs
 no GPU set of this cluster holds) to the in-memory Slurm (hetsched/slurm/memory.py:
@@ -18,7 +18,7 @@ beside what cancel-and-resubmit-everything costs (every queued job).
 
 Three variants run side by side on the same trace and events:
 
-* ``resubmit``: the replan before issue 12's last steps (no placement hint,
+* ``resubmit``: the earlier replan (no placement hint,
   every pending job whose GPUs change is cancelled and resubmitted);
 * ``sticky``: the planner keeps a job's Slurm GPUs when its per-type counts
   stay (``prefer_gpus``), pending jobs still resubmitted;

@@ -1,4 +1,4 @@
-"""Rescale overhead on the testbed: in place vs checkpoint-restart (issue 13).
+"""Rescale overhead on the testbed: in place vs checkpoint-restart.
 
 Real Slurm (the local testbed, fake GPUs on this CPU), the real runtime
 (``hetsched run`` in the hetjob's ``srun`` step, CPU torch, two gloo ranks):

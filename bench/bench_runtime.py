@@ -1,6 +1,6 @@
 """Benchmark the runtime on the testbed: heterogeneous step efficiency and probe cost.
 
-Method (issue 5 targets in brackets):
+Method (targets in brackets):
 
 * A testbed with one a100 and one v100 node (fake GPUs on this CPU) and
   **emulated speeds** a100=2, v100=1 (``HETSCHED_EMULATE_SPEED``, test-only:

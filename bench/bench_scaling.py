@@ -1,4 +1,4 @@
-"""How planning time grows (issue 11 "Also", issue 8.2): jobs x GPUs for auto, jps, has, hare.
+"""How planning time grows: jobs x GPUs for auto, jps, has, hare.
 
 Run: python bench/bench_scaling.py [--sizes 10x36,100x360,1000x3600] [--policies auto,jps,has,hare]
                                    [--timeout 300] [--out docs/bench_scaling.json]

@@ -1,6 +1,6 @@
 """Benchmark hetsched's Slurm side on a real local testbed.
 
-Measures (issue 4 targets in brackets):
+Measures (targets in brackets):
 
 1. time to submit N planned hetjobs with ``hetsched.app.submit`` [N=100 < 20 s];
 2. one monitor cycle with N jobs queued: commands run and seconds [1 command];

@@ -13,7 +13,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  #: a run failed (a rank died, a command found nothing to do when asked to)
 EXIT_INPUT = 2  #: bad input: a file, a field, a flag (InputError, PlanningError)
 EXIT_COMMAND = 3  #: an external command (sbatch, scancel) failed; a submit was rolled back
-EXIT_SLURM_DOWN = 4  #: Slurm kept failing transiently after every retry
+EXIT_SLURM_DOWN = 4  #: Slurm did not answer (controller unreachable after every retry)
 EXIT_TESTBED = 5  #: the local test cluster could not be started or used
 EXIT_STATE_CORRUPT = 6  #: the state file is corrupted, foreign, or from a newer hetsched
 EXIT_STATE_READONLY = 7  #: the state file is read-only (not corrupted)
@@ -27,10 +27,10 @@ EXIT_TERMINATED = 143  #: SIGTERM (128 + 15)
 
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_FAILURE: "failure (a run or a rank failed)",
+    EXIT_FAILURE: "failure: a run or a rank failed; a missing extra (pip install named)",
     EXIT_INPUT: "bad input (file, field or flag); the message names it",
     EXIT_COMMAND: "an external command failed (sbatch, scancel, ...); a submit was rolled back",
-    EXIT_SLURM_DOWN: "Slurm unavailable after retries",
+    EXIT_SLURM_DOWN: "Slurm did not answer (after retries); nothing was acted on",
     EXIT_TESTBED: "the testbed could not be started or used",
     EXIT_STATE_CORRUPT: "state file corrupted, foreign, or written by a newer hetsched",
     EXIT_STATE_READONLY: "state file read-only (not corrupted)",

@@ -42,3 +42,19 @@ def test_gantt_png_without_matplotlib_names_the_plot_extra(tmp_path: Path,
     assert r.returncode == 1, r.stderr
     assert r.stderr.strip().endswith("pip install 'hetsched[plot]'")
     assert "Traceback" not in r.stderr
+
+
+def test_a_missing_plot_extra_is_found_before_any_work(tmp_path: Path,
+                                                        examples: dict[str, Path]) -> None:
+    """`plan --gantt` and `simulate --png` check matplotlib first: no plan, no file."""
+    ins = [str(examples["jobs"]), "--cluster", str(examples["cluster"]), "--throughputs",
+           str(examples["throughputs"])]
+    for argv in (["plan", *ins, "-o", "plan.json", "--gantt", "g.png"],
+                 ["simulate", *ins, "-o", "sim.json", "--png", "s.png"]):
+        r = _run_without("matplotlib", argv, tmp_path)
+        assert r.returncode == 1, r.stderr
+        # one line, and nothing of the work: no candidate, no warning, no file
+        assert r.stderr.strip().splitlines() == [
+            "hetsched: error: this command needs matplotlib, which is not installed; "
+            "install it with: pip install 'hetsched[plot]'"], r.stderr
+        assert r.stdout == "" and list(tmp_path.iterdir()) == [], argv

@@ -155,7 +155,7 @@ def check_groups(p: PlanningProblem, plan, coordinated: bool = True) -> int:  # 
                 w = next(x for x in s.workers if (x.node, x.gpu) == (seg.workers[k].node,
                                                                      seg.workers[k].gpu))
                 used += job_memory_gb(job_state_gb(p.jobs[j]), w.local_batch,
-                                      p.cap[j, tindex[w.gpu_type]], gmem[g])
+                                      p.mem_cap[j, tindex[w.gpu_type]], gmem[g])
             assert used <= gmem[g] * (1 + 1e-9)
     return len(grouped)
 

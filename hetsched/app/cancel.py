@@ -8,6 +8,11 @@ by their own states: ``FAILED``, ``NODE_FAIL``, ``TIMEOUT``,
 ``OUT_OF_MEMORY``, ``PREEMPTED``, ``BOOT_FAIL``.
 
 A co-location group's jobs are cancelled together or not at all (one Slurm job).
+One job of a pool (pool mode: every job's tasks run in one Slurm job) is
+*dropped*: it is marked cancelled and the pool's Slurm job goes on; the
+``job-cancelled`` event makes the next ``hetsched replan`` restart the pool
+from its checkpoints without that job (``app.pool_replan``). Cancelling every
+job of a pool cancels its Slurm job.
 
 Cancelling here records why (``--reason``) in a ``job-cancelled`` event, which
 is also a reset event: the next replan gives the freed GPUs to the rest.
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from hetsched.app.replan import latest_rows
 from hetsched.errors import InputError
 from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.runner import CommandError
 from hetsched.state.store import CANCELLED, SUBMITTING, Store, Submission
 
 #: hetsched rows a cancel applies to (queued, running, or being submitted)
@@ -33,6 +39,8 @@ CANCELLABLE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUS
 class CancelResult:
     cancelled: list[tuple[str, str]] = field(default_factory=list)  # (job, Slurm id)
     not_active: list[tuple[str, str]] = field(default_factory=list)  # (job, its state)
+    #: (job, the pool's Slurm id): dropped from a pool that goes on with its other jobs
+    dropped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
@@ -55,24 +63,57 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
             targets.append(row)
         elif jobs is not None:
             res.not_active.append((name, row.state))
-    _whole_groups(rows, targets)
+    pools = _pool_ids(store, rows)
+    _whole_groups(rows, targets, pools)
+    # a pool's Slurm job is cancelled only when every live job of it is
+    chosen = {r.job for r in targets}
+    partial = {sid for sid in pools if any(n not in chosen and o.slurm_id == sid
+                                           and o.state in CANCELLABLE for n, o in rows.items())}
     who = user or _user()
+    events: list[int] = []
     with store.tx():  # marked first: a concurrent monitor must not read it as a failure
         for row in targets:
             store.set_state(row.id, CANCELLED)
-            store.add_event("job-cancelled", job=row.job, slurm_id=row.slurm_id,
-                            detail=json.dumps({"by": who, "via": "hetsched cancel",
-                                               "reason": reason}))
-    client.cancel([r.slurm_id for r in targets if r.slurm_id])
-    res.cancelled = [(r.job, r.slurm_id or "-") for r in targets]
+            events.append(store.add_event(
+                "job-cancelled", job=row.job, slurm_id=row.slurm_id,
+                detail=json.dumps({"by": who, "via": "hetsched cancel", "reason": reason})))
+    try:
+        client.cancel(sorted({r.slurm_id for r in targets
+                              if r.slurm_id and r.slurm_id not in partial}))
+    except CommandError as e:  # scancel failed or Slurm did not answer: nothing was cancelled
+        with store.tx():
+            for row in targets:
+                store.set_state(row.id, row.state)
+            store.mark_handled(events)
+            store.add_event("cancel-failed", detail=json.dumps(
+                {"jobs": [r.job for r in targets], "error": str(e)[:300]}), handled=True)
+        raise
+    res.cancelled = [(r.job, r.slurm_id or "-") for r in targets if r.slurm_id not in partial]
+    res.dropped = [(r.job, r.slurm_id or "-") for r in targets if r.slurm_id in partial]
     return res
 
 
-def _whole_groups(rows: dict[str, Submission], targets: list[Submission]) -> None:
+def _pool_ids(store: Store, rows: dict[str, Submission]) -> set[str]:
+    """Slurm ids of pool jobs (a pool plan's jobs all run in one Slurm job)."""
+    modes: dict[str, str] = {}
+    out = set()
+    for r in rows.values():
+        if r.plan_id not in modes:
+            modes[r.plan_id] = str((store.plan(r.plan_id) or {}).get("mode", "space"))
+        if modes[r.plan_id] == "pool" and r.slurm_id:
+            out.add(r.slurm_id)
+    return out
+
+
+def _whole_groups(rows: dict[str, Submission], targets: list[Submission],
+                  pools: frozenset[str] | set[str] = frozenset()) -> None:
     """A co-location group's jobs share one Slurm job (app/group_submit.py): scancel of
-    one would end them all, and they would read as cancelled by the user; refused."""
+    one would end them all, and they would read as cancelled by the user; refused.
+    A pool's jobs share one too, but one of them can be dropped (module doc)."""
     chosen = {r.job for r in targets}
     for r in targets:
+        if r.slurm_id in pools:
+            continue
         others = sorted(n for n, o in rows.items() if r.slurm_id and o.slurm_id == r.slurm_id
                         and n not in chosen and o.state in CANCELLABLE)
         if others:

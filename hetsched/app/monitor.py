@@ -285,7 +285,7 @@ def watch(monitor: Monitor, *, interval_s: float = 5.0, max_interval_s: float = 
     """
     def waiting(state: tenacity.RetryCallState) -> None:
         if on_wait and state.outcome is not None and state.next_action is not None:
-            on_wait(f"Slurm not answering ({state.outcome.exception()}); "
+            on_wait(f"{state.outcome.exception()}; "
                     f"retrying in {state.next_action.sleep:.0f} s")
 
     # an outage (slurmctld restarting, down) is waited out with exponential backoff, forever

@@ -46,7 +46,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.store import SUPERSEDED, Store, Submission
+from hetsched.state.store import CANCELLED, SUPERSEDED, Store, Submission
 
 NODE_KINDS = frozenset({"node-down", "node-drained"})
 
@@ -76,7 +76,10 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
             store.mark_handled([e["id"] for e in events])
         return ReplanResult("unchanged", f"{reason}; {why}", **kw)
 
-    why = _leave_alone(rows, pid, force, any(e["kind"] in NODE_KINDS for e in events))
+    dropped = {e["job"] for e in events if e["kind"] == "job-cancelled"} & {
+        s.job for s in rows if s.state == CANCELLED}
+    why = _leave_alone([s for s in rows if s.state != CANCELLED], pid, force or bool(dropped),
+                       any(e["kind"] in NODE_KINDS for e in events))
     if why:
         return unchanged(why)
     dirs = pool_dirs(store, pid)
@@ -89,7 +92,7 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     new = new_plan.to_dict()
     result.new_plan_id, result.plan = str(new["plan_id"]), new
     cancel = [s for s in rows if s.slurm_id and s.state not in FAILED_STATES
-              and s.state != "COMPLETED"]
+              and s.state not in ("COMPLETED", CANCELLED)]  # a user's cancel stays on record
     if dry_run:
         result.status = "dry-run"
         result.submitted = [(j.name, "(dry-run)") for j in jobs]
@@ -142,6 +145,8 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
         m, k = meta.get(jp.name, {}), done.get(jp.name, 0)
         if jp.name in finished or k >= int(m.get("rounds", 0)):
             result.done.append(jp.name)
+        elif any(s.state == CANCELLED for s in store.submissions(pid, jp.name)):
+            result.user_cancelled.append(jp.name)  # dropped by `hetsched cancel`: final
         elif sum(1 for s in store.submissions(job=jp.name)
                  if s.state in FAILED_STATES) > max_failures:
             result.given_up.append(jp.name)

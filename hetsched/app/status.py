@@ -2,10 +2,16 @@
 
 One ``squeue`` and reads of the state file (opened read-only: no event is
 recorded, no file created) and of the jobs' report files. For each job:
-its full name, Slurm id, state, Slurm's reason (or hetsched's: why it waits,
-why it was given up, who cancelled it), elapsed time, the plan's predicted
-start and end, and the measured against the predicted iteration time.
-Jobs of the active plan that were never submitted are listed too.
+its full name, plan, Slurm id, state, Slurm's reason (or hetsched's: why it
+waits, why it was given up, who cancelled it), where it runs (nodes and GPU
+indices), the actual start and end beside the plan's, the measured JCT
+beside the predicted one, the measured against the predicted iteration
+time, the log file of a job that failed, and a flag when it runs more than
+SLOW times slower than predicted. Jobs of the active plan that were never
+submitted are listed too.
+
+By default only the current batch: the active plan and the plans it was
+replanned from; ``all_batches`` lists every job the state file knows.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "SUBMITTING", "SUSPE
 NOT_SUBMITTED = "NOT_SUBMITTED"
 
 
+#: a job measured more than this many times slower than its prediction is flagged
+SLOW = 1.5
+FAILED_LIKE = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL",
+                         "PREEMPTED", "DEADLINE", "GONE", "GAVE_UP"})
+
+
 @dataclass
 class JobStatus:
     job: str
@@ -42,6 +54,14 @@ class JobStatus:
     predicted_end: float | None
     predicted_iter_s: float | None
     measured_iter_s: float | None
+    #: where it runs: "v100-1:0,1 + v100-2:3" (node: GPU indices, from the plan's workers)
+    placement: str = ""
+    actual_start: float | None = None  # epoch seconds, from Slurm
+    actual_end: float | None = None  # only once the job ended
+    predicted_jct_s: float | None = None
+    measured_jct_s: float | None = None  # once it ended: end - (plan start + arrival)
+    log: str | None = None  # the Slurm output file of a job that failed
+    slow: str = ""  # why it is flagged (measured > SLOW x predicted), "" when not
 
 
 def counts(jobs: list[JobStatus]) -> dict[str, int]:
@@ -94,8 +114,58 @@ def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, An
     return ""
 
 
-def batch_status(store: Store, client: SlurmClient, now: float | None = None
-                 ) -> list[JobStatus]:
+def current_batch(store: Store) -> set[str] | None:
+    """Plan ids of the current batch: the active plan and those it was replanned from.
+
+    None when no plan is active (everything is shown then).
+    """
+    active = store.active_plan()
+    if not active:
+        return None
+    ids = {str(active.get("plan_id"))}
+    replans = store.replans()
+    grew = True
+    while grew:
+        grew = False
+        for r in replans:
+            if r.get("new_plan") in ids and r.get("old_plan") and r["old_plan"] not in ids:
+                ids.add(str(r["old_plan"]))
+                grew = True
+    return ids
+
+
+def placement(workers: list[dict[str, Any]]) -> str:
+    """``v100-1:0,1 + v100-2:3``: each node and the GPU indices a job's workers use."""
+    by: dict[str, list[int]] = {}
+    for w in workers:
+        gpus = by.setdefault(str(w.get("node", "?")), [])
+        if isinstance(w.get("gpu"), int) and w["gpu"] not in gpus:
+            gpus.append(int(w["gpu"]))
+    return " + ".join(f"{n}:{','.join(map(str, sorted(g)))}" if g else n for n, g in by.items())
+
+
+def failed_log(store: Store, slurm_id: str | None) -> str | None:
+    """The Slurm output file of job SLURM_ID (``%x-%j.out`` in the state's logs dir)."""
+    if not slurm_id or slurm_id == "-":
+        return None
+    found = sorted((files_dir(store) / "logs").glob(f"*-{slurm_id}.out"))
+    return str(found[0]) if found else None
+
+
+def _slow(st: JobStatus, pred_dur: float | None) -> str:
+    """Why this job is flagged as slower than predicted ("" when it is not)."""
+    if st.measured_jct_s and st.predicted_jct_s and st.measured_jct_s > SLOW * st.predicted_jct_s:
+        return f"JCT {st.measured_jct_s / st.predicted_jct_s:.1f}x the prediction"
+    if st.state in RUNNING and st.elapsed_s and pred_dur and st.elapsed_s > SLOW * pred_dur:
+        return f"running {st.elapsed_s / pred_dur:.1f}x its predicted time"
+    if st.measured_iter_s and st.predicted_iter_s and \
+            st.measured_iter_s > SLOW * st.predicted_iter_s:
+        return f"iterations {st.measured_iter_s / st.predicted_iter_s:.1f}x the prediction"
+    return ""
+
+
+def batch_status(store: Store, client: SlurmClient, now: float | None = None,
+                 all_batches: bool = False) -> list[JobStatus]:
     """Every job of the batch (see module doc); one ``squeue``, nothing written."""
     now = time.time() if now is None else now
     by_leader: dict[str, list[JobInfo]] = {}
@@ -104,6 +174,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
     created = {p["id"]: float(p["created"]) for p in store.plans()}
     events = _last_events(store)
     rows = latest_rows(store)
+    batch = None if all_batches else current_batch(store)
+    if batch is not None:
+        rows = {n: r for n, r in rows.items() if r.plan_id in batch}
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
@@ -118,7 +191,8 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
                        "submit` again adopts it" if sid else
                        "submit was killed before sbatch answered; `hetsched submit` again")
         comps = by_leader.get(sid or "", [])
-        state = combined_state(comps) if comps else row.state
+        # a job dropped from a pool is cancelled although the pool's Slurm job runs on
+        state = combined_state(comps) if comps and row.state != CANCELLED else row.state
         slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                          and c.reason != "None"}))
         reason = adopted or _hetsched_reason(row, events, state) or slurm_reason
@@ -136,7 +210,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
         types: dict[str, int] = {}
         for w in row.workers:
             types[str(w["gpu_type"])] = types.get(str(w["gpu_type"]), 0) + 1
-        out.append(JobStatus(
+        ended = state not in RUNNING and state not in PENDING and bool(ends) and bool(starts)
+        arrival = t0 + float(jp.get("arrival_s", 0.0)) if jp and t0 else None
+        st = JobStatus(
             job=name, plan_id=row.plan_id, slurm_id=sid or "-", state=state,
             reason=reason, gpus=" ".join(f"{k}x{v}" for k, v in sorted(types.items())),
             elapsed_s=round(elapsed, 1) if elapsed is not None else None,
@@ -144,7 +220,18 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None
             predicted_end=round(t0 + jp["end_s"], 1) if jp and t0 else None,
             predicted_iter_s=(seg[row.segment].get("iteration_s") or None)
             if len(seg) > row.segment else None,
-            measured_iter_s=_measured_iter_s(store, name)))
+            measured_iter_s=_measured_iter_s(store, name),
+            placement=placement(row.workers),
+            actual_start=float(min(starts)) if starts else None,
+            actual_end=float(max(ends)) if ended else None,
+            predicted_jct_s=round(float(jp["end_s"]) - float(jp.get("arrival_s", 0.0)), 1)
+            if jp else None,
+            measured_jct_s=round(max(ends) - arrival, 1) if ended and arrival and
+            state == "COMPLETED" else None,
+            log=failed_log(store, sid) if state in FAILED_LIKE else None)
+        pred_dur = float(jp["end_s"]) - float(jp["start_s"]) if jp else None
+        st.slow = _slow(st, pred_dur)
+        out.append(st)
     active = store.active_plan() or {}
     for jp in active.get("jobs", []):
         if jp.get("name") not in rows:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from hetsched import config
 from hetsched.cli.options import format_option
+from hetsched.cli.render import folding_table, print_table, stdout_console
 
 
 @click.group("config")
@@ -29,11 +28,12 @@ def show_cmd(fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    tab = Table(title="hetsched settings")
-    for col in ("setting", "value", "from", "variable"):
-        tab.add_column(col, overflow="fold")
-    for r in rows:
-        tab.add_row(r["key"], str(r["value"]) if r["value"] != "" else "-", r["origin"], r["env"])
-    Console(soft_wrap=True).print(tab)
+    con = stdout_console()
+    tab = folding_table("hetsched settings", [
+        ("setting", "left", "name"), ("value", "left", "list"), ("from", "left", "list"),
+        ("variable", "left", "name")],
+        [(r["key"], str(r["value"]) if r["value"] != "" else "-", r["origin"], r["env"])
+         for r in rows], con.width)
+    print_table(con, tab)
     click.echo(f"site config: {config.site_config_path()}\nuser config: "
                f"{config.user_config_path()}")

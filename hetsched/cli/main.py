@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsched import __version__
-from hetsched.cli.options import format_option, partition_option
+from hetsched.cli.options import exit_codes_help, format_option, needs_extra, partition_option
 from hetsched.errors import HetschedError, InputError
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Main(click.Group):
 
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"],
-                                         "max_content_width": 100})
+                                         "max_content_width": 100}, epilog=exit_codes_help())
 @click.version_option(__version__, prog_name="hetsched")
 @click.option("--verbose", "-v", count=True,
               help="More detail on stderr: -v each step's decisions, -vv every Slurm command.")
@@ -81,7 +81,7 @@ def main(verbose: int, quiet: bool) -> None:
 
     -v says what each step decided, -vv every Slurm command, -q errors only.
     Errors in the input print one line naming the file and field; exit code 2
-    (all exit codes: docs/cli.md).
+    (every exit code is listed below).
     """
     from hetsched.cli import logs
 
@@ -117,6 +117,7 @@ def _write(path: str, text: str) -> None:
 @format_option("table", "json", "yaml")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
 @click.option("--gantt", "gantt_png", type=click.Path(dir_okay=False),
+              callback=needs_extra("matplotlib"),
               help="Write a per-GPU Gantt chart PNG here.")
 @click.option("--no-gantt", is_flag=True, help="Do not print the text Gantt chart.")
 @click.option("--dry-run", is_flag=True,
@@ -190,13 +191,10 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
 
 
 def _stdout_console() -> Console:
-    """A terminal console; piped, as wide as $COLUMNS says, else wide enough for long names."""
-    if sys.stdout.isatty():
-        return Console()
-    import os
+    """A terminal console; piped, unlimited width (render.stdout_console)."""
+    from hetsched.cli.render import stdout_console
 
-    cols = os.environ.get("COLUMNS", "")
-    return Console(width=int(cols) if cols.isdigit() and int(cols) >= 40 else 200)
+    return stdout_console()
 
 
 def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:
@@ -342,7 +340,7 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="jobs YAML to write (default stdout).")
 def convert_philly(throughputs: str, gpus: int, n: int, load: float, seed: int, diurnal: float,
                    out: str | None) -> None:
-    """Published Philly statistics -> a seeded synthetic jobs YAML (docs/online.md)."""
+    """Published Philly statistics -> a seeded synthetic jobs YAML."""
     import yaml
 
     from hetsched.io.files import read_text
@@ -381,7 +379,7 @@ def _register_commands() -> None:
     from hetsched.cli.state import state_cmd  # check, backup, restore
 
     main.add_command(state_cmd)
-    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
+    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace
 
     main.add_command(simulate_cmd)
 

@@ -59,3 +59,32 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
         return wrapped  # type: ignore[return-value]
 
     return deco
+
+
+def needs_extra(module: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option callback: when the option is given, import MODULE now, before any work.
+
+    A missing optional dependency then fails while the command line is
+    parsed (the main group turns the ModuleNotFoundError into one line
+    naming the extra), not after a plan was computed and files written.
+    """
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value:
+            import importlib
+
+            importlib.import_module(module)
+        return value
+
+    return check
+
+
+def exit_codes_help() -> str:
+    """The exit code table (hetsched.errors.EXIT_CODES) as the epilog of ``hetsched --help``.
+
+    The wheel installs no documents, so ``--help`` carries what a user needs.
+    """
+    from hetsched.errors import EXIT_CODES
+
+    return "\b\nExit codes:\n" + "\n".join(f"  {code:>3}  {what}"
+                                         for code, what in EXIT_CODES.items())

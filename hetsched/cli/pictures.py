@@ -1,4 +1,4 @@
-"""PNG pictures of plans and runs, readable at 6, 60 and 600 jobs (issue 16).
+"""PNG pictures of plans and runs, readable at 6, 60 and 600 jobs.
 
 * **Few jobs** (at most :data:`PER_GPU_MAX_JOBS` jobs and :data:`PER_GPU_MAX_GPUS`
   GPUs): one row per GPU, one colour per job (no colour repeats), the job's

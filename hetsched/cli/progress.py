@@ -13,9 +13,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from hetsched.core.report import BaseReporter
+
+
+class JobsColumn(ProgressColumn):
+    """``done/total jobs``; ``done jobs`` while the total is not known yet.
+
+    A candidate's task starts with ``total=None`` (rich's indeterminate bar)
+    until its first event gives the job count, so the column must render a
+    task without a total.
+    """
+
+    def render(self, task: Task) -> Text:
+        done = f"{task.completed:>6.0f}"
+        if task.total is None:
+            return Text(f"{done} jobs")
+        return Text(f"{done}/{task.total:.0f} jobs")
 
 
 class RichReporter(BaseReporter):
@@ -42,7 +66,7 @@ class RichReporter(BaseReporter):
     def _bar(self) -> Progress:
         if self.progress is None:
             self.progress = Progress(TextColumn("{task.description:<12}"), BarColumn(),
-                                     TextColumn("{task.completed:>6.0f}/{task.total:.0f} jobs"),
+                                     JobsColumn(),
                                      TimeElapsedColumn(), console=self.console, transient=True)
             self.progress.start()
         return self.progress
@@ -54,8 +78,8 @@ class RichReporter(BaseReporter):
     def _line(self, text: str) -> None:
         if self.progress is not None:
             self.progress.console.print(text, highlight=False)
-        else:
-            self.console.print(text, highlight=False)
+        else:  # piped: one line stays one line, however long (no wrapping at 80 columns)
+            self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
 
     # -- hooks -------------------------------------------------------------
     def probes(self, pending: int, running: int, done: int, total: int) -> None:

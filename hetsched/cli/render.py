@@ -8,12 +8,92 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from hetsched.core.plan import Plan
 from hetsched.errors import InputError
+
+#: the width of a console that is not a terminal: no line is ever wrapped or cut
+UNLIMITED = 100_000
+
+
+def stdout_console() -> Console:
+    """The console of a command's result on stdout.
+
+    On a terminal: its width, and tables fold their columns to fit it. Piped
+    or redirected: no width at all, so a table is as wide as its content, a
+    long line stays one line and no name is cut (``$COLUMNS`` is ignored: a
+    pipe has no width). Markup and highlighting stay on only on a terminal.
+    """
+    import sys
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(width=UNLIMITED, highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    """Notes and progress on stderr; piped, lines are never wrapped (see stdout_console)."""
+    import sys
+
+    if sys.stderr.isatty():
+        return Console(stderr=True, highlight=False)
+    return Console(stderr=True, width=UNLIMITED, highlight=False, soft_wrap=True)
+
+
+def print_table(console: Console, table: Any) -> None:
+    """Print a renderable; piped, each line without the padding rich adds to the right."""
+    if console.is_terminal or console.width < UNLIMITED:
+        console.print(table)
+        return
+    with console.capture() as cap:
+        console.print(table)
+    console.file.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))
+
+
+def folding_table(title: str | None, columns: list[tuple[str, str, str]],
+                  rows: list[tuple[str, ...]], width: int = UNLIMITED, **kw: Any) -> Table:
+    """A table that fits WIDTH columns by folding lists first, numbers next, names last.
+
+    ``columns`` are (header, justify, kind) with kind ``name`` (a job's
+    name: split only when nothing else can give way), ``number`` (short
+    values kept whole while they fit) or ``list`` (folds first, to 10
+    columns at least). Piped (WIDTH unlimited) every column has its natural
+    width. Values are never cut: a column too narrow folds.
+    """
+    narrow = width < 110
+    style = {"box": box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+             "padding": (0, 0) if narrow else (0, 1), "show_edge": not narrow,
+             "header_style": "bold", **kw}
+
+    def natural(i: int) -> int:
+        cells = [len(line) for r in rows for line in str(r[i]).splitlines() or [""]]
+        return max([*cells, *(len(w) for w in columns[i][0].split())])
+
+    nat = [natural(i) for i in range(len(columns))]
+    whole_names, whole_numbers = True, True
+    for whole_names, whole_numbers in ((True, True), (False, True), (False, False)):
+        mins = [nat[i] if (kind == "name" and whole_names) or (kind == "number" and whole_numbers)
+                else min(nat[i], 10 if kind == "list" else 12) for i, (_, _, kind)
+                in enumerate(columns)]
+        probe = Table(title=title, **style)
+        for h, _, _ in columns:
+            probe.add_column(h)
+        extra = probe._extra_width + sum(probe._get_padding_width(i) for i in range(len(columns)))
+        if extra + sum(mins) <= width:
+            break
+    tab = Table(title=title, **style)
+    for i, (h, just, kind) in enumerate(columns):
+        keep = (kind == "name" and whole_names) or (kind == "number" and whole_numbers)
+        tab.add_column(h, justify=just, overflow="fold",  # type: ignore[arg-type]
+                       no_wrap=keep, min_width=nat[i] if keep else None)
+    for r in rows:
+        tab.add_row(*r)
+    return tab
+
 
 PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red"]
@@ -51,29 +131,29 @@ def batches_summary(workers: list[Any]) -> str:
     return ", ".join(parts)
 
 
-def jobs_table(plan: Plan) -> Table:
-    tab = Table(title=f"Plan ({plan.policy})", show_lines=False, header_style="bold")
+def jobs_table(plan: Plan, width: int = UNLIMITED) -> Table:
+    """One row per segment; on a WIDTH-column terminal other columns fold before names split."""
     # co-located groups (Harmony): a "group" column naming the jobs a segment shares its GPUs with
     mates = _group_members(plan)
-    cols = (("job", "left"), ("w", "right"), ("seg", "right"), ("GPUs (node:count)", "left"),
-            ("local batches", "left"), ("iter", "right"), ("start", "right"),
-            ("end", "right"), ("JCT", "right")) + ((("group", "left"),) if mates else ())
-    for col, just in cols:
-        tab.add_column(col, justify=just,  # type: ignore[arg-type]
-                       overflow="fold" if col == "job" else "ellipsis")  # names never cut
+    cols = [("job", "left", "name"), ("w", "right", "number"), ("seg", "right", "number"),
+            ("GPUs (node:count)", "left", "list"), ("local batches", "left", "list"),
+            ("iter", "right", "number"), ("start", "right", "number"),
+            ("end", "right", "number"), ("JCT", "right", "number")] + (
+        [("group", "left", "list")] if mates else [])
+    rows = []
     for jp in plan.jobs:
         for k, seg in enumerate(jp.segments):
             first = k == 0
             last = k == len(jp.segments) - 1
-            tab.add_row(
+            rows.append((
                 jp.name if first else "", f"{jp.weight:g}" if first else "",
                 str(k + 1), gpus_summary(seg.workers), batches_summary(seg.workers),
                 f"{seg.iteration_s * 1000:.1f}ms",
                 fmt_s(seg.start_s), fmt_s(seg.end_s),
                 fmt_s(jp.jct_s) if last else "",
                 *([_group_cell(seg.group, jp.name, mates)] if mates else []),
-            )
-    return tab
+            ))
+    return folding_table(f"Plan ({plan.policy})", cols, rows, width)
 
 
 def _group_members(plan: Plan) -> dict[str, list[str]]:
@@ -109,10 +189,12 @@ def summary_table(plan: Plan) -> Table:
         tab.add_row("auto candidates", ", ".join(
             f"{k} {v / best:.3f}x" for k, v in sorted(plan.candidates.items(), key=lambda kv: kv[1])))
     opd = plan.extra.get("opd")
-    if isinstance(opd, dict) and "alpha" in opd:  # issue 15: alpha beside opd's plans
+    if isinstance(opd, dict) and "alpha" in opd:  # alpha beside opd's plans
         proved = "proved" if opd.get("bound_proved") else "not proved for this variant"
         tab.add_row("opd alpha", f"{opd['alpha']} (paper's bound 4*alpha = "
                     f"{opd.get('competitive_bound')}, {proved})")
+    if plan.extra.get("no_group"):
+        tab.add_row("co-location", f"no group formed: {plan.extra['no_group']}")
     skipped = plan.extra.get("skipped")
     if isinstance(skipped, dict) and skipped:
         tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))
@@ -164,10 +246,10 @@ def text_gantt(plan: Plan, width: int = 72) -> Text:
 
 
 def render_plan(plan: Plan, console: Console, gantt: bool = True) -> None:
-    parts: list[Any] = [jobs_table(plan), summary_table(plan)]
+    parts: list[Any] = [jobs_table(plan, console.width), summary_table(plan)]
     if gantt:
         parts.append(text_gantt(plan, width=max(40, min(100, console.width - 40))))
-    console.print(Group(*parts))
+    print_table(console, Group(*parts))
 
 
 def plan_yaml(plan: Plan) -> str:
@@ -199,7 +281,7 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
 
 
 # ---------------------------------------------------------------------------
-# Pool mode (issue 3): per-GPU views of the plan's ``tasks`` section
+# Pool mode: per-GPU views of the plan's ``tasks`` section
 
 JOB_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -280,10 +362,11 @@ def pool_summary_table(plan: Plan) -> Table:
 
 def render_pool_plan(plan: Plan, console: Console, gantt: bool = True) -> None:
     """Pool-mode table output: jobs, summary, pool facts and the per-GPU text Gantt."""
-    parts: list[Any] = [jobs_table(plan), summary_table(plan), pool_summary_table(plan)]
+    parts: list[Any] = [jobs_table(plan, console.width), summary_table(plan),
+                        pool_summary_table(plan)]
     if gantt:
         parts.append(text_gantt_pool(plan, width=max(40, min(100, console.width - 40))))
-    console.print(Group(*parts))
+    print_table(console, Group(*parts))
 
 
 def png_gantt_pool(plan: Plan, path: str | Path) -> None:
@@ -314,3 +397,53 @@ def png_gantt_pool(plan: Plan, path: str | Path) -> None:
     for jp in plan.jobs[:40]:
         ax.barh(-10, 0, color=cmap(colour[jp.name] % 20), label=jp.name)
     _finish_gantt(fig, ax, [lbl for lbl, _ in rows], f"{plan.policy} (pool)", plan, path)
+
+
+# ---------------------------------------------------------------------------
+# hetsched status
+
+
+def status_table(jobs: list[Any], width: int = UNLIMITED, now: float | None = None) -> Table:
+    """``hetsched status``'s table: actual beside predicted (in brackets), where it runs.
+
+    ``jobs`` are :class:`hetsched.app.status.JobStatus`. A plan column appears
+    when the jobs come from more than one plan (``--all``, or a replanned batch).
+    """
+    import time
+
+    from hetsched.app.status import when
+
+    now = time.time() if now is None else now
+
+    def pair(actual: str, predicted: str) -> str:
+        return f"{actual} ({predicted})" if predicted != "-" else actual
+
+    def dur(x: float | None) -> str:
+        return fmt_s(x) if x is not None else "-"
+
+    plans = len({j.plan_id for j in jobs}) > 1
+    cols = [("job", "left", "name")] + ([("plan", "left", "name")] if plans else []) + [
+        ("Slurm id", "right", "number"), ("state", "left", "number"),
+        ("reason", "left", "list"), ("GPUs (node:index)", "left", "list"),
+        ("start (pred.)", "left", "list"), ("end (pred.)", "left", "list"),
+        ("JCT (pred.)", "left", "number"), ("iter s (pred.)", "left", "number")]
+    rows = []
+    for j in jobs:
+        it = pair(f"{j.measured_iter_s:.3g}" if j.measured_iter_s is not None else "-",
+                  f"{j.predicted_iter_s:.3g}" if j.predicted_iter_s is not None else "-")
+        jct = pair(dur(j.measured_jct_s) if j.measured_jct_s is not None else (
+            f"{dur(j.elapsed_s)}+" if j.elapsed_s is not None and j.actual_end is None
+            else "-"), dur(j.predicted_jct_s))
+        rows.append((j.job, *([j.plan_id] if plans else []), j.slurm_id,
+                     j.state + (" !" if j.slow else ""), j.reason or "-",
+                     j.placement or j.gpus or "-",
+                     pair(when(j.actual_start, now), when(j.predicted_start, now)),
+                     pair(when(j.actual_end, now), when(j.predicted_end, now)), jct, it))
+    return folding_table("hetsched jobs", cols, rows, width)
+
+
+def status_notes(jobs: list[Any]) -> list[str]:
+    """Lines under the status table: slow jobs (the '!'), and each failed job's log."""
+    out = [f"! {j.job}: {j.slow} (more than 1.5x)" for j in jobs if j.slow]
+    out += [f"{j.job} {j.state.lower()}: log {j.log}" for j in jobs if j.log]
+    return out

@@ -30,7 +30,7 @@ from hetsched.errors import InputError
 @click.option("--job", default=None, help="Job name in the plan.")
 @click.option("--group", default=None,
               help="Instead of --job: every job of this co-location group, one task per "
-              "shared GPU (Harmony; docs/executor.md, Groups).")
+              "shared GPU (Harmony co-location).")
 @click.option("--memory-budget-mb", type=click.FloatRange(min=0), default=None,
               help="--group: device memory the group's jobs may hold together; idle jobs "
               "beyond it are spilled to host memory and reloaded before their next "

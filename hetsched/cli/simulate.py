@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hetsched.cli.options import format_option
+from hetsched.cli.options import format_option, needs_extra
 from hetsched.errors import InputError
 
 
@@ -34,6 +34,7 @@ from hetsched.errors import InputError
               help="Write the results (metrics, ratios, per-job rows) as JSON here.")
 @format_option("table", "json")
 @click.option("--png", "png_out", type=click.Path(dir_okay=False),
+              callback=needs_extra("matplotlib"),
               help="Write a JCT CDF (online vs offline) here; a Gantt chart goes beside it "
                    "(NAME-gantt.png).")
 def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str,

@@ -19,9 +19,9 @@ from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
 from hetsched.app.replan import (
     latest_rows,
 )
-from hetsched.app.status import JobStatus, when
+from hetsched.app.status import JobStatus
 from hetsched.app.submit import base_sbatch, submit
-from hetsched.cli.options import format_option, partition_option, state_option
+from hetsched.cli.options import format_option, needs_extra, partition_option, state_option
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import InputError
@@ -140,8 +140,9 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     SIGINT/SIGTERM during submit cancel what it submitted (exit 130/143).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
-    queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
-    130, 143 interrupted by SIGINT, SIGTERM (nothing left queued).
+    queued), 4 Slurm did not answer, 6-10 state file unusable (`hetsched --help`),
+    11 a file another user could write, 130, 143 interrupted by SIGINT, SIGTERM
+    (nothing left queued).
     """
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
@@ -193,31 +194,24 @@ def _spool(spool: str | None) -> str | None:
 
 
 def _print_status_table(jobs: list[JobStatus]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from hetsched.cli.render import print_table, status_notes, status_table, stdout_console
 
-    now = time.time()
-    t = Table(title="hetsched jobs")
-    width = max((len(j.job) for j in jobs), default=3)
-    t.add_column("job", no_wrap=True, min_width=width)  # full names, never cut
-    for col in ("Slurm id", "state", "reason", "elapsed", "pred. start", "pred. end",
-                "iter s (meas/pred)", "GPUs"):
-        t.add_column(col, overflow="fold")
-    for j in jobs:
-        it = (f"{j.measured_iter_s:.3g}" if j.measured_iter_s is not None else "-") + " / " \
-            + (f"{j.predicted_iter_s:.3g}" if j.predicted_iter_s is not None else "-")
-        el = f"{j.elapsed_s:.0f}s" if j.elapsed_s is not None else "-"
-        t.add_row(j.job, j.slurm_id, j.state, j.reason or "-", el,
-                  when(j.predicted_start, now), when(j.predicted_end, now), it, j.gpus or "-")
-    Console(width=max(120, width + 110)).print(t)
+    con = stdout_console()
+    print_table(con, status_table(jobs, con.width))
+    for line in status_notes(jobs):
+        click.echo(line)
 
 
 @click.command("status")
 @state_option
 @format_option("table", "json")
 @click.option("--png", "png_out", type=click.Path(dir_okay=False), default=None,
+              callback=needs_extra("matplotlib"),
               help="Also draw measured vs predicted iteration time per job (job reports) here.")
-def status_cmd(state_path: str | None, fmt: str, png_out: str | None) -> None:
+@click.option("--all", "all_batches", is_flag=True,
+              help="Every job the state file knows, not only the current batch.")
+def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
+               all_batches: bool = False) -> None:
     """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
 
     Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
@@ -238,7 +232,7 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None) -> None:
     with st:
         client = _client()
         c0 = client.runner.total()
-        jobs = batch_status(st, client)
+        jobs = batch_status(st, client, all_batches=all_batches)
         from hetsched.app.pool_status import active_pool_progress
 
         pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
@@ -322,7 +316,8 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
     A cancelled job is never resubmitted by `hetsched replan`; neither is one
     cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
     The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
-    input (unknown job), 3 scancel failed, 6-10 state file unusable (docs/reliability.md).
+    input (unknown job), 3 scancel failed, 4 Slurm did not answer (nothing
+    changed), 6-10 state file unusable (`hetsched --help` lists every code).
     """
     from hetsched.app.cancel import cancel_jobs
 
@@ -334,5 +329,8 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
         click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
     for name, jid in res.cancelled:
         click.echo(f"cancelled {name} (Slurm job {jid})")
-    if not res.cancelled:
+    for name, jid in res.dropped:
+        click.echo(f"dropped {name} from pool job {jid}; the next `hetsched replan` "
+                   "restarts the pool from its checkpoints without it")
+    if not res.cancelled and not res.dropped:
         click.echo("nothing to cancel")

@@ -127,14 +127,15 @@ def testbed_env(directory: str) -> None:
               show_default=True, help="pyslurm is used for reads only if it matches Slurm.")
 def cluster(partition: str | None, fmt: str, show_nodes: bool, backend: str) -> None:
     """Show a partition's GPU mix by type, node states and free GPUs (from sinfo)."""
-    from rich.console import Console
     from rich.table import Table
 
     inv = load_inventory(_client(backend), _partition(partition))
     if fmt == "json":
         click.echo(json.dumps(inv.to_dict(), indent=2))
         return
-    console = Console()
+    from hetsched.cli.render import stdout_console
+
+    console = stdout_console()
     t = Table(title=f"partition {inv.cluster.partition or '(all)'}")
     for col in ("GPU type", "nodes", "GPUs", "usable", "free", "node states"):
         t.add_column(col, justify="left" if col in ("GPU type", "node states") else "right")

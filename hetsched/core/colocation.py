@@ -1,4 +1,4 @@
-"""Co-located job groups (Harmony, ../shared/papers/harmony-ps-colocation.txt §IV).
+"""Co-located job groups (Harmony, Lee et al., §IV).
 
 A group's jobs share the same GPUs at the same time. Each job's iteration is a
 COMP part (the GPU) and a COMM part (the network, its all-reduce); the group

@@ -8,6 +8,8 @@ both bound what shares a GPU by these numbers: the cluster file's
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from hetsched.core.spec import Cluster, Job
@@ -57,5 +59,78 @@ def job_state_gb(job: Job) -> float:
     return FALLBACK_MODEL_GB
 
 
+#: without a measured memory cap, the largest profiled local batch is taken to
+#: fill this share of the memory a GPU has beside the model state
+UNMEASURED_FILL = 0.4
+
+
+def fill_batch(max_batch: int, memory_cap: int | None) -> float:
+    """The local batch at which a job alone fills a GPU's memory (activations + state).
+
+    A measured cap (a GPU probe's out-of-memory search, or a profile's
+    ``max_local_batch`` column) is that batch. Without one (CPU probes,
+    Gavel's table) the largest profiled batch says only that it ran, not
+    that it filled the GPU: its activations are taken to fill
+    ``UNMEASURED_FILL`` of the memory beside the model state. Two jobs at
+    their largest profiled batches then share a GPU when their model states
+    take at most a third of it, as a GPU with room for both would allow;
+    at the old assumption (the largest batch fills the GPU) no pair ever did.
+    """
+    if memory_cap is not None and memory_cap > 0:
+        return float(memory_cap)
+    return max(1.0, float(max_batch)) / UNMEASURED_FILL
+
+
+
+
+def no_group_reason(p: object, max_pairs: int = 2000) -> str:
+    """Why a co-locating policy formed no group: memory, or no predicted gain.
+
+    ``p`` is a :class:`hetsched.core.problem.PlanningProblem`. A pair of jobs
+    fits when, on some GPU type both may use and at some GPU count both
+    allow, their local batches are within the caps and their model state
+    and activations fit one GPU together (:func:`fill_batch`). At most
+    ``max_pairs`` pairs are looked at.
+    """
+    import math
+
+    from hetsched.core.colocation import fits_memory
+
+    prob: Any = p
+    mem = type_memory_gb(prob.cluster, prob.types)
+    pairs = fit = 0
+    for i in range(prob.S):
+        for j in range(i + 1, prob.S):
+            if pairs >= max_pairs:
+                break
+            pairs += 1
+            ids = (i, j)
+            if any(_pair_fits(prob, ids, t, mem[t], fits_memory, math.ceil)
+                   for t in range(len(prob.types)) if prob.allowed[i, t] and prob.allowed[j, t]):
+                fit += 1
+    if pairs == 0:
+        return "fewer than two jobs"
+    if fit == 0:
+        return (f"no pair of jobs fits one GPU's memory ({pairs} pairs checked: model state "
+                "plus activations at the local batches their GPU counts give)")
+    return (f"{fit} of {pairs} pairs fit one GPU's memory, but sharing was not predicted to "
+            "lower weighted JCT")
+
+
+def _pair_fits(p: Any, ids: tuple[int, int], t: int, gpu_gb: float, fits: Any,
+               ceil: Any) -> bool:
+    lo = max(int(p.lo[i]) for i in ids)
+    hi = min(min(int(p.hi[i]), int(p.B[i])) for i in ids)
+    for k in range(lo, min(hi, int(p.n_type[t])) + 1):
+        b = [float(ceil(p.B[i] / k)) for i in ids]
+        if any(bi > p.cap[i, t] for i, bi in zip(ids, b, strict=True)):
+            continue
+        if fits([job_state_gb(p.jobs[i]) for i in ids], b,
+                [float(p.mem_cap[i, t]) for i in ids], gpu_gb):
+            return True
+    return False
+
+
 __all__ = ["DEFAULT_GPU_MEMORY_GB", "FALLBACK_GPU_MEMORY_GB", "MODEL_STATE_FACTOR",
-           "FALLBACK_MODEL_GB", "gpu_memory_gb", "type_memory_gb", "job_state_gb"]
+           "FALLBACK_MODEL_GB", "UNMEASURED_FILL", "gpu_memory_gb", "type_memory_gb",
+           "job_state_gb", "fill_batch", "no_group_reason"]

@@ -35,7 +35,7 @@ def _check(B: int, caps: Sequence[int]) -> None:
         raise SharesError(f"global batch {B} exceeds the workers' memory caps (sum {sum(caps)})")
 
 
-#: a worker's step time where the affine line is poor (issue 11.7): a strictly increasing
+#: a worker's step time where the affine line is poor: a strictly increasing
 #: piecewise-linear curve (local batches, seconds) from batch 1 to the cap; None: ``a + c*b``
 Curve = tuple[np.ndarray, np.ndarray] | None
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.core.estimates import Estimates
+from hetsched.core.memory import fill_batch
 from hetsched.core.model import (
     Curve,
     allreduce_time,
@@ -73,11 +74,13 @@ class PlanningProblem:
         self.a = np.zeros((S, T))
         self.c = np.ones((S, T))
         self.cap = np.ones((S, T), dtype=int)
+        #: the local batch at which a job alone fills a GPU's memory (core.memory.fill_batch)
+        self.mem_cap = np.ones((S, T))
         self.sync = np.zeros((S, T))
-        #: per job: GPU type -> fit whose sync was calibrated at several scales (issue 11.7)
+        #: per job: GPU type -> fit whose sync was calibrated at several scales
         self.calibrated: list[dict[int, StepFit]] = [{} for _ in range(S)]
         #: per job: None (every allowed type affine) or, per type, the piecewise curve
-        #: where the affine fit is poor (issue 11.7): predictions and batch shares use it
+        #: where the affine fit is poor: predictions and batch shares use it
         self.curves: list[list[Curve] | None] = [None] * S
         self.allowed = np.zeros((S, T), dtype=bool)
         node_max = {t: 0 for t in self.types}
@@ -143,6 +146,7 @@ class PlanningProblem:
         self.allowed[i, t] = True
         self.a[i, t], self.c[i, t] = fit.a, fit.c
         self.cap[i, t] = fit.max_batch
+        self.mem_cap[i, t] = fill_batch(fit.max_batch, fit.memory_cap)
         self.sync[i, t] = fit.sync_s
         if fit.sync_curve:
             self.calibrated[i][t] = fit

@@ -42,8 +42,10 @@ class ProfileRow:
 class StepFit:
     """Fitted step time ``a + c*b`` for local batch ``1 <= b <= max_batch``.
 
-    ``max_batch`` is the memory cap: the largest profiled local batch unless a
-    ``max_local_batch`` column gave one. ``sync_s`` is the mean measured
+    ``max_batch`` bounds the local batch: the largest profiled local batch unless a
+    ``max_local_batch`` column gave one. ``memory_cap`` is that column's value
+    only (a batch a GPU was measured not to exceed), None when no row gave one:
+    the memory model (:func:`hetsched.core.memory.fill_batch`) tells them apart. ``sync_s`` is the mean measured
     synchronisation time (0 when none was profiled). ``knots`` (batch, step
     time) replace the line in :meth:`step_time` when the affine fit is poor
     (``POOR_FIT``): a non-decreasing piecewise-linear curve through the
@@ -62,6 +64,7 @@ class StepFit:
     knots: tuple[tuple[float, float], ...] = ()
     sync_curve: tuple[tuple[int, float], ...] = ()
     max_rel_err: float = 0.0
+    memory_cap: int | None = None
 
     def step_time(self, b: float) -> float:
         if self.knots:
@@ -200,7 +203,8 @@ def fit_rows(rs: list[ProfileRow], multi: list[ProfileRow] | None = None,
     caps = [r.max_local_batch for r in rs if r.max_local_batch is not None]
     cap = min(caps) if caps else int(b.max())
     fit = StepFit(a=a, c=c, max_batch=cap, sync_s=float(np.mean(syncs)) if syncs else 0.0,
-                  points=len(rs), rel_rmse=rel, knots=knots, max_rel_err=max_err)
+                  points=len(rs), rel_rmse=rel, knots=knots, max_rel_err=max_err,
+                  memory_cap=min(caps) if caps else None)
     if multi:
         curve = calibrate_sync(fit, multi)
         # the scalar measured sync the model falls back on: the two-GPU value

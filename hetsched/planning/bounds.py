@@ -69,7 +69,7 @@ def best_iteration_time(p: PlanningProblem, i: int) -> float:
     m = int(min(p.hi[i], len(a)))
     B = float(p.B[i])
 
-    bent = []  # piecewise types (issue 11.7): their curve's inverse, from 0 samples at T = 0
+    bent = []  # piecewise types: their curve's inverse, from 0 samples at T = 0
     for t, cv in enumerate(p.curves[i] or ()):
         if cv is not None and p.allowed[i, t]:
             at = np.repeat(types == t, p.n_type[types])

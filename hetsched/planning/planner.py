@@ -81,7 +81,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
                               progress_history=progress_history,
                               prefer_gpus=dict(prefer_gpus or {}))
-    if mode == "pool":  # pool mode (issue 3) lives in its own package
+    if mode == "pool":  # pool mode lives in its own package
         from hetsched.planning.pool import plan_pool
 
         if static:
@@ -91,7 +91,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep)
-    elif mode == "auto":  # issue 11.4: space or pool, whichever predicts less weighted JCT
+    elif mode == "auto":  # space or pool, whichever predicts less weighted JCT
         plan = _plan_either(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, task_iterations=task_iterations,
                             reporter=rep)
@@ -159,7 +159,14 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         plan = simulate(problem, pol, static=static, restart_cost_s=restart_cost_s,
                         reporter=rep)
         rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
-        return _or_fallback(problem, pol, plan, static, restart_cost_s)
+        plan = _or_fallback(problem, pol, plan, static, restart_cost_s)
+        if getattr(cls, "colocates", False) and not any(
+                s.group is not None for jp in plan.jobs for s in jp.segments):
+            from hetsched.core.memory import no_group_reason  # say why sharing never paid
+
+            plan.extra["no_group"] = no_group_reason(problem)
+            rep.note(f"{cls.name} formed no co-location group: {plan.extra['no_group']}")
+        return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
     t0 = time.perf_counter()

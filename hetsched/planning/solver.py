@@ -7,7 +7,7 @@ lower bound (``lp_bound``) and HAS's P3 on large categories
 
 pulp's HiGHS interface lets HiGHS print its banner on stdout when it creates
 the solver, before ``output_flag`` can be switched off, which corrupted
-``--format json`` output (issue 11.5). The solver returned here is silent:
+``--format json`` output. The solver returned here is silent:
 ``msg=False``, and the creation and the solve run with file descriptor 1
 pointed at /dev/null. CBC, bundled with pulp, is the fallback when HiGHS is not importable.
 """

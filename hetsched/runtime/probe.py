@@ -11,7 +11,7 @@ a gradient-sized buffer between in-process ranks, i.e. the intra-node
 exchange cost of this model, measured at 2 and 4 ranks (``sync_gpus``): the
 one-GPU rows carry the 2-rank time in ``sync_time_s``, and one row per scale K
 (``gpus`` = K, the largest batch's step time plus the K-rank sync) lets the
-planner calibrate its communication model at several scales (issue 11.7).
+planner calibrate its communication model at several scales.
 
 A time limit stops the sweep early with the rows measured so far (a probe that
 measured nothing fails, and the profiler marks the pair unusable).
@@ -175,10 +175,13 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
             if v is not None:
                 by_scale[k] = v
         sync_s = by_scale.get(2)
-    rows = [ProfileRow(workload, gpu_type.lower(), b, t, sync_s, cap)
+    # a memory cap only where memory bounded the sweep (an out-of-memory on a GPU): on a CPU,
+    # or a GPU that held every batch tried, the largest batch says nothing about memory
+    mem_cap = cap if use_cuda and oom_at is not None and measured else None
+    rows = [ProfileRow(workload, gpu_type.lower(), b, t, sync_s, mem_cap)
             for b, t in sorted(measured.items()) if math.isfinite(t)]
     if rows:  # one whole-iteration row per measured scale, at the largest batch
         top = rows[-1]
         rows += [ProfileRow(workload, gpu_type.lower(), top.local_batch, top.step_time_s + v, v,
-                            cap, gpus=k) for k, v in sorted(by_scale.items())]
+                            mem_cap, gpus=k) for k, v in sorted(by_scale.items())]
     return ProbeResult(rows, cap, oom_at, time.perf_counter() - t_start, str(dev))

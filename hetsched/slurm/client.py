@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hetsched.slurm.runner import SAFE_TRANSIENT, CommandError, Runner
+from hetsched.slurm.runner import SAFE_TRANSIENT, CommandError, Runner, SlurmUnavailable
 
 #: Slurm job states after which a job will not run again (unless requeued).
 FINISHED_STATES = frozenset({
@@ -263,6 +263,25 @@ def parse_node_json(n: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+def json_errors(data: Any) -> list[str]:
+    """The ``errors`` of a ``--json`` output as text, [] when it has none.
+
+    22.05: ``{"description", "error_number", "error", "source"}`` or
+    ``{"error", "errno"}``; 23.02+: ``{"description", "error_number",
+    "error", "source"}``. A plain string is kept as it is.
+    """
+    raw = data.get("errors") if isinstance(data, Mapping) else None
+    out: list[str] = []
+    for e in raw if isinstance(raw, list) else []:
+        if isinstance(e, Mapping):
+            parts = [_str(e.get(k)) for k in ("source", "description", "error")]
+            text = ": ".join(dict.fromkeys(p for p in parts if p))
+            out.append(text or json.dumps(dict(e), sort_keys=True))
+        elif e:
+            out.append(str(e))
+    return out
+
+
 def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     """``scontrol show job --oneliner`` output -> one dict per record."""
     records = []
@@ -291,13 +310,23 @@ class CliSlurmClient:
     _version: str | None = None
 
     def _json_list(self, argv: list[str], key: str) -> list[Any]:
-        """Run a ``--json`` command and return the list under ``key``, or say what was wrong."""
+        """Run a ``--json`` command and return the list under ``key``, or say what was wrong.
+
+        Slurm 22.05 exits 0 with an empty list and an ``errors`` list when
+        slurmctld does not answer: that is no answer, never "no jobs" or "no
+        nodes" (SlurmUnavailable).
+        """
         res = self.runner.run(argv)
         try:
             data = json.loads(res.stdout)
         except ValueError:
             raise CommandError(res.argv, 0, res.stdout[:200],
                                f"{' '.join(argv)} did not print JSON") from None
+        errors = json_errors(data)
+        if errors:
+            raise SlurmUnavailable(res.argv, 0, "; ".join(errors) + (
+                f" {res.stderr.strip()}" if res.stderr.strip() else ""),
+                "is slurmctld up? `scontrol ping` tells")
         items = data.get(key) if isinstance(data, Mapping) else None
         if not isinstance(items, list):
             raise CommandError(res.argv, 0, "",
@@ -340,9 +369,13 @@ class CliSlurmClient:
         ids = [str(i) for i in job_ids]
         if not ids:
             return
-        res = self.runner.run(["scancel", *ids], check=False)
-        if res.returncode != 0 and "Invalid job id" not in res.stderr:
-            raise CommandError(res.argv, res.returncode, res.stderr)
+        try:  # an unreachable controller is retried, then SlurmUnavailable
+            self.runner.run(["scancel", *ids])
+        except SlurmUnavailable:
+            raise
+        except CommandError as e:
+            if "Invalid job id" not in e.stderr:
+                raise
 
     def requeue(self, job_ids: Iterable[str]) -> None:
         ids = [str(i) for i in job_ids]
@@ -392,12 +425,14 @@ class CliSlurmClient:
                         het_offset=int(off) if off.isdigit() else None,
                         exit_code=int(code.split(":")[0]) if code[:1].isdigit() else None))
                 return out
-        res = self.runner.run(["scontrol", "show", "job", "--oneliner", str(job_id)],
-                              check=False)
-        if res.returncode != 0:
-            if "Invalid job id" in res.stderr:
+        try:  # an unreachable controller is retried, then SlurmUnavailable
+            res = self.runner.run(["scontrol", "show", "job", "--oneliner", str(job_id)])
+        except SlurmUnavailable:
+            raise
+        except CommandError as e:
+            if "Invalid job id" in e.stderr:
                 return []
-            raise CommandError(res.argv, res.returncode, res.stderr)
+            raise
         out = []
         for r in parse_scontrol_records(res.stdout):
             code = r.get("ExitCode", "")

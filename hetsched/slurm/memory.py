@@ -7,8 +7,10 @@ protocol over a dict of jobs: ``submit`` reads the script's ``#SBATCH`` lines
 whose GPUs are free, in id order, as Slurm's FIFO-plus-backfill would on an
 idle cluster; :meth:`MemorySlurm.finish` ends a job as the test says. Faults
 are injected with ``fail_submit_at`` (the n-th ``submit`` fails as sbatch
-would) and ``on_submit`` (a hook run after each accepted submit, e.g. to send
-a signal mid-batch). Every call is logged in ``calls``.
+would), ``on_submit`` (a hook run after each accepted submit, e.g. to send
+a signal mid-batch) and ``down`` (slurmctld does not answer: every call
+raises SlurmUnavailable, as the CLI client does on squeue's ``errors``).
+Every call is logged in ``calls``.
 
 It is a test double *beside* the real testbed tests (tests/slurm/), never
 instead of them: it knows nothing of Slurm's real scheduling, limits or
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetsched.slurm.client import FINISHED_STATES, JobInfo, NodeInfo
-from hetsched.slurm.runner import CommandError
+from hetsched.slurm.runner import CommandError, SlurmUnavailable
 
 
 @dataclass
@@ -66,14 +68,17 @@ class MemorySlurm:
     node_state: dict[str, str] = field(default_factory=dict)
     next_id: int = 1000
     clock: Callable[[], float] = time.time
+    down: bool = False  #: slurmctld does not answer: every protocol call raises
 
     # -- the SlurmClient protocol ---------------------------------------------
     def jobs(self) -> list[JobInfo]:
         self.calls.append(("squeue", ()))
+        self._answer()
         return [c for j in self.jobs_by_id.values() for c in self._infos(j)]
 
     def nodes(self, partition: str | None = None) -> list[NodeInfo]:
         self.calls.append(("sinfo", ()))
+        self._answer()
         used: dict[str, int] = {}
         for j in self.jobs_by_id.values():
             if j.state == "RUNNING":
@@ -89,6 +94,7 @@ class MemorySlurm:
 
     def submit(self, script_path: str | Path, *, extra_args: Sequence[str] = ()) -> str:
         self.calls.append(("sbatch", (str(script_path), *extra_args)))
+        self._answer()
         n = sum(1 for c, _ in self.calls if c == "sbatch")
         if n in self.fail_submit_at:
             raise CommandError(["sbatch", "--parsable", str(script_path)], 1,
@@ -104,6 +110,7 @@ class MemorySlurm:
         ids = [str(i) for i in job_ids]
         if ids:
             self.calls.append(("scancel", tuple(ids)))
+            self._answer()
         for i in ids:
             j = self.jobs_by_id.get(i)
             if j is not None and j.state not in FINISHED_STATES:
@@ -112,6 +119,7 @@ class MemorySlurm:
     def requeue(self, job_ids: Iterable[str]) -> None:
         ids = [str(i) for i in job_ids]
         self.calls.append(("scontrol requeue", tuple(ids)))
+        self._answer()
         for i in ids:
             j = self.jobs_by_id[i]
             j.state, j.reason, j.restarts = "PENDING", "BeginTime", j.restarts + 1
@@ -121,6 +129,7 @@ class MemorySlurm:
     def update_dependency(self, job_id: str, dependency: str) -> None:
         """``scontrol update jobid=ID dependency=...`` of a pending job."""
         self.calls.append(("scontrol update", (job_id, f"dependency={dependency}")))
+        self._answer()
         j = self.jobs_by_id[job_id]
         if j.state != "PENDING":
             raise CommandError(["scontrol", "update"], 1, "Job is no longer pending execution")
@@ -133,6 +142,7 @@ class MemorySlurm:
         ("Invalid job ID"); a GPU *type* changed by GRES makes the job never
         runnable (BadConstraints)."""
         self.calls.append(("scontrol update", (job_id, *fields)))
+        self._answer()
         kv = dict(f.split("=", 1) for f in fields)
         lead, plus, off = job_id.partition("+")
         j = self.jobs_by_id.get(lead) or next(
@@ -174,6 +184,7 @@ class MemorySlurm:
 
     def job_detail(self, job_id: str) -> list[JobInfo]:
         self.calls.append(("scontrol show job", (job_id,)))
+        self._answer()
         j = self.jobs_by_id.get(str(job_id))
         return self._infos(j) if j is not None else []
 
@@ -181,6 +192,11 @@ class MemorySlurm:
         return "22.05.8-memory"
 
     # -- what a test drives ---------------------------------------------------
+    def _answer(self) -> None:
+        if self.down:
+            raise SlurmUnavailable(["squeue", "--json"], 0, "slurm_load_jobs: Unspecified error",
+                                   "is slurmctld up? `scontrol ping` tells")
+
     def schedule(self) -> list[str]:
         """Start what can start now (dependencies ended, GPUs free); returns the ids."""
         started = []

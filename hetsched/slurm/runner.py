@@ -27,7 +27,7 @@ from typing import Any
 
 import tenacity
 
-from hetsched.errors import HetschedError
+from hetsched.errors import EXIT_COMMAND, EXIT_SLURM_DOWN, HetschedError
 
 #: stderr fragments meaning "try again later": the controller is busy or restarting.
 TRANSIENT = re.compile(
@@ -51,7 +51,7 @@ SAFE_TRANSIENT = re.compile(
 class CommandError(HetschedError):
     """An external command failed; the message quotes its stderr."""
 
-    exit_code = 3
+    exit_code = EXIT_COMMAND
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
                  note: str = "") -> None:
@@ -95,9 +95,17 @@ def _retryable(error: CommandError, retry_on: re.Pattern[str] | None) -> bool:
 
 
 class SlurmUnavailable(CommandError):
-    """Slurm kept failing transiently after every retry (controller down?)."""
+    """Slurm did not answer: the controller could not be reached (after every retry).
 
-    exit_code = 4
+    Not an empty answer: a caller must not act on it (no job is "gone", no
+    partition "empty"). The CLI prints ``Slurm did not answer: ...`` and exits
+    with :data:`hetsched.errors.EXIT_SLURM_DOWN`.
+    """
+
+    exit_code = EXIT_SLURM_DOWN
+
+    def __str__(self) -> str:
+        return f"Slurm did not answer: {super().__str__()}"
 
 
 @dataclass

@@ -6,7 +6,7 @@ per node (``slurmd -f CONF -N name``, all on 127.0.0.1 with ports derived from
 DIR so two testbeds never collide), then waits until every node is idle.
 GPUs are fake but typed: gres.conf ``File=`` points at symlinks named
 ``nvidiaN`` to ``/dev/null`` (slurmd needs a character device to set
-``CUDA_VISIBLE_DEVICES``; see ../shared/TESTBED.md).
+``CUDA_VISIBLE_DEVICES``).
 
 Size: one daemon manager; the config it writes and the processes it starts and
 stops share every path, port and pid file, so they stay in one class.

@@ -1,4 +1,4 @@
-"""Checks before the state file is opened, and its backups (issue 8 item 5).
+"""Checks before the state file is opened, and its backups.
 
 The state file remembers which Slurm jobs hetsched submitted; losing it
 silently means forgetting jobs that are still queued. So every way the file

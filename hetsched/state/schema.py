@@ -105,7 +105,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             updated REAL NOT NULL
         )""",
     ),
-    # Version 3 (issue 13): training history for the ``ones`` progress predictor.
+    # Version 3: training history for the ``ones`` progress predictor.
     # One row per job run (its report file) and one per epoch it finished;
     # ``epochs`` is set when the run reported ``done``: a completed job, whose
     # progress after each epoch (k / epochs) trains the regression.

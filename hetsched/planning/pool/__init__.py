@@ -87,7 +87,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     if policy == "auto":
         extra["chosen"] = chosen
     if int(pp.P.sum()) < pp.K and pp.parallelism_notes:
-        # fewer task slots than GPUs: say why GPUs may idle while tasks wait (issue 11.4)
+        # fewer task slots than GPUs: say why GPUs may idle while tasks wait
         extra["idle_gpus_reason"] = pp.parallelism_notes
     plan = to_plan(pp, sched, ev, rel.value, params=extra)
     plan.policy = f"auto:{chosen}" if policy == "auto" else chosen

@@ -3,7 +3,7 @@
 Hare's relaxed scale (HPDC'22, section 4) lets a round's P tasks run on any
 free GPUs, in turn when fewer than P are free; so P bounds how many GPUs a job
 can use at once, and a pool where the running jobs' P add up to less than the
-pool leaves GPUs idle while tasks wait. Issue 11.4: a job without
+pool leaves GPUs idle while tasks wait. A job without
 ``requested_gpus`` used to get P = 1.
 
 Rule (greedy, like a water-filling of GPUs over jobs): start every job at its

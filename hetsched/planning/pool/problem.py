@@ -74,7 +74,7 @@ class PoolProblem:
     task_iterations: int | None = None
     max_rounds: int = DEFAULT_MAX_ROUNDS
     switch_s: float = DEFAULT_SWITCH_S
-    #: choose P for jobs without requested_gpus (issue 11.4); False: P = min_gpus (the old rule)
+    #: choose P for jobs without requested_gpus; False: P = min_gpus (the old rule)
     choose_parallelism: bool = True
     P: np.ndarray = field(init=False)  # (S,) tasks per round
     #: job name -> why its P stayed below what the pool could give it
@@ -121,7 +121,7 @@ class PoolProblem:
                 raise InputError(p.jobs_source, f"a task slice of {b} samples fits no GPU type",
                                  f"job {job.name!r}")
         bcol = self.slice_b[:, None].astype(float)
-        # the space planner's step model, piecewise where the line is poor (issue 11.7)
+        # the space planner's step model, piecewise where the line is poor
         steps = np.vstack([p.step_times(i, np.repeat(bcol[i], T)) for i in range(S)]) if S \
             else p.a + p.c * bcol
         self.t_it = np.where(self.ok, steps, np.inf)
@@ -133,7 +133,7 @@ class PoolProblem:
                 if not self.ok[i, t]:
                     self.s_it[i, t] = np.inf
                     continue
-                # measured at several scales (issue 11.7): the calibration wins
+                # measured at several scales: the calibration wins
                 cal = p.calibrated_comm(i, [t], int(self.P[i])) if self.P[i] > 1 else None
                 self.s_it[i, t] = cal if cal is not None else comm_time(
                     int(self.P[i]), float(p.model_mb[i]), bw, float(p.sync[i, t]))

@@ -92,7 +92,7 @@ class GroupTimer:
         order = sorted(gpus, key=lambda g: (int(ev.gpu_type[g]), g))
         for k, g in enumerate(order):
             t = int(ev.gpu_type[g])
-            used = sum(job_memory_gb(self.state_gb[i], tm.batches[k], p.cap[i, t], self.gpu_gb[g])
+            used = sum(job_memory_gb(self.state_gb[i], tm.batches[k], p.mem_cap[i, t], self.gpu_gb[g])
                        for i, tm in zip(members, tms, strict=True))
             if used > self.gpu_gb[g] * (1 + 1e-9):
                 names = ", ".join(p.jobs[i].name for i in members)

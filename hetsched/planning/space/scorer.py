@@ -84,7 +84,7 @@ class Evaluator:
         a = [float(p.a[i, t]) for t in types]
         c = [float(p.c[i, t]) for t in types]
         caps = [int(p.cap[i, t]) for t in types]
-        # the planner's model: piecewise curves where the affine fit is poor (issue 11.7)
+        # the planner's model: piecewise curves where the affine fit is poor
         pc = p.curves[i]
         cv = None if pc is None else [pc[t] for t in types]
         b = balanced_shares(a, c, caps, B, cv) if shares == "balanced" else equal_shares(caps, B)

@@ -1,4 +1,4 @@
-"""Harmony (Lee et al., ../shared/papers/harmony-ps-colocation.txt): co-located job groups.
+"""Harmony (Lee et al.): co-located job groups.
 
 ``harmony`` groups jobs with complementary COMP/COMM use onto shared GPUs
 (Algorithm 1, :mod:`.harmony_model`) and regroups at arrivals and
@@ -138,7 +138,7 @@ class _Colocating(Policy):
                 b = np.ceil(p.B[ids] / k)
                 if (b > p.cap[ids, t]).any():
                     continue
-                if len(ids) == 1 or fits_memory(state, b.tolist(), p.cap[ids, t].tolist(),
+                if len(ids) == 1 or fits_memory(state, b.tolist(), p.mem_cap[ids, t].tolist(),
                                             float(mem[t])):
                     return t, k
         return None
@@ -158,7 +158,7 @@ def _type_prefs(p: PlanningProblem, J: Jobs, g: Grouping, mem: np.ndarray) -> li
         & (m >= p.lo[ids])[:, None] & (m <= p.hi[ids])[:, None]
     ok = np.minimum.reduceat(okj.astype(int), starts, axis=0) > 0
     state = np.array([job_state_gb(p.jobs[i]) for i in ids])
-    per = np.maximum(0.0, mem[None, :] - state[:, None]) / np.maximum(1, p.cap[ids])
+    per = np.maximum(0.0, mem[None, :] - state[:, None]) / np.maximum(1, p.mem_cap[ids])
     used = np.add.reduceat(state[:, None] + per * b[:, None], starts, axis=0)
     ok &= (sizes[:, None] == 1) | (used <= mem[None, :] * (1 + 1e-9))
     comp = np.add.reduceat(p.a[ids] + p.c[ids] * b[:, None], starts, axis=0)

@@ -1,4 +1,4 @@
-"""``harmony-jct``: co-location only where it lowers predicted weighted JCT (issue 14 follow-up).
+"""``harmony-jct``: co-location only where it lowers predicted weighted JCT.
 
 ``harmony`` (Algorithm 1) maximises utilisation (eq. (4)) and ignores JCT
 and GPU types, so it loses to isolated allocation (docs/harmony.md). This
@@ -78,13 +78,13 @@ def _fits(p: PlanningProblem, ids: list[int], t: int, k: int, mem: np.ndarray) -
            or bi > p.cap[i, t] for i, bi in zip(ids, b, strict=True)):
         return False
     return fits_memory([job_state_gb(p.jobs[i]) for i in ids], b,
-                       [float(p.cap[i, t]) for i in ids], float(mem[t]) * MARGIN)
+                       [float(p.mem_cap[i, t]) for i in ids], float(mem[t]) * MARGIN)
 
 
 @register
 class HarmonyJct(_Colocating):
     name = "harmony-jct"
-    paper = "Harmony eq. (1) on top of an isolated JCT policy (issue 14 follow-up)"
+    paper = "Harmony eq. (1) on top of an isolated JCT policy"
     summary = ("Isolated base decision; a waiting job joins a running one where predicted "
                "weighted JCT drops; best of it and the base alone (opt-in)")
 

@@ -1,4 +1,4 @@
-"""Harmony's Algorithm 1, vectorised (../shared/papers/harmony-ps-colocation.txt §IV-B).
+"""Harmony's Algorithm 1, vectorised (Lee et al., Harmony, §IV-B).
 
 The policy's view of the jobs: per job, COMP on ``m`` GPUs of one type is the
 step-time model at local batch ``ceil(B/m)`` (eq. (2) through the affine step
@@ -42,6 +42,7 @@ class Jobs:
     mb: np.ndarray      # model size (MB) for the ring all-reduce; 0 = use sync
     sync: np.ndarray
     state: np.ndarray   # GB of model state
+    mem_cap: np.ndarray  # local batch that fills the GPU alone (core.memory.fill_batch)
     lo: np.ndarray
     hi: np.ndarray
     gpu_gb: np.ndarray  # memory of one GPU of the job's type
@@ -56,7 +57,8 @@ class Jobs:
         t = np.argmax(np.where(p.allowed[ids], free[None, :] + 1, 0), axis=1)
         return cls(ids, p.a[ids, t], p.c[ids, t], p.B[ids].astype(float),
                    p.cap[ids, t].astype(float), p.model_mb[ids], p.sync[ids, t],
-                   np.array([job_state_gb(p.jobs[i]) for i in ids]), p.lo[ids].astype(float),
+                   np.array([job_state_gb(p.jobs[i]) for i in ids]), p.mem_cap[ids, t],
+                   p.lo[ids].astype(float),
                    hi, mem[t], np.maximum(1, p.node_max[t]).astype(float),
                    p.cluster.intra_node_gbps, p.cluster.inter_node_gbps)
 
@@ -73,7 +75,7 @@ class Jobs:
 
     def mem_coef(self) -> tuple[np.ndarray, np.ndarray]:
         """Per job (s, k): memory at DoP m is at most ``s + k / m`` (ceil(B/m) <= B/m + 1)."""
-        per_sample = np.maximum(0.0, self.gpu_gb - self.state) / np.maximum(1.0, self.cap)
+        per_sample = np.maximum(0.0, self.gpu_gb - self.state) / np.maximum(1.0, self.mem_cap)
         return self.state + per_sample, per_sample * self.B
 
 

@@ -361,7 +361,7 @@ class HAS(Policy):
         lo, hi = solver.lo.tolist(), solver.hi.tolist()
         if count_bounded(solver.total, lo, hi, limit=self.exact_max) <= self.exact_max:
             cats = list(bounded_compositions(solver.total, lo, hi))
-        else:  # too many to enumerate at this event: sample as JPS does (issue 11.3)
+        else:  # too many to enumerate at this event: sample as JPS does
             rows = latency_order(problem, snap, rows)
             solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill)
             cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(

@@ -1,0 +1,72 @@
+"""Cancelling one job of a pool, on the in-memory Slurm (real plans, files, SQLite).
+
+A pool plan's jobs all run in one Slurm job. `hetsched cancel JOB` drops that
+job: the pool's Slurm job goes on, the job is final (cancelled), and the next
+replan restarts the pool from its checkpoints without it. Cancelling every
+job of the pool cancels its Slurm job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pool_slurm_helpers import emulated_rows, pool_plan
+
+from hetsched.app.cancel import cancel_jobs
+from hetsched.app.pool_submit import submit_pool
+from hetsched.app.replan import latest_rows, replan
+from hetsched.app.status import batch_status
+from hetsched.core.throughput import ThroughputTable
+from hetsched.slurm.memory import MemorySlurm
+from hetsched.state.store import CANCELLED, open_store
+
+NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def test_one_job_of_a_pool_is_dropped_and_the_pool_replanned_without_it(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="pc", task_iterations=5)
+    a, b, c = (j.name for j in plan.jobs)
+    with open_store(tmp_path / "s.db") as st:
+        res = submit_pool(plan, st, slurm, partition="gpu")
+        pool_id = res.slurm_id
+        slurm.schedule()
+        assert slurm.jobs_by_id[pool_id].state == "RUNNING"
+
+        out = cancel_jobs(st, slurm, [b], reason="wrong data")
+        assert out.dropped == [(b, pool_id)] and out.cancelled == []
+        assert slurm.count("scancel") == 0  # the pool goes on
+        rows = latest_rows(st)
+        assert rows[b].state == CANCELLED and rows[a].state != CANCELLED
+        shown = {j.job: j for j in batch_status(st, slurm)}
+        assert shown[b].state == CANCELLED and "wrong data" in shown[b].reason
+        assert shown[a].state == "RUNNING"
+
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert r.status == "replanned", r.summary()
+        assert b in r.user_cancelled
+        assert {n for n, _ in r.submitted} == {a, c}
+        new = st.active_plan()
+        assert new is not None and {j["name"] for j in new["jobs"]} == {a, c}
+        assert slurm.jobs_by_id[pool_id].state == "CANCELLED"  # the old pool job
+        rows = latest_rows(st)
+        assert rows[b].state == CANCELLED and rows[b].slurm_id == pool_id  # on record
+        assert rows[a].slurm_id != pool_id
+
+        # a second replan does not bring it back
+        r2 = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert b not in {n for n, _ in r2.submitted}
+
+
+def test_cancelling_every_job_of_a_pool_cancels_its_slurm_job(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="pa", task_iterations=5)
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        out = cancel_jobs(st, slurm, None)
+        assert out.dropped == [] and {j for j, _ in out.cancelled} == {j.name for j in plan.jobs}
+        assert slurm.jobs_by_id[pool_id].state == "CANCELLED"

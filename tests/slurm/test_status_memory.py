@@ -1,0 +1,74 @@
+"""`hetsched status` on the in-memory Slurm: where a job runs, actual beside predicted,
+the failed job's log, the slow flag, and only the current batch unless --all.
+
+(tests/slurm/test_status.py runs status on the real testbed.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_helpers import contract_plan
+
+from hetsched.app.status import SLOW, batch_status
+from hetsched.app.submit import files_dir, submit
+from hetsched.cli.render import UNLIMITED, status_notes, status_table
+from hetsched.slurm.memory import MemorySlurm
+from hetsched.state.store import open_store
+
+
+def _text(jobs: list) -> str:
+    from rich.console import Console
+
+    con = Console(width=UNLIMITED, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    con.print(status_table(jobs, UNLIMITED))
+    return con.export_text() + "\n".join(status_notes(jobs))
+
+
+def test_status_says_where_when_and_how_it_is_doing(tmp_path: Path) -> None:
+    clock = [0.0]
+    slurm = MemorySlurm(clock=lambda: clock[0])
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(contract_plan("b1", {"ok": [[("t4-1", "t4", 4), ("t4-1", "t4", 4)]],
+                                               "bad": [[("v100-1", "v100", 4)]]}),
+                          st, slurm, partition="gpu").submitted)
+        t0 = float(st.plans()[-1]["created"])
+        pred = {j["name"]: j for j in st.active_plan()["jobs"]}  # type: ignore[index]
+        clock[0] = t0 + 1
+        slurm.schedule()
+        # "ok" ends after twice its predicted JCT: flagged; "bad" fails at once
+        clock[0] = t0 + 2 * (pred["ok"]["end_s"] - pred["ok"]["arrival_s"])
+        slurm.finish(ids["ok"])
+        slurm.finish(ids["bad"], "FAILED", "NonZeroExitCode")
+        log = files_dir(st) / "logs" / f"bad-{ids['bad']}.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("Traceback ...\n")
+        jobs = {j.job: j for j in batch_status(st, slurm, now=clock[0])}
+
+    ok, bad = jobs["ok"], jobs["bad"]
+    assert ok.placement == "t4-1:0,1" and bad.placement == "v100-1:0"
+    assert ok.actual_start == int(t0 + 1) and ok.actual_end == int(clock[0])  # Slurm: seconds
+    assert ok.predicted_jct_s is not None and ok.measured_jct_s is not None
+    assert ok.measured_jct_s > SLOW * ok.predicted_jct_s and "JCT" in ok.slow
+    assert bad.state == "FAILED" and bad.log == str(log) and not bad.slow
+    assert ok.log is None
+    text = _text(list(jobs.values()))
+    assert "t4-1:0,1" in text and "COMPLETED !" in text
+    assert f"bad failed: log {log}" in text and "! ok: JCT 2.0x the prediction" in text
+
+
+def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
+    slurm = MemorySlurm()
+    with open_store(tmp_path / "s.db") as st:
+        first = dict(submit(contract_plan("old", {"o1": [[("t4-1", "t4", 4)]]}), st, slurm,
+                            partition="gpu").submitted)
+        slurm.schedule()
+        slurm.finish(first["o1"])
+        submit(contract_plan("new", {"n1": [[("t4-1", "t4", 4)]]}), st, slurm, partition="gpu",
+               allow_active_elsewhere=True)
+        now = {j.job for j in batch_status(st, slurm)}
+        every = batch_status(st, slurm, all_batches=True)
+    assert now == {"n1"}
+    assert {j.job for j in every} == {"o1", "n1"}
+    assert " plan " in _text(every) and " plan " not in _text(
+        [j for j in every if j.job == "n1"])
