@@ -34,12 +34,47 @@ def _fail(e: HetschedError) -> None:
 EXTRAS = {"torch": "runtime", "matplotlib": "plot", "pyslurm": "pyslurm"}
 
 
+#: commands that live in their own modules, imported only when they run or when
+#: ``--help`` lists them; those modules import their use cases inside each command, so
+#: neither ``--help`` nor shell completion loads numpy, scipy or pydantic
+#: (tests/test_lazy_imports.py)
+LAZY_COMMANDS = {
+    "submit": "hetsched.cli.slurm:submit_cmd",
+    "status": "hetsched.cli.slurm:status_cmd",
+    "watch": "hetsched.cli.slurm:watch_cmd",
+    "cancel": "hetsched.cli.slurm:cancel_cmd",
+    "replan": "hetsched.cli.replan:replan_cmd",
+    "testbed": "hetsched.cli.testbed:testbed",
+    "cluster": "hetsched.cli.testbed:cluster",
+    "run": "hetsched.cli.runtime:run_cmd",
+    "exec": "hetsched.cli.runtime:exec_cmd",
+    "probe": "hetsched.cli.runtime:probe_cmd",
+    "profile": "hetsched.cli.runtime:profile_cmd",
+    "profiles": "hetsched.cli.profiles:profiles",
+    "config": "hetsched.cli.config:config_cmd",
+    "state": "hetsched.cli.state:state_cmd",
+    "simulate": "hetsched.cli.simulate:simulate_cmd",
+}
+
+
 class Main(click.Group):
     """Turns every HetschedError into one line on stderr and its exit code.
 
     A missing optional dependency (torch for ``run``, matplotlib for PNGs)
-    becomes one line naming the extra that installs it.
+    becomes one line naming the extra that installs it. Commands in other
+    modules (``LAZY_COMMANDS``) are imported when first asked for.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -359,31 +394,3 @@ def convert_philly(throughputs: str, gpus: int, n: int, load: float, seed: int, 
         _write(out, text)
     else:
         click.echo(text, nl=False)
-
-
-def _register_commands() -> None:
-    """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
-    from hetsched.cli import replan as cli_replan
-    from hetsched.cli import slurm as cli_slurm
-    from hetsched.cli import testbed as cli_testbed
-
-    for cmd in (cli_testbed.testbed, cli_testbed.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_replan.replan_cmd,
-                cli_slurm.cancel_cmd):
-        main.add_command(cmd)
-    from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
-
-    for cmd in cli_runtime.COMMANDS:
-        main.add_command(cmd)
-    from hetsched.cli.config import config_cmd
-
-    main.add_command(config_cmd)
-    from hetsched.cli.state import state_cmd  # check, backup, restore
-
-    main.add_command(state_cmd)
-    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace (issue 15)
-
-    main.add_command(simulate_cmd)
-
-
-_register_commands()

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from hetsched.app.replan import (
-    ReplanLocked,
-    default_lock,
-    default_log,
-    file_logger,
-    replan,
-    replan_lock,
-    result_json,
-)
-from hetsched.app.replan_changes import changes_table
 from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.cli.slurm import _client, _partition, _spool, _store
 from hetsched.errors import HetschedError
-from hetsched.state.store import Store
+
+if TYPE_CHECKING:
+    from hetsched.state.store import Store
 
 
 def _table(throughputs: str | None, st: Store) -> object:
@@ -70,6 +63,17 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     \b
         * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan --throughputs p.csv
     """
+    from hetsched.app.replan import (
+        ReplanLocked,
+        default_lock,
+        default_log,
+        file_logger,
+        replan,
+        replan_lock,
+        result_json,
+    )
+    from hetsched.app.replan_changes import changes_table
+
     with _store(state_path) as st:
         log = file_logger(log_path or default_log(st))
         try:

@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hetsched import config
-from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
-from hetsched.app.replan import (
-    latest_rows,
-)
-from hetsched.app.status import JobStatus, when
-from hetsched.app.submit import base_sbatch, submit
 from hetsched.cli.options import format_option, partition_option, state_option
-from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import InputError
-from hetsched.io.plan_json import load_plan
-from hetsched.slurm.client import CliSlurmClient, make_client
-from hetsched.slurm.inventory import load_cluster_from_slurm
-from hetsched.slurm.runner import Runner
-from hetsched.state.store import Store, open_store, open_store_readonly
+
+if TYPE_CHECKING:  # the use cases load when a command runs, not for --help (cli/main.py)
+    from hetsched.app.status import JobStatus
+    from hetsched.core.plan import Plan
+    from hetsched.core.sbatch import SbatchOptions
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.state.store import Store
 
 # ---------------------------------------------------------------------------
 # shared by the Slurm commands
@@ -37,6 +32,9 @@ from hetsched.state.store import Store, open_store, open_store_readonly
 
 def _client(backend: str = "cli") -> CliSlurmClient:
     """The Slurm client for CLI commands (reads SLURM_CONF from the environment)."""
+    from hetsched.slurm.client import make_client
+    from hetsched.slurm.runner import Runner
+
     client, note = make_client(Runner(), backend)
     if backend != "cli":
         click.echo(note, err=True)
@@ -52,6 +50,8 @@ def _partition(partition: str | None) -> str | None:
 
 
 def _store(path: str | None) -> Store:
+    from hetsched.state.store import open_store
+
     return open_store(path)
 
 
@@ -61,6 +61,9 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
                     partition: str | None, backend: str = "cli",
                     skip_unplaceable: bool = False) -> Plan:
     """A typed plan from plan.json, or from jobs.yaml by planning first."""
+    from hetsched.io.plan_json import load_plan
+    from hetsched.slurm.inventory import load_cluster_from_slurm
+
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         from hetsched.app.runnable import plan_placeable
@@ -82,6 +85,8 @@ def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_fil
 
 def _cli_sbatch(**opts: object) -> SbatchOptions:
     """``hetsched submit``'s sbatch options, validated (the error names the option)."""
+    from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
+
     try:
         return SbatchOptions.parse({k: v for k, v in opts.items() if v is not None})
     except SbatchOptionError as e:
@@ -143,6 +148,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     queued), 4 Slurm unreachable, 6-10 state file unusable (docs/reliability.md),
     130 interrupted (nothing left queued).
     """
+    from hetsched.app.submit import base_sbatch, submit
+
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
     plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition,
@@ -192,6 +199,8 @@ def _print_status_table(jobs: list[JobStatus]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from hetsched.app.status import when
+
     now = time.time()
     t = Table(title="hetsched jobs")
     width = max((len(j.job) for j in jobs), default=3)
@@ -222,6 +231,7 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None) -> None:
     reports. Records nothing and creates no file (`watch` and `replan` do).
     """
     from hetsched.app.status import batch_status, state_path_missing, status_json
+    from hetsched.state.store import open_store_readonly
 
     path = Path(state_path) if state_path else config.state_path()
     st = open_store_readonly(path)
@@ -278,6 +288,11 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
     exponential backoff and resumes; it does not exit. Events are recorded for
     `hetsched replan`.
     """
+    from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
+    from hetsched.app.replan import latest_rows
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.slurm.runner import Runner
+
     with _store(state_path) as st:
         # no retries inside a cycle: watch's own backoff handles outages
         client = CliSlurmClient(Runner(retries=0, timeout_s=30))
