@@ -10,7 +10,7 @@ Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
   only after Slurm was brought in line, so a failed run is retried next time.
 * **What changes.** The work not yet done (pending jobs, the remainder of
   running jobs estimated from their elapsed time, new jobs from the spool
-  directory) is planned again with ``hetsched.planning.make_plan`` on the
+  directory) is planned again by ``hetsched.app.plan.plan_jobs`` on the
   partition as Slurm reports it now. A pending job whose first-segment workers
   change is resubmitted (the new hetjob first, then the old one cancelled); a
   running job is left alone unless the new plan resizes it (a different GPU
@@ -42,6 +42,7 @@ from typing import Any
 
 from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.plan import PlanInputs, how_planned, plan_jobs
 from hetsched.app.replan_changes import (
     Change,
     Decision,
@@ -52,7 +53,7 @@ from hetsched.app.replan_changes import (
 from hetsched.app.replan_inplace import update_in_place
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
-from hetsched.core.plan import Plan, PlanSettings
+from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import plan_from_dict
@@ -249,8 +250,6 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     ``online`` (default: setting ``replan_online``): started jobs keep their
     decided GPU count and types (pinned in the new plan, never resized).
     """
-    from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
-
     online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
     if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
@@ -287,10 +286,9 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             store.mark_handled([e["id"] for e in pending_events])
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
-    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
-                         progress_history=progress_points(store), epochs_done=done_epochs,
-                         **settings.make_plan_kwargs())
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
+                         settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
+                         epochs_done=done_epochs)
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()
@@ -468,24 +466,6 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                 done_epochs[name] = ran
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     return jobs, keep_end_s, done_epochs
-
-
-def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:
-    """The settings for the next plan: the active plan's own, ``policy`` overriding.
-
-    A plan made with ``--static --restart-cost 10 --policy jps --param
-    samples=80`` (or ``--mode pool``) is replanned the same way. Plans from
-    before settings were recorded fall back to their policy label.
-    """
-    if old is not None and old.settings is not None:
-        s = old.settings
-    else:
-        label = old.policy if old is not None else "auto"
-        s = PlanSettings(mode=old.mode if old is not None else "space",
-                         policy="auto" if label.startswith("auto") else label)
-    if policy is not None and policy != s.policy:
-        s = dataclasses.replace(s, policy=policy, params={})
-    return s
 
 
 def default_lock(store: Store) -> Path:
