@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetsched import config
 from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
 from hetsched.app.submit import (
     SubmitError,
@@ -40,6 +39,7 @@ from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
 from hetsched.io.files import atomic_write
+from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
@@ -48,6 +48,8 @@ from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
 
 #: the key of a pool plan's script in ``SubmitResult.scripts``
 POOL_KEY = "pool"
+#: the job name a pool plan's one hetjob has in its paths (io/jobfiles.py)
+POOL_JOB = "pool"
 
 
 @dataclass
@@ -68,15 +70,17 @@ class PoolDirs:
 
 
 def _sidecar(store: Store, plan_id: str) -> Path:
-    return files_dir(store) / "pool" / f"{plan_id}.json"
+    return pool_sidecar(files_dir(store), plan_id)
 
 
-def default_dirs(store: Store | None) -> PoolDirs:
-    """``$HETSCHED_REPORT_DIR``/``$HETSCHED_CHECKPOINT_DIR``, else beside the state file."""
-    base = files_dir(store) if store is not None else Path("hetsched-files")
-    rep, ck = config.get("report_dir"), config.get("checkpoint_dir")
-    return PoolDirs(Path(rep) if rep else base / "reports",
-                    Path(ck) if ck else base / "checkpoints")
+def _root(store: Store | None) -> Path:
+    """The files root (``hetsched-files`` for a dry run without a state file)."""
+    return files_dir(store) if store is not None else Path("hetsched-files")
+
+
+def pool_default_dirs(store: Store | None) -> PoolDirs:
+    """The report and checkpoint roots (io/jobfiles.py); the plan id is a level below."""
+    return PoolDirs(report_root(_root(store)), checkpoint_root(_root(store)))
 
 
 def pool_dirs(store: Store, plan_id: str) -> PoolDirs:
@@ -85,7 +89,7 @@ def pool_dirs(store: Store, plan_id: str) -> PoolDirs:
         d = json.loads(_sidecar(store, plan_id).read_text())
         return PoolDirs(Path(d["report_dir"]), Path(d["checkpoint_dir"]), d.get("slurm_id"))
     except (OSError, ValueError, KeyError, TypeError):
-        return default_dirs(store)
+        return pool_default_dirs(store)
 
 
 def _write_sidecar(store: Store, plan_id: str, dirs: PoolDirs, slurm_id: str | None) -> None:
@@ -163,19 +167,19 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                               f"the pool executor: {listing(bad)}", "jobs")
     opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
-        base = files_dir(store) if store is not None else Path("hetsched-files")
-        dirs = default_dirs(store)
-        script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
-                             log_dir=base / "logs", report_dir=dirs.report_dir,
+        files = JobFiles(_root(store), pid, POOL_JOB)
+        dirs = pool_default_dirs(store)
+        script = render_pool(plan, pid, plan_path=files.plan_copy,
+                             log_dir=files.log_dir, report_dir=dirs.report_dir,
                              checkpoint_dir=dirs.checkpoint_dir, partition=partition,
                              pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
         return PoolSubmitResult(pid, None, scripts={POOL_KEY: script},
                                 sequences=task_sequences(plan))
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
-    base = files_dir(store)
-    plan_path, log_dir = base / "plans" / f"{pid}.json", base / "logs"
-    prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else default_dirs(store)
+    files = JobFiles(files_dir(store), pid, POOL_JOB)
+    plan_path, log_dir = files.plan_copy, files.log_dir
+    prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else pool_default_dirs(store)
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
@@ -202,7 +206,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         atomic_write(plan_path, dump_plan(plan) + "\n")
     _write_sidecar(store, pid, prior, None)
     store.add_plan(plan.to_dict(), source=source)
-    path = base / "scripts" / pid / "pool.sh"
+    path = files.script
     atomic_write(path, script.text)
     with store.tx():  # every job's intent, or none
         subs = {j.name: store.begin_submission(

@@ -50,6 +50,7 @@ from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write
+from hetsched.io.jobfiles import JobFiles, files_root, logs_dir, plan_copy
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
@@ -86,8 +87,9 @@ class SubmitResult:
 
 
 def files_dir(store: Store) -> Path:
-    """Where plan copies, scripts and job logs live: beside the state file."""
-    return Path(str(store.path) + ".files")
+    """The files root beside the state file: every path of a job is under it
+    (io/jobfiles.py)."""
+    return files_root(store.path)
 
 
 class PoolPlanError(InputError):
@@ -213,7 +215,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if dry_run:
         base = files_dir(store) if store is not None else Path("hetsched-files")
         scripts, units, unit_of = render_units(
-            plan, pid, plan_path=base / "plans" / f"{pid}.json", log_dir=base / "logs",
+            plan, pid, plan_path=plan_copy(base, pid), log_dir=logs_dir(base),
             partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,
             sbatch=sbatch, source=source)
         upreds = unit_preds(preds, units)
@@ -224,16 +226,15 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
-    plan_path = base / "plans" / f"{pid}.json"
-    log_dir = base / "logs"
+    plan_path, logs = plan_copy(base, pid), logs_dir(base)
     # render everything first: a bad value fails before anything reaches Slurm
     scripts, units, unit_of = render_units(
-        plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+        plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
     check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(unit_of))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)
@@ -285,9 +286,10 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                     result.skipped.append((job, found[unit.comment]))
                     ids[job] = found[unit.comment]
                 continue
-            path = base / "scripts" / pid / f"{name}-{seg}.sh"
+            files = JobFiles(base, pid, name, seg)
+            path = files.script
             atomic_write(path, script.text)
-            write_job_layout(base, plan, pid, name, seg, pin_nodes, alone=unit.group is None)
+            write_job_layout(files, plan, pin_nodes, alone=unit.group is None)
             with store.tx():  # every member's intent, or none
                 subs = [store.begin_submission(
                     pid, job, k, script.sha256, str(path),

@@ -15,22 +15,22 @@ from typing import Any
 from hetsched import config
 from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
+from hetsched.io.jobfiles import JobFiles, files_root
 from hetsched.io.layout import Layout, read_layout
 from hetsched.io.plan_json import load_plan
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
 
-def default_checkpoint(job: str) -> Path:
-    return config.checkpoint_dir() / f"{job}.pt"
-
-
-def default_report(job: str) -> Path:
-    return config.report_dir() / f"{job}.jsonl"
-
-
 def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
                                                                         list[dict[str, Any]]]:
     """The job's spec and the segment's workers in rank order (the template's order)."""
+    spec, ordered, _ = _plan_job(plan_path, job, segment)
+    return spec, ordered
+
+
+def _plan_job(plan_path: str, job: str, segment: int = 0
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], JobFiles]:
+    """:func:`load_plan_job` and the job's files (checkpoint, report: io/jobfiles.py)."""
     plan = load_plan(plan_path)
     jobs = {j.name: j for j in plan.jobs}
     if job not in jobs:
@@ -44,7 +44,8 @@ def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str,
     ordered: list[dict[str, Any]] = []
     for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
-    return (j.spec.to_dict() if j.spec is not None else {}), ordered
+    return ((j.spec.to_dict() if j.spec is not None else {}), ordered,
+            JobFiles.in_step(plan_path, plan, job, segment))
 
 
 #: seconds a rank waits for the layout file to match its allocation: a replan
@@ -91,8 +92,11 @@ def read_job_layout(path: str, job: str, env: Mapping[str, str], *,
 
 
 def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,
-                 job: str, env: Mapping[str, str], overrides: Mapping[str, Any]) -> Any:
-    """A TrainConfig from the plan's spec, the environment and command-line overrides."""
+                 job: str, env: Mapping[str, str], overrides: Mapping[str, Any],
+                 files: JobFiles | None = None) -> Any:
+    """A TrainConfig from the plan's spec, the environment and command-line overrides;
+    checkpoint and report at ``files`` (default: unscoped, under the configured roots)."""
+    files = files or JobFiles(files_root(), "", job)
     from hetsched.runtime.trainer import TrainConfig
 
     batches = local_batches_for(world_size, env, [w["local_batch"] for w in workers])
@@ -117,8 +121,8 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
         entrypoint=spec.get("entrypoint") or env.get("HETSCHED_ENTRYPOINT") or None,
         gpu_types=[t.lower() for t in gpu_types],
         seed=int(overrides.get("seed") or 0),
-        checkpoint=str(overrides.get("checkpoint") or default_checkpoint(job)),
-        report=str(overrides.get("report") or default_report(job)),
+        checkpoint=str(overrides.get("checkpoint") or files.checkpoint),
+        report=str(overrides.get("report") or files.report),
         lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
         base_batch=int(gb) if gb is not None else None,
         report_every=max(1, int(config.get("report_every"))),
@@ -171,14 +175,14 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
     seg = segment if segment is not None else int(env.get("HETSCHED_SEGMENT", "0") or 0)
     if layout:
         lay = read_job_layout(layout, job, {} if local else env)
-        spec, _ = load_plan_job(lay.plan, job, lay.segment)
+        spec, _, files = _plan_job(lay.plan, job, lay.segment)
         workers = lay.workers()
     else:
-        spec, workers = load_plan_job(plan_path, job, seg)
+        spec, workers, files = _plan_job(plan_path, job, seg)
     overrides = dict(overrides or {})
     if local:
         local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
-        cfg = build_config(spec, workers, len(workers), job, local_env, overrides)
+        cfg = build_config(spec, workers, len(workers), job, local_env, overrides, files)
         from hetsched.runtime.checkpoint import load_checkpoint
 
         load_checkpoint(cfg.checkpoint)  # a bad one: one line here, not one per rank
@@ -192,7 +196,7 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
         batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
         argv = [str(a) for a in cmd] if isinstance(cmd, list) else [str(cmd)]
         exec_command(argv, renv, batches[renv.rank], batches)
-    cfg = build_config(spec, workers, renv.world_size, job, env, overrides)
+    cfg = build_config(spec, workers, renv.world_size, job, env, overrides, files)
     from hetsched.runtime.trainer import train
 
     return train(cfg, renv)
@@ -233,7 +237,7 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         for key in ("save_params", "trace_dir", "checkpoint", "report"):
             per_job.pop(key, None)
         cfg = build_config(spec.to_dict() if spec is not None else {}, workers, world, m.job,
-                           job_env, per_job)
+                           job_env, per_job, JobFiles.in_step(plan_path, plan, m.job))
         if overrides.get("save_params_dir"):
             cfg.save_params = str(Path(str(overrides["save_params_dir"])) / f"{m.job}.pt")
         members.append(cfg)

@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hetsched import config
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import report_path
@@ -232,9 +231,12 @@ def run_local(plan_path: str, opts: dict[str, Any], timeout_s: float = 3600.0) -
     return [p.exitcode if p.exitcode is not None else -9 for p in procs]
 
 
-def default_dirs(opts: dict[str, Any]) -> dict[str, Any]:
-    """Report and checkpoint directories as ``hetsched run`` derives them (config)."""
+def with_default_dirs(opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` with the report and checkpoint roots filled in (io/jobfiles.py); the
+    executors write a level below, per plan id."""
+    from hetsched.io.jobfiles import checkpoint_root, report_root
+
     out = dict(opts)
-    out["report_dir"] = str(opts.get("report_dir") or config.report_dir())
-    out["checkpoint_dir"] = str(opts.get("checkpoint_dir") or config.checkpoint_dir())
+    out["report_dir"] = str(opts.get("report_dir") or report_root())
+    out["checkpoint_dir"] = str(opts.get("checkpoint_dir") or checkpoint_root())
     return out
