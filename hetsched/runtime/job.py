@@ -18,6 +18,7 @@ from hetsched.errors import InputError
 from hetsched.io.jobfiles import JobFiles, files_root
 from hetsched.io.layout import Layout, read_layout
 from hetsched.io.plan_json import load_plan
+from hetsched.runtime.environment import JobEnvironment
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
 
@@ -57,13 +58,14 @@ def layout_mismatch(layout: Layout, job: str, env: Mapping[str, str]) -> str:
     """Why ``layout`` does not fit this process's place in the Slurm step ('' if it does)."""
     if layout.job != job:
         return f"it is the layout of job {layout.job!r}"
+    jenv = JobEnvironment.from_env(env)
     if "SLURM_PROCID" not in env:
         return ""  # not inside a Slurm step: nothing to check against
-    renv = from_env(env)
+    renv = jenv.rank
     workers = layout.workers()
     if len(workers) != renv.world_size:
         return f"it has {len(workers)} ranks, the step has {renv.world_size} tasks"
-    node = env.get("SLURMD_NODENAME", "")
+    node = jenv.node
     want = workers[renv.rank]["node"]
     if layout.pinned and node and want != node:
         return f"it puts rank {renv.rank} on {want}, Slurm started it on {node}"
@@ -110,15 +112,15 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
     elif gb is not None and int(gb) != sum(batches):
         raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, the job's "
                          f"global_batch is {gb}", f"job {job!r}")
-    types = env.get("HETSCHED_GPU_TYPES", "")
-    gpu_types = types.split(",") if types else [w["gpu_type"] for w in workers]
+    jenv = JobEnvironment.from_env(env)
+    gpu_types = list(jenv.gpu_types) or [w["gpu_type"] for w in workers]
     for key in ("workload", "dataset_size", "epochs"):
         if spec.get(key) in (None, ""):
             raise InputError("plan", f"the job spec has no {key!r}", f"job {job!r}")
     cfg = TrainConfig(
         job=job, workload=str(spec["workload"]), dataset_size=int(spec["dataset_size"]),
         epochs=float(spec["epochs"]), local_batches=batches,
-        entrypoint=spec.get("entrypoint") or env.get("HETSCHED_ENTRYPOINT") or None,
+        entrypoint=spec.get("entrypoint") or jenv.entrypoint or None,
         gpu_types=[t.lower() for t in gpu_types],
         seed=int(overrides.get("seed") or 0),
         checkpoint=str(overrides.get("checkpoint") or files.checkpoint),
@@ -171,8 +173,9 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
     and gives every rank's GPU type, node and local batch; it wins over
     ``plan_path`` and ``segment``: a replan may have changed the pending job in place.
     """
-    env = os.environ
-    seg = segment if segment is not None else int(env.get("HETSCHED_SEGMENT", "0") or 0)
+    jenv = JobEnvironment.from_env()
+    env = jenv.env
+    seg = segment if segment is not None else (jenv.segment or 0)
     if layout:
         lay = read_job_layout(layout, job, {} if local else env)
         spec, _, files = _plan_job(lay.plan, job, lay.segment)
@@ -181,7 +184,7 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
         spec, workers, files = _plan_job(plan_path, job, seg)
     overrides = dict(overrides or {})
     if local:
-        local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
+        local_env = jenv.without("HETSCHED_LOCAL_BATCHES")
         cfg = build_config(spec, workers, len(workers), job, local_env, overrides, files)
         from hetsched.runtime.checkpoint import load_checkpoint
 
@@ -190,7 +193,7 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
         if any(codes):
             raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")
         return {"ranks": len(workers), "exit_codes": codes}
-    renv = from_env()
+    renv = jenv.rank
     cmd = spec.get("command")
     if cmd and not spec.get("entrypoint"):
         batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
@@ -227,7 +230,8 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         raise InputError(plan_path, f"group {group!r} shares {len(view.slots)} GPUs; the "
                          f"step runs {world} tasks (one per GPU)", "--group")
     # every job has its own local batches: the template's HETSCHED_LOCAL_BATCHES is not theirs
-    job_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
+    jenv = JobEnvironment.from_env(env)
+    job_env = jenv.without("HETSCHED_LOCAL_BATCHES")
     members = []
     for m in view.members:
         spec = plan.job(m.job).spec
@@ -241,8 +245,7 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         if overrides.get("save_params_dir"):
             cfg.save_params = str(Path(str(overrides["save_params_dir"])) / f"{m.job}.pt")
         members.append(cfg)
-    types = env.get("HETSCHED_GPU_TYPES", "")
-    gpu_types = types.split(",") if types else [s.gpu_type for s in view.slots]
+    gpu_types = list(jenv.gpu_types) or [s.gpu_type for s in view.slots]
     budget = overrides.get("memory_budget_mb")
     return GroupConfig(group=group, members=members, gpu_types=[t.lower() for t in gpu_types],
                        device=overrides.get("device"),
@@ -270,8 +273,9 @@ def run_group_job(plan_path: str, group: str, *, local: bool = False,
         if any(codes):
             raise RuntimeFailure(f"group {group!r}: local ranks exited with {codes}")
         return {"ranks": len(cfg.gpu_types), "exit_codes": codes}
-    renv = from_env()
-    cfg = build_group_config(plan_path, group, renv.world_size, os.environ, overrides)
+    jenv = JobEnvironment.from_env()
+    renv = jenv.rank
+    cfg = build_group_config(plan_path, group, renv.world_size, jenv.env, overrides)
     from hetsched.runtime.group import run_group
 
     return run_group(cfg, renv)

@@ -28,10 +28,10 @@ from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import report_path
 from hetsched.io.reports import Reporter
+from hetsched.runtime.environment import POOL_GPUS_VAR, JobEnvironment
 from hetsched.runtime.executor.plan import ExecPlan, exec_plan
-from hetsched.runtime.launcher import free_port, from_env
+from hetsched.runtime.launcher import free_port
 
-POOL_GPUS_VAR = "HETSCHED_POOL_GPUS"
 #: exit status of an executor whose pool job failed (distinct from input errors' 2)
 FAILED_EXIT = 3
 
@@ -49,7 +49,7 @@ class ExecFailed(HetschedError):
 def executor_gpus(xplan: ExecPlan, env: Mapping[str, str]) -> list[str]:
     """The GPU ids of the step's executors, in rank order."""
     raw = env.get(POOL_GPUS_VAR, "")
-    ids = [g.strip() for g in raw.split(",") if g.strip()] if raw else [
+    ids = list(JobEnvironment.from_env(env).pool_gpus) or [
         g for g, d in xplan.gpus.items() if d.tasks]
     unknown = [g for g in ids if g not in xplan.gpus]
     if unknown:
@@ -66,7 +66,7 @@ def _device(name: str | None) -> Any:
     if name == "cuda" or (name is None and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise InputError("--device", "cuda asked for, but torch sees no GPU")
-        local = int(os.environ.get("SLURM_LOCALID", os.environ.get("LOCAL_RANK", "0")) or 0)
+        local = JobEnvironment.from_env().local_id
         dev = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(dev)
         torch.randn(1, device=dev)  # the context now, not in the first task
@@ -81,9 +81,10 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
 
     from hetsched.runtime.launcher import cpu_threads
 
-    env = os.environ if env is None else env
+    jenv = JobEnvironment.from_env(env)
+    env = jenv.env
     xplan = exec_plan(load_plan(plan_path), plan_path)
-    renv = from_env(env)
+    renv = jenv.rank
     gpus = executor_gpus(xplan, env)
     if renv.world_size != len(gpus):
         raise InputError(POOL_GPUS_VAR, f"{len(gpus)} executor GPUs for {renv.world_size} "
