@@ -47,7 +47,7 @@ from hetsched.app.replan_changes import (
     Change,
     Decision,
     after_in_place,
-    decide,
+    decide_changes,
     update_dependencies,
 )
 from hetsched.app.replan_inplace import update_in_place
@@ -336,7 +336,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
-    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+    dec = decide_changes(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
                  keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
     to_submit, to_cancel = dec.to_submit, dec.to_cancel
     result.kept = dec.kept

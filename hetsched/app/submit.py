@@ -92,10 +92,6 @@ def files_dir(store: Store) -> Path:
     return files_root(store.path)
 
 
-class PoolPlanError(InputError):
-    """A pool-mode plan reached the space-mode path."""
-
-
 def check_plan(plan: Plan, source: str = "plan") -> str:
     """The plan's id, after the checks submission relies on beyond the file contract."""
     pid = plan.plan_id or str(plan.to_dict()["plan_id"])
@@ -126,7 +122,7 @@ def time_limit(duration_s: float) -> tuple[int, int]:
     return limit_min, warn
 
 
-def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
+def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
                 sbatch: SbatchOptions | None = None) -> dict[str, tuple[int, Script]]:
@@ -162,7 +158,7 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                  segment_of: Mapping[str, int] | None = None,
                  sbatch: SbatchOptions | None = None, source: str = "plan"
                  ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
-    """Every unit's script: isolated jobs (``render_plan``) and co-location groups, one
+    """Every unit's script: isolated jobs (``render_job_scripts``) and co-location groups, one
     script per group (app/group_submit.py); and the units, and each job's unit."""
     names = set()
     for j in plan.jobs:
@@ -172,7 +168,7 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
             names.add(j.name)
     units, unit_of = units_of(plan, pid, names, segment_of, source)
     alone = {n for n, u in units.items() if u.group is None}
-    scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+    scripts = render_job_scripts(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
                           sbatch=sbatch)
     scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 
-class Reporter:
-    """Appends records for one rank of one job; a no-op when no path is given."""
+class ReportWriter:
+    """Appends records for one rank of one job to its report file; a no-op when no path
+    is given. (Planning progress goes to a ``core.report.BaseReporter``, not here.)"""
 
     def __init__(self, path: str | Path | None, **common: Any) -> None:
         self.path = Path(path) if path else None

@@ -27,7 +27,7 @@ from typing import Any
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import report_path
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.runtime.environment import POOL_GPUS_VAR, JobEnvironment
 from hetsched.runtime.executor.plan import ExecPlan, exec_plan
 from hetsched.runtime.launcher import free_port
@@ -126,7 +126,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]
-    rep = Reporter(report_path(opts["report_dir"], xplan.plan_id, gid)
+    rep = ReportWriter(report_path(opts["report_dir"], xplan.plan_id, gid)
                    if opts.get("report_dir") else None)
     eo = ExecOptions(dev, seed=int(opts.get("seed") or 0),
                      residency=bool(opts.get("residency", True)),
