@@ -102,3 +102,32 @@ def test_replan_keeps_a_jobs_batch(tmp_path: Path) -> None:
         res = replan(st, slurm, table, policy="fifo", force=True)
         assert res.new_plan_id and res.new_plan_id != "first"
         assert res.plan is not None and batch_of(res.plan, "j") == "first"
+
+
+def test_replan_parses_each_stored_plan_once(tmp_path: Path, monkeypatch) -> None:
+    """A pass reads a plan once however many of its jobs it looks at (a 600-job plan
+    took 0.1 s a parse, once per job row)."""
+    import hetsched.app.replan as replan_mod
+
+    parsed: list[str] = []
+    real = replan_mod.plan_from_dict
+
+    def counting(raw: dict[str, Any], source: str) -> Plan:
+        parsed.append(str(raw.get("plan_id")))
+        return real(raw, source)
+
+    slurm = MemorySlurm(nodes_spec=(("v100-1", "v100", 4), ("v100-2", "v100", 4)))
+    table = ThroughputTable([ProfileRow("mlp", "v100", b, 0.01 + 0.001 * b)
+                             for b in (4, 8, 16)])
+    three = _plan("three", 8000)
+    body = json.loads(three.to_json())
+    body["jobs"] = [dict(body["jobs"][0], name=n, spec=dict(body["jobs"][0]["spec"], name=n))
+                    for n in ("j1", "j2", "j3")]
+    body.pop("plan_id")
+    with open_store(tmp_path / "s.db") as st:
+        submit(plan_from_dict(body, "test"), st, slurm)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        monkeypatch.setattr(replan_mod, "plan_from_dict", counting)
+        res = replan(st, slurm, table, policy="fifo", force=True)
+    assert res.new_plan_id and len(parsed) == len(set(parsed)) == 1
