@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from hetsched.core.plan import Plan  # noqa: E402
 from hetsched.core.spec import Cluster, Elastic, Job, Node  # noqa: E402
 from hetsched.core.throughput import ProfileRow, ThroughputTable  # noqa: E402
+from hetsched.io.jobfiles import BATCHES_KEY  # noqa: E402
 from hetsched.io.reports import iter_records  # noqa: E402
 from hetsched.planning.planner import make_plan  # noqa: E402
 from hetsched.runtime.elastic import request_path, write_request  # noqa: E402
@@ -112,7 +113,8 @@ def in_place(report: Path, req: Path, repeats: int) -> dict[str, Any]:
             "step_s_median": statistics.median(steps)}
 
 
-def restart(report: Path, req: Path, env: dict[str, str], work: Path) -> dict[str, Any]:
+def restart(report: Path, req: Path, env: dict[str, str], work: Path,
+            batch: str) -> dict[str, Any]:
     t_req = time.time()
     write_request(req, [8, 8, 8])  # three ranks: cannot be applied in place
     stopped = wait(lambda: [r for r in records(report, "stopped")
@@ -120,6 +122,7 @@ def restart(report: Path, req: Path, env: dict[str, str], work: Path) -> dict[st
     resc = [r for r in records(report, "rescale") if not r.get("in_place")][-1]
     seen = len(records(report, "steps"))
     plan = plan_on(3, 24)
+    plan.extra[BATCHES_KEY] = {JOB: batch}  # the same job, continued: its checkpoint
     p = work / "plan3.json"
     p.write_text(plan.to_json())
     old = slurm_ids(work)
@@ -167,20 +170,22 @@ def run(directory: Path, repeats: int) -> dict[str, Any]:
            "HETSCHED_STATE": str(work / "state.db"), "OMP_NUM_THREADS": "1",
            "HETSCHED_REPORT_DIR": str(work / "reports"),
            "HETSCHED_CHECKPOINT_DIR": str(work / "ckpt")}
-    report = work / "reports" / f"{JOB}.jsonl"
-    req = request_path(work / "ckpt" / f"{JOB}.pt")
+    first_plan = plan_on(2, 16)
+    batch = str(json.loads(first_plan.to_json())["plan_id"])  # io/jobfiles.py
+    report = work / "reports" / batch / f"{JOB}.jsonl"
+    req = request_path(work / "ckpt" / batch / f"{JOB}.pt")
     out: dict[str, Any] = {"machine": platform.platform(), "cpus": os.cpu_count(),
                            "testbed": "v100:1x4 (fake GPUs, CPU torch, gloo)"}
     try:
         p = work / "plan2.json"
-        p.write_text(plan_on(2, 16).to_json())
+        p.write_text(first_plan.to_json())
         t0 = time.time()
         hetsched("submit", str(p), env=env)
         first = wait(lambda: records(report, "steps"), 300, "the job's first steps", 0.5)[0]
         out["first_start_s"] = first["t"] - first["n"] * first["step_s"] - t0
         wait(lambda: sum(r["n"] for r in records(report, "steps")) >= 40, 120, "40 steps")
         out["in_place"] = in_place(report, req, repeats)
-        out["checkpoint_restart"] = restart(report, req, env, work)
+        out["checkpoint_restart"] = restart(report, req, env, work, batch)
     finally:
         ids = slurm_ids(work)  # this bench's own submissions only
         if ids:

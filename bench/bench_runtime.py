@@ -55,6 +55,12 @@ B = 48
 STEPS = 40
 
 
+
+def job_report(work: Path, job: str) -> Path:
+    """A job's report: REPORTS/BATCH/JOB.jsonl (io/jobfiles.py); one batch per job here."""
+    [path] = (work / "reports").glob(f"*/{job}.jsonl")
+    return path
+
 def hetsched(*args: str, env: dict[str, str]) -> str:
     res = subprocess.run([sys.executable, "-c", "from hetsched.cli.main import main; main()", *args],
                          env=env, capture_output=True, text=True, timeout=600)
@@ -136,7 +142,7 @@ def run(directory: Path, workloads: list[str], cost: str) -> dict[str, Any]:
             hetsched("submit", str(p_het), env=env)
             st_het = wait_done(env, job.name)
             # close the loop: the run's reports refine the history (EWMA), replan
-            hetsched("profiles", "refine", str(work / "reports" / f"{w}-het.jsonl"), env=env)
+            hetsched("profiles", "refine", str(job_report(work, f"{w}-het")), env=env)
             with open_store(env["HETSCHED_STATE"]) as st:
                 refined = make_plan([job], cluster, table_from_store(st), policy="has"
                                     ).to_dict()["jobs"][0]["segments"][0]
@@ -150,8 +156,8 @@ def run(directory: Path, workloads: list[str], cost: str) -> dict[str, Any]:
             p_eq.write_text(json.dumps(eq_plan))
             hetsched("submit", str(p_eq), env=env)
             st_eq = wait_done(env, f"{w}-eq")
-            mh = measured(work / "reports" / f"{w}-het.jsonl")
-            me = measured(work / "reports" / f"{w}-eq.jsonl")
+            mh = measured(job_report(work, f"{w}-het"))
+            me = measured(job_report(work, f"{w}-eq"))
             out["workloads"][w] = {
                 "states": [st_het, st_eq],
                 "shares": {wk["gpu_type"]: wk["local_batch"] for wk in seg["workers"]},

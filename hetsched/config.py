@@ -57,9 +57,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("executable", "HETSCHED_EXECUTABLE", "",
             "the hetsched command job steps run (default: hetsched on PATH)"),
     Setting("checkpoint_dir", "HETSCHED_CHECKPOINT_DIR", "",
-            "where jobs write checkpoints (default: <state>.files/checkpoints)"),
+            "where jobs write checkpoints, one folder per batch "
+            "(default: <state>.files/checkpoints)"),
     Setting("report_dir", "HETSCHED_REPORT_DIR", "",
-            "where jobs write reports (default: <state>.files/reports)"),
+            "where jobs write reports, one folder per batch (default: <state>.files/reports)"),
     Setting("report_every", "HETSCHED_REPORT_EVERY", 10.0,
             "steps between a training rank's 'steps' report records (1: every step)", float),
     Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
@@ -196,17 +197,3 @@ def sbatch_defaults() -> dict[str, Any]:
             out[key] = v.split() if key == "extra" else v
     return out
 
-
-def state_files_dir() -> Path:
-    """``<state file>.files``: checkpoints, reports and scripts beside the state store."""
-    return Path(str(state_path()) + ".files")
-
-
-def checkpoint_dir() -> Path:
-    v = get("checkpoint_dir")
-    return Path(v) if v else state_files_dir() / "checkpoints"
-
-
-def report_dir() -> Path:
-    v = get("report_dir")
-    return Path(v) if v else state_files_dir() / "reports"

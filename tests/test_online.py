@@ -173,7 +173,7 @@ def test_opd_default_and_the_paper_variant() -> None:
 
 def test_replan_plans_opd_with_the_default_variant() -> None:
     """replan (online or not) repeats the active plan's settings; --policy opd uses the default."""
-    from hetsched.app.replan import how_planned
+    from hetsched.app.plan import how_planned
     from hetsched.planning.planner import make_plan
 
     p = _problem(25.0)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hetsched.app.replan import how_planned
+from hetsched.app.plan import how_planned
 from hetsched.core.plan import PlanSettings
 from hetsched.errors import InputError
 from hetsched.io.plan_json import json_schema, load_plan, plan_from_dict

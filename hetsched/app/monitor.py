@@ -161,9 +161,10 @@ class Monitor:
         files only, no Slurm command, so a cycle still runs one ``squeue``.
         """
         from hetsched.app.submit import files_dir
+        from hetsched.io.jobfiles import all_reports
         from hetsched.state.history import ingest_reports
 
-        reports = sorted((files_dir(self.store) / "reports").glob("*.jsonl"))
+        reports = all_reports(files_dir(self.store))
         if reports:
             ingest_reports(self.store, reports)
         from hetsched.app.pool_status import ingest_pool_reports

@@ -36,8 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
-from hetsched.app.replan import FAILED_STATES, ReplanResult, how_planned, poll_reset_events
+from hetsched.app.replan import FAILED_STATES, ReplanResult, poll_reset_events
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
@@ -160,7 +161,7 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
 def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any, table: Any,
               policy: str | None) -> Plan:
     """Plan the remaining work the old plan's way, its rounds numbered as before."""
-    from hetsched.planning.planner import make_plan  # heavy; imported when needed
+    from hetsched.app.plan import PlanInputs, plan_jobs
 
     meta = (old.tasks or {}).get("jobs", {})
     sizes = {j.name: int(meta[j.name]["iterations_per_task"]) for j in jobs}
@@ -171,8 +172,7 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
             "which needs one size: plan with --task-iterations N")
     settings = how_planned(old, policy)
     forced = dataclasses.replace(settings, task_iterations=next(iter(sizes.values())))
-    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         **forced.make_plan_kwargs())
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), forced)
     new_plan.settings = settings  # the request, as the old plan made it
     renumber(new_plan, offsets, sizes)
     new_plan.extra.update({"replan_of": old.plan_id, "replanned_at": round(time.time(), 3),

@@ -20,6 +20,7 @@ from typing import Any
 
 from hetsched.app.pool_submit import pool_dirs
 from hetsched.app.submit import files_dir
+from hetsched.io.jobfiles import pool_sidecars
 from hetsched.io.pool_reports import JobProgress as ReportedJob
 from hetsched.io.pool_reports import PoolProgress as ReportedPool
 from hetsched.io.pool_reports import read_pool_reports
@@ -119,7 +120,7 @@ def active_pool_progress(store: Store) -> PoolProgress | None:
 
 def ingest_pool_reports(store: Store) -> None:
     """Fold new task records of every submitted pool plan into the profile history."""
-    for side in sorted((files_dir(store) / "pool").glob("*.json")):
+    for side in pool_sidecars(files_dir(store)):
         pid = side.stem
         plan = store.plan(pid)
         if not plan:

@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetsched import config
 from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
 from hetsched.app.submit import (
     SubmitError,
@@ -40,15 +39,18 @@ from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.errors import HetschedError
 from hetsched.io.files import atomic_write, private_dir
+from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
 from hetsched.slurm.client import SlurmClient
-from hetsched.slurm.pool_script import key_path, pool_comment, pool_gpus, render_pool
+from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
 
 #: the key of a pool plan's script in ``SubmitResult.scripts``
 POOL_KEY = "pool"
+#: the job name a pool plan's one hetjob has in its paths (io/jobfiles.py)
+POOL_JOB = "pool"
 
 
 @dataclass
@@ -69,15 +71,19 @@ class PoolDirs:
 
 
 def _sidecar(store: Store, plan_id: str) -> Path:
-    return files_dir(store) / "pool" / f"{plan_id}.json"
+    return pool_sidecar(files_dir(store), plan_id)
 
 
-def default_dirs(store: Store | None, files_base: Path | None = None) -> PoolDirs:
-    """``$HETSCHED_REPORT_DIR``/``$HETSCHED_CHECKPOINT_DIR``, else beside the state file."""
-    base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
-    rep, ck = config.get("report_dir"), config.get("checkpoint_dir")
-    return PoolDirs(Path(rep) if rep else base / "reports",
-                    Path(ck) if ck else base / "checkpoints")
+def _root(store: Store | None, files_base: Path | None = None) -> Path:
+    """The files root; for a dry run without a state store, ``files_base`` (the state
+    file's ``.files`` folder, so the script names the paths a real submit would)."""
+    return files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
+
+
+def pool_default_dirs(store: Store | None, files_base: Path | None = None) -> PoolDirs:
+    """The report and checkpoint roots (io/jobfiles.py); the plan id is a level below."""
+    root = _root(store, files_base)
+    return PoolDirs(report_root(root), checkpoint_root(root))
 
 
 def pool_dirs(store: Store, plan_id: str) -> PoolDirs:
@@ -86,7 +92,7 @@ def pool_dirs(store: Store, plan_id: str) -> PoolDirs:
         d = json.loads(_sidecar(store, plan_id).read_text())
         return PoolDirs(Path(d["report_dir"]), Path(d["checkpoint_dir"]), d.get("slurm_id"))
     except (OSError, ValueError, KeyError, TypeError):
-        return default_dirs(store)
+        return pool_default_dirs(store)
 
 
 def _write_sidecar(store: Store, plan_id: str, dirs: PoolDirs, slurm_id: str | None) -> None:
@@ -165,22 +171,22 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                               f"the pool executor: {listing(bad)}", "jobs")
     opts, limit = pool_sbatch(plan, sbatch)
     if dry_run:
-        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
-        dirs = default_dirs(store, base)
-        script = render_pool(plan, pid, plan_path=base / "plans" / f"{pid}.json",
-                             log_dir=base / "logs", report_dir=dirs.report_dir,
+        files = JobFiles(_root(store, files_base), pid, POOL_JOB)
+        dirs = pool_default_dirs(store, files_base)
+        script = render_pool(plan, pid, plan_path=files.plan_copy, key_file=files.secret,
+                             log_dir=files.log_dir, report_dir=dirs.report_dir,
                              checkpoint_dir=dirs.checkpoint_dir, partition=partition,
                              pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
         return PoolSubmitResult(pid, None, scripts={POOL_KEY: script},
                                 sequences=task_sequences(plan))
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
-    base = files_dir(store)
-    plan_path, log_dir = base / "plans" / f"{pid}.json", base / "logs"
-    prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else default_dirs(store)
+    files = JobFiles(files_dir(store), pid, POOL_JOB)
+    plan_path, log_dir = files.plan_copy, files.log_dir
+    prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else pool_default_dirs(store)
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
-                         report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
+                         key_file=files.secret, report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
                          partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
     jobs = [j for j in plan.jobs if j.segments]
     if not allow_active_elsewhere:
@@ -204,14 +210,14 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         atomic_write(plan_path, dump_plan(plan) + "\n")
     _write_sidecar(store, pid, prior, None)
     store.add_plan(plan.to_dict(), source=source)
-    path = base / "scripts" / pid / "pool.sh"
+    path = files.script
     atomic_write(path, script.text)
     with store.tx():  # every job's intent, or none
         subs = {j.name: store.begin_submission(
             pid, j.name, 0, script.sha256, str(path),
             [w.to_dict() for w in j.segments[0].workers]) for j in jobs}
     try:
-        write_secret(key_path(plan_path))  # a fresh secret per submission (0600)
+        write_secret(files.secret)  # a fresh secret per submission (0600)
         jid = client.submit(path)
     except CommandError as e:
         _rollback(store, client, pid, list(subs.values()))

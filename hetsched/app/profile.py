@@ -24,6 +24,7 @@ from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, private_dir
+from hetsched.io.jobfiles import logs_dir
 from hetsched.io.profiles import parse_csv, write_csv
 from hetsched.state.history import (
     BUILTIN_WORKLOADS,
@@ -140,13 +141,13 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
         if sp.entrypoint:
             extra += ["--entrypoint", sp.entrypoint]
         script = render_probe(sp.workload, sp.gpu_type, sp.batches, out=f"{base}.csv",
-                              log_dir=files / "logs", partition=partition, extra_args=extra,
+                              log_dir=logs_dir(files), partition=partition, extra_args=extra,
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),
                               hetsched=hetsched)
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)
         outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))
-    private_dir(files / "logs")
+    private_dir(logs_dir(files))
     return outs
 
 

@@ -10,7 +10,7 @@ Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
   only after Slurm was brought in line, so a failed run is retried next time.
 * **What changes.** The work not yet done (pending jobs, the remainder of
   running jobs estimated from their elapsed time, new jobs from the spool
-  directory) is planned again with ``hetsched.planning.make_plan`` on the
+  directory) is planned again by ``hetsched.app.plan.plan_jobs`` on the
   partition as Slurm reports it now. A pending job whose first-segment workers
   change is resubmitted (the new hetjob first, then the old one cancelled); a
   running job is left alone unless the new plan resizes it (a different GPU
@@ -42,20 +42,22 @@ from typing import Any
 
 from hetsched import config
 from hetsched.app.monitor import RESET_KINDS, Monitor
+from hetsched.app.plan import PlanInputs, how_planned, plan_jobs
 from hetsched.app.replan_changes import (
     Change,
     Decision,
     after_in_place,
-    decide,
+    decide_changes,
     update_dependencies,
 )
 from hetsched.app.replan_inplace import update_in_place
 from hetsched.app.runnable import split_placeable
 from hetsched.app.submit import files_dir, submit
-from hetsched.core.plan import Plan, PlanSettings
+from hetsched.core.plan import JobPlan, Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import private_dir
+from hetsched.io.jobfiles import BATCHES_KEY, JobFiles, batch_of
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import FINISHED_STATES, SlurmClient
@@ -161,7 +163,7 @@ class ReplanResult:
         return "; ".join(parts + self.notes())
 
 
-def _elastic_in_place(new_plan: Plan, rows: dict[str, Submission], dec: Any,
+def _elastic_in_place(store: Store, new_plan: Plan, rows: dict[str, Submission], dec: Any,
                       result: ReplanResult, log: Callable[[str], None], dry_run: bool) -> None:
     """Running elastic jobs that keep their GPUs are rescaled in place, not restarted."""
     for jp in new_plan.jobs:
@@ -169,14 +171,14 @@ def _elastic_in_place(new_plan: Plan, rows: dict[str, Submission], dec: Any,
         if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
                 and jp.spec.elastic and _rescale_in_place(
                     jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
-                    dry_run):
+                    dry_run, JobFiles.of(files_dir(store), new_plan, jp.name).checkpoint):
             dec.to_submit.discard(jp.name)
             dec.to_cancel[:] = [c for c in dec.to_cancel if c.job != jp.name]
             result.kept += [] if jp.name in result.kept else [jp.name]
 
 
 def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
-                      log: Callable[[str], None], dry_run: bool) -> bool:
+                      log: Callable[[str], None], dry_run: bool, checkpoint: Path) -> bool:
     """An elastic running job on the same GPUs switches shares at a step (runtime/elastic.py).
 
     True when its GPUs stay (it is then kept, not restarted); the rescale
@@ -184,14 +186,14 @@ def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, 
     """
     from hetsched.core.plan import worker_groups
     from hetsched.runtime.elastic import request_path, write_request
-    from hetsched.runtime.job import default_checkpoint
 
     if sorted((w["node"], w["gpu_type"]) for w in new) != \
             sorted((w["node"], w["gpu_type"]) for w in old):
         return False
     batches = [b for _, _, bs in worker_groups(new) for b in bs]
     if batches != [b for _, _, bs in worker_groups(old) for b in bs] and not dry_run:
-        seq = write_request(request_path(default_checkpoint(name)), batches)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)  # before its first save
+        seq = write_request(request_path(checkpoint), batches)
         log(f"job {name}: rescale in place to {batches} (request {seq})")
     return True
 
@@ -218,6 +220,28 @@ def latest_rows(store: Store) -> dict[str, Submission]:
     return out
 
 
+class StoredPlans:
+    """The store's plans, each read and parsed once per pass (typed; None if absent or no
+    longer valid): a pass asks for the same plan once per job row."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._plans: dict[str, Plan | None] = {}
+        self._jobs: dict[str, dict[str, JobPlan]] = {}
+
+    def get(self, plan_id: str | None) -> Plan | None:
+        if not plan_id:
+            return None
+        if plan_id not in self._plans:
+            plan = self._plans[plan_id] = _stored_plan(self.store, plan_id)
+            self._jobs[plan_id] = {j.name: j for j in plan.jobs} if plan is not None else {}
+        return self._plans[plan_id]
+
+    def job(self, plan_id: str | None, name: str) -> JobPlan | None:
+        """Job ``name`` of plan ``plan_id``, or None."""
+        return self._jobs.get(plan_id or "", {}).get(name) if self.get(plan_id) else None
+
+
 def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
     """A plan from the store, typed; None if absent or no longer valid."""
     raw = store.plan(plan_id) if plan_id else None
@@ -227,6 +251,19 @@ def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
         return plan_from_dict(raw, f"stored plan {plan_id}")
     except InputError:
         return None
+
+
+def batches_of(plans: StoredPlans, rows: dict[str, Submission], names: list[str]
+               ) -> dict[str, str]:
+    """Each continuing job's batch (io/jobfiles.py), from the plan it was last submitted
+    with: a replanned job keeps its checkpoint and reports."""
+    out = {}
+    for name in names:
+        row = rows.get(name)
+        if row is not None:
+            plan = plans.get(row.plan_id)
+            out[name] = batch_of(plan if plan is not None else {"plan_id": row.plan_id}, name)
+    return out
 
 
 def poll_reset_events(store: Store, client: SlurmClient, partition: str | None,
@@ -250,8 +287,6 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     ``online`` (default: setting ``replan_online``): started jobs keep their
     decided GPU count and types (pinned in the new plan, never resized).
     """
-    from hetsched.planning.planner import make_plan  # the planner core; imported late (heavy)
-
     online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
     if active is not None and active.get("mode") == "pool":  # one hetjob: app/pool_replan.py
@@ -266,7 +301,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     rows = latest_rows(store)
     now = time.time()
     result = ReplanResult("replanned", reason)
-    jobs, keep_end_s, done_epochs = _work_left(store, rows, cycle, result, now=now,
+    plans = StoredPlans(store)
+    jobs, keep_end_s, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
                                                dry_run=dry_run, max_failures=max_failures,
                                                log=log, online=online)
     spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
@@ -278,7 +314,7 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
                             gave_up_now=result.gave_up_now)
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
-    settings = how_planned(_stored_plan(store, old_id), policy)
+    settings = how_planned(plans.get(old_id), policy)
     cluster = load_inventory(client, partition).cluster
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
@@ -288,23 +324,25 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
             store.mark_handled([e["id"] for e in pending_events])
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
-    new_plan = make_plan(jobs, cluster, table, jobs_source="replan",
-                         prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
-                         progress_history=progress_points(store), epochs_done=done_epochs,
-                         **settings.make_plan_kwargs())
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
+                         settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
+                         epochs_done=done_epochs)
     new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
+    batches = batches_of(plans, rows, [j.name for j in new_plan.jobs])
+    if batches:
+        new_plan.extra[BATCHES_KEY] = batches
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()
     new_plan.plan_id = new["plan_id"]
     result.new_plan_id = new["plan_id"]
     result.plan = new
 
-    dec = decide(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+    dec = decide_changes(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
                  keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
     to_submit, to_cancel = dec.to_submit, dec.to_cancel
     result.kept = dec.kept
     result.changes = dec.changes
-    _elastic_in_place(new_plan, rows, dec, result, log, dry_run)
+    _elastic_in_place(store, new_plan, rows, dec, result, log, dry_run)
     to_submit, to_cancel = dec.to_submit, dec.to_cancel
     if dry_run:
         result.status = "dry-run"
@@ -407,7 +445,8 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
                                           ids, client)
 
 
-def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: ReplanResult,
+def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cycle: Any,
+               result: ReplanResult,
                *, now: float, dry_run: bool, max_failures: int,
                log: Callable[[str], None], online: bool = False
                ) -> tuple[list[Job], dict[str, float], dict[str, float]]:
@@ -444,8 +483,8 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                     store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
                                     detail=why, handled=True)
                 continue
-        plan = _stored_plan(store, row.plan_id)
-        jp = next((j for j in plan.jobs if j.name == name), None) if plan else None
+        plan = plans.get(row.plan_id)
+        jp = plans.job(row.plan_id, name)
         if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
             log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
                 "replanned with its pool plan); left as is")
@@ -469,24 +508,6 @@ def _work_left(store: Store, rows: dict[str, Submission], cycle: Any, result: Re
                 done_epochs[name] = ran
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
     return jobs, keep_end_s, done_epochs
-
-
-def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:
-    """The settings for the next plan: the active plan's own, ``policy`` overriding.
-
-    A plan made with ``--static --restart-cost 10 --policy jps --param
-    samples=80`` (or ``--mode pool``) is replanned the same way. Plans from
-    before settings were recorded fall back to their policy label.
-    """
-    if old is not None and old.settings is not None:
-        s = old.settings
-    else:
-        label = old.policy if old is not None else "auto"
-        s = PlanSettings(mode=old.mode if old is not None else "space",
-                         policy="auto" if label.startswith("auto") else label)
-    if policy is not None and policy != s.policy:
-        s = dataclasses.replace(s, policy=policy, params={})
-    return s
 
 
 def default_lock(store: Store) -> Path:

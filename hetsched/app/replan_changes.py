@@ -65,7 +65,7 @@ def _key(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
     return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
 
 
-def decide(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[str],
+def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[str],
            running: frozenset[str], keep_end_s: Mapping[str, float],
            restart_cost_s: float) -> Decision:
     """Which jobs to submit, which Slurm jobs to cancel, which to keep (module doc).

@@ -47,6 +47,7 @@ from hetsched.app.submit import base_sbatch, files_dir, time_limit
 from hetsched.core.plan import JobPlan, Plan, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write
+from hetsched.io.jobfiles import JobFiles, plan_copy
 from hetsched.io.layout import Layout, groups_of, job_layout, write_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import JobInfo, SlurmClient
@@ -93,10 +94,9 @@ def ordered_workers(new: Sequence[Mapping[str, Any]], order: list[int]) -> list[
     return out
 
 
-def layout_of_script(script_path: str) -> Path:
-    """The layout file a submitted script names (submit.layout_path beside scripts/)."""
-    p = Path(script_path)
-    return p.parent.parent.parent / "layouts" / p.parent.name / f"{p.stem}.json"
+def layout_of(store: Store, sub: Submission) -> Path:
+    """The layout file a submission's script names (io/jobfiles.py)."""
+    return JobFiles(files_dir(store), sub.plan_id, sub.job, sub.segment).layout
 
 
 def _fields(workers: list[dict[str, Any]], comps: list[JobInfo], lead: str
@@ -142,7 +142,7 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
     if not jobs:
         return res
     pid = str(plan.plan_id)
-    plan_path = files_dir(store) / "plans" / f"{pid}.json"
+    plan_path = plan_copy(files_dir(store), pid)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     comps: dict[str, list[JobInfo]] = {}
@@ -190,7 +190,7 @@ def _commit(store: Store, client: SlurmClient, sub: Submission, jp: JobPlan, pid
     """Slurm took the update: the layout, then the best-effort fields, then the rows."""
     assert sub.slurm_id is not None
     pinned = job_layout(plan, pid, plan_path, jp.name, 0)
-    write_layout(layout_of_script(sub.script_path),
+    write_layout(layout_of(store, sub),
                  Layout(pinned.plan, pid, jp.name, 0, groups_of(worker_groups(workers))))
     for upd in ([f"TimeLimit={_limit_min(jp)}"],
                 [f"Comment={submission_comment(pid, jp.name, 0)}"],

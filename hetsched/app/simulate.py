@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core.estimates import Estimates
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
@@ -104,7 +105,7 @@ class SimResult:
 
 
 def simulate_problem(problem: PlanningProblem, policy: str, params: dict[str, Any] | None = None,
-                     *, noise: float = 0.0, seed: int = 0, restart_cost_s: float = 60.0,
+                     *, noise: float = 0.0, seed: int = 0, restart_cost_s: float = DEFAULT_RESTART_COST_S,
                      offline: str | None = "auto",
                      reporter: BaseReporter | None = None) -> SimResult:
     """Replay ``problem`` online under ``policy``; compare with ``offline`` (None: skip).

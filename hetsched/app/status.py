@@ -25,6 +25,7 @@ from typing import Any
 from hetsched.app.monitor import combined_state
 from hetsched.app.replan import latest_rows
 from hetsched.app.submit import files_dir
+from hetsched.io.jobfiles import JobFiles, batch_of, logs_dir
 from hetsched.io.reports import read_reports
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.slurm.templates import submission_comment
@@ -81,8 +82,8 @@ def counts(jobs: list[JobStatus]) -> dict[str, int]:
     return out
 
 
-def _measured_iter_s(store: Store, job: str, last: int = 5) -> float | None:
-    recs, _ = read_reports(files_dir(store) / "reports" / f"{job}.jsonl")
+def _measured_iter_s(report: Path, last: int = 5) -> float | None:
+    recs, _ = read_reports(report)
     steps = [float(r["step_s"]) for r in recs
              if r.get("kind") == "steps" and isinstance(r.get("step_s"), (int, float))]
     return sum(steps[-last:]) / len(steps[-last:]) if steps else None
@@ -148,7 +149,7 @@ def failed_log(store: Store, slurm_id: str | None) -> str | None:
     """The Slurm output file of job SLURM_ID (``%x-%j.out`` in the state's logs dir)."""
     if not slurm_id or slurm_id == "-":
         return None
-    found = sorted((files_dir(store) / "logs").glob(f"*-{slurm_id}.out"))
+    found = sorted(logs_dir(files_dir(store)).glob(f"*-{slurm_id}.out"))
     return str(found[0]) if found else None
 
 
@@ -203,7 +204,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             elapsed = now - min(starts)
         elif starts and ends and state not in PENDING:
             elapsed = max(ends) - min(starts)
-        plan = plans.setdefault(row.plan_id, store.plan(row.plan_id))
+        if row.plan_id not in plans:  # one query per plan, not per row
+            plans[row.plan_id] = store.plan(row.plan_id)
+        plan = plans[row.plan_id]
         jp = next((j for j in (plan or {}).get("jobs", []) if j.get("name") == name), None)
         t0 = created.get(row.plan_id)
         seg = (jp or {}).get("segments", [])
@@ -220,7 +223,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             predicted_end=round(t0 + jp["end_s"], 1) if jp and t0 else None,
             predicted_iter_s=(seg[row.segment].get("iteration_s") or None)
             if len(seg) > row.segment else None,
-            measured_iter_s=_measured_iter_s(store, name),
+            measured_iter_s=_measured_iter_s(JobFiles(
+                files_dir(store), row.plan_id, name, row.segment,
+                batch_of(plan or {"plan_id": row.plan_id}, name)).report),
             placement=placement(row.workers),
             actual_start=float(min(starts)) if starts else None,
             actual_end=float(max(ends)) if ended else None,

@@ -51,6 +51,7 @@ from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write, private_dir
+from hetsched.io.jobfiles import JobFiles, files_root, logs_dir, plan_copy
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
@@ -92,12 +93,9 @@ class SubmitResult:
 
 
 def files_dir(store: Store) -> Path:
-    """Where plan copies, scripts and job logs live: beside the state file."""
-    return Path(str(store.path) + ".files")
-
-
-class PoolPlanError(InputError):
-    """A pool-mode plan reached the space-mode path."""
+    """The files root beside the state file: every path of a job is under it
+    (io/jobfiles.py)."""
+    return files_root(store.path)
 
 
 def check_plan(plan: Plan, source: str = "plan") -> str:
@@ -130,7 +128,7 @@ def time_limit(duration_s: float) -> tuple[int, int]:
     return limit_min, warn
 
 
-def render_plan(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
+def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
                 sbatch: SbatchOptions | None = None) -> dict[str, tuple[int, Script]]:
@@ -166,7 +164,7 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                  segment_of: Mapping[str, int] | None = None,
                  sbatch: SbatchOptions | None = None, source: str = "plan"
                  ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
-    """Every unit's script: isolated jobs (``render_plan``) and co-location groups, one
+    """Every unit's script: isolated jobs (``render_job_scripts``) and co-location groups, one
     script per group (app/group_submit.py); and the units, and each job's unit."""
     names = set()
     for j in plan.jobs:
@@ -176,7 +174,7 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
             names.add(j.name)
     units, unit_of = units_of(plan, pid, names, segment_of, source)
     alone = {n for n, u in units.items() if u.group is None}
-    scripts = render_plan(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+    scripts = render_job_scripts(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
                           sbatch=sbatch)
     scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,
@@ -221,7 +219,7 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if dry_run:
         base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
         scripts, units, unit_of = render_units(
-            plan, pid, plan_path=base / "plans" / f"{pid}.json", log_dir=base / "logs",
+            plan, pid, plan_path=plan_copy(base, pid), log_dir=logs_dir(base),
             partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,
             sbatch=sbatch, source=source)
         upreds = unit_preds(preds, units)
@@ -232,16 +230,15 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     if store is None or client is None:
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
-    plan_path = base / "plans" / f"{pid}.json"
-    log_dir = base / "logs"
+    plan_path, logs = plan_copy(base, pid), logs_dir(base)
     # render everything first: a bad value fails before anything reaches Slurm
     scripts, units, unit_of = render_units(
-        plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
+        plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
     check_node_types(plan, client, set(unit_of), partition, pin_nodes)
     if not allow_active_elsewhere:
         _refuse_active_elsewhere(store, client, pid, set(unit_of))
-    private_dir(log_dir)
+    private_dir(logs)
     if not plan_path.exists():
         atomic_write(plan_path, dump_plan(plan) + "\n")
     store.add_plan(plan.to_dict(), source=source)
@@ -293,9 +290,10 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                     result.skipped.append((job, found[unit.comment]))
                     ids[job] = found[unit.comment]
                 continue
-            path = base / "scripts" / pid / f"{name}-{seg}.sh"
+            files = JobFiles(base, pid, name, seg)
+            path = files.script
             atomic_write(path, script.text)
-            write_job_layout(base, plan, pid, name, seg, pin_nodes, alone=unit.group is None)
+            write_job_layout(files, plan, pin_nodes, alone=unit.group is None)
             with store.tx():  # every member's intent, or none
                 subs = [store.begin_submission(
                     pid, job, k, script.sha256, str(path),

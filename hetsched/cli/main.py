@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.console import Console
@@ -15,10 +15,6 @@ from rich.table import Table
 from hetsched import __version__
 from hetsched.cli.options import exit_codes_help, format_option, needs_extra, partition_option
 from hetsched.errors import HetschedError, InputError
-
-if TYPE_CHECKING:
-    from hetsched.core.spec import Cluster
-    from hetsched.core.throughput import ThroughputTable
 
 DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -34,12 +30,47 @@ def _fail(e: HetschedError) -> None:
 EXTRAS = {"torch": "runtime", "matplotlib": "plot", "pyslurm": "pyslurm"}
 
 
+#: commands that live in their own modules, imported only when they run or when
+#: ``--help`` lists them; those modules import their use cases inside each command, so
+#: neither ``--help`` nor shell completion loads numpy, scipy or pydantic
+#: (tests/test_lazy_imports.py)
+LAZY_COMMANDS = {
+    "submit": "hetsched.cli.slurm:submit_cmd",
+    "status": "hetsched.cli.slurm:status_cmd",
+    "watch": "hetsched.cli.slurm:watch_cmd",
+    "cancel": "hetsched.cli.slurm:cancel_cmd",
+    "replan": "hetsched.cli.replan:replan_cmd",
+    "testbed": "hetsched.cli.testbed:testbed",
+    "cluster": "hetsched.cli.testbed:cluster",
+    "run": "hetsched.cli.runtime:run_cmd",
+    "exec": "hetsched.cli.runtime:exec_cmd",
+    "probe": "hetsched.cli.runtime:probe_cmd",
+    "profile": "hetsched.cli.runtime:profile_cmd",
+    "profiles": "hetsched.cli.profiles:profiles",
+    "config": "hetsched.cli.config:config_cmd",
+    "state": "hetsched.cli.state:state_cmd",
+    "simulate": "hetsched.cli.simulate:simulate_cmd",
+}
+
+
 class Main(click.Group):
     """Turns every HetschedError into one line on stderr and its exit code.
 
     A missing optional dependency (torch for ``run``, matplotlib for PNGs)
-    becomes one line naming the extra that installs it.
+    becomes one line naming the extra that installs it. Commands in other
+    modules (``LAZY_COMMANDS``) are imported when first asked for.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -88,7 +119,7 @@ def main(verbose: int, quiet: bool) -> None:
     logs.setup(verbose, quiet)
 
 
-def _write(path: str, text: str) -> None:
+def write_output(path: str, text: str) -> None:
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as e:
@@ -112,8 +143,10 @@ def _write(path: str, text: str) -> None:
               help="Policy parameter, repeatable (e.g. --param samples=60 --param seed=1).")
 @click.option("--static", is_flag=True,
               help="Keep each job's first placement; freed GPUs only go to waiting jobs.")
-@click.option("--restart-cost", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds a running job loses when its GPUs change (checkpoint, requeue, reload).")
+@click.option("--restart-cost", type=click.FloatRange(min=0), default=None,
+              help="Seconds a running job loses when its GPUs change (checkpoint, requeue, "
+                   "reload). Default: the restart_cost_s setting ($HETSCHED_RESTART_COST), "
+                   "60.")
 @format_option("table", "json", "yaml")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="Also write the plan JSON here.")
 @click.option("--gantt", "gantt_png", type=click.Path(dir_okay=False),
@@ -134,7 +167,8 @@ def _write(path: str, text: str) -> None:
               help="Plan the jobs that fit this cluster; list the others (stderr and the "
                    "plan JSON's skipped_unplaceable) instead of refusing the batch.")
 def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_file: str | None,
-         policy: str, params: tuple[str, ...], static: bool, restart_cost: float, fmt: str,
+         policy: str, params: tuple[str, ...], static: bool, restart_cost: float | None,
+         fmt: str,
          out: str | None, gantt_png: str | None, no_gantt: bool, dry_run: bool,
          mode: str = "space", task_iterations: int | None = None,
          skip_unplaceable: bool = False) -> None:
@@ -145,32 +179,27 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     Jain fairness and a lower bound with the gap to it; and a text Gantt
     chart. Exit code 2 on bad input.
     """
-    from hetsched.app.runnable import plan_placeable
+    from hetsched.app.plan import parse_params, plan_jobs_file, plan_settings
+    from hetsched.cli import logs
     from hetsched.cli.pictures import png_gantt
     from hetsched.cli.progress import RichReporter
     from hetsched.cli.render import plan_yaml, render_plan
-    from hetsched.io.specs import load_jobs
-    from hetsched.planning.space.policies.base import parse_param
 
-    jobs = load_jobs(jobs_file)
-    cluster = _load_cluster(cluster_file, partition)
-    table = _load_throughputs(tp_file)
-    kv = dict(parse_param(p) for p in params)
-    from hetsched.cli import logs
-
+    settings = plan_settings(mode=mode, policy=policy, params=parse_params(params),
+                             static=static, restart_cost_s=restart_cost,
+                             task_iterations=task_iterations)
     with RichReporter(err_console, live=False if logs.quiet() else None) as reporter:
-        result = plan_placeable(jobs, cluster, table, skip_unplaceable=skip_unplaceable,
-                                policy=policy, params=kv, static=static,
-                                restart_cost_s=restart_cost, jobs_source=jobs_file,
-                                reporter=reporter, mode=mode, task_iterations=task_iterations,
-                                warn=lambda m: click.echo(m, err=True),
-                                progress_history=_load_progress_history(policy, jobs))
+        result, inputs = plan_jobs_file(jobs_file, settings, cluster_file=cluster_file,
+                                        partition=partition, tp_file=tp_file,
+                                        skip_unplaceable=skip_unplaceable, reporter=reporter,
+                                        warn=lambda m: click.echo(m, err=True))
+    cluster, table = inputs.cluster, inputs.table
     from hetsched.io.profiles import coverage_warnings
 
     for warning in coverage_warnings(cluster.count_by_type(), table, cluster_file or "cluster"):
         logging.getLogger("hetsched").warning("%s", warning)
     if out:
-        _write(out, result.to_json() + "\n")
+        write_output(out, result.to_json() + "\n")
     if gantt_png:
         if result.mode == "pool":
             from hetsched.cli.render import png_gantt_pool
@@ -185,72 +214,16 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
     elif result.mode == "pool":
         from hetsched.cli.render import render_pool_plan
 
-        render_pool_plan(result, _stdout_console(), gantt=not no_gantt)
+        render_pool_plan(result, stdout_console(), gantt=not no_gantt)
     else:
-        render_plan(result, _stdout_console(), gantt=not no_gantt)
+        render_plan(result, stdout_console(), gantt=not no_gantt)
 
 
-def _stdout_console() -> Console:
-    """A terminal console; piped, unlimited width (render.stdout_console)."""
-    from hetsched.cli.render import stdout_console
+def stdout_console() -> Console:
+    """stdout's console: a terminal's width; piped, no width limit (cli/render.py)."""
+    from hetsched.cli.render import stdout_console as console
 
-    return stdout_console()
-
-
-def _load_cluster(cluster_file: str | None, partition: str | None) -> Cluster:
-    from hetsched.io.specs import load_cluster
-
-    if cluster_file:
-        return load_cluster(cluster_file)
-    import shutil
-
-    from hetsched.slurm.client import CliSlurmClient
-    from hetsched.slurm.inventory import load_cluster_from_slurm
-
-    if shutil.which("sinfo") is None:
-        raise InputError("--cluster", "no cluster file given and no Slurm here (sinfo not "
-                         "found); pass --cluster cluster.yaml (see examples/cluster.yaml)")
-    return load_cluster_from_slurm(CliSlurmClient(), partition)
-
-
-def _load_throughputs(tp_file: str | None) -> ThroughputTable:
-    from hetsched.io.profiles import load_throughputs
-
-    if tp_file:
-        return load_throughputs(tp_file)
-    # No CSV: the profile history that `hetsched profile` keeps in the state
-    # store. Planning never creates a state file as a side effect.
-    from hetsched.state.history import table_from_store
-    from hetsched.state.store import default_path, open_store
-
-    path = default_path()
-    if not Path(path).exists():
-        raise InputError("--throughputs", f"no throughput CSV given and no profile history at "
-                         f"{path}; run `hetsched profile JOBS.yaml` or pass --throughputs "
-                         "profiles.csv (e.g. examples/gavel_throughputs.csv)")
-    with open_store(path) as st:
-        return table_from_store(st)
-
-
-def _load_progress_history(policy: str, jobs: list[Any]) -> tuple[Any, Any] | None:
-    """Completed jobs' training history from the state store, for a policy that predicts
-    remaining work (``ones``) or a ``target_loss`` job's length (any policy); None when
-    neither needs it or there is no state file."""
-    from hetsched.planning.space.policies.base import REGISTRY
-
-    if not (getattr(REGISTRY.get(policy), "uses_progress_history", False)
-            or any(j.epochs_predicted for j in jobs)):
-        return None
-    from hetsched.state.history import progress_points
-    from hetsched.state.store import open_store_readonly
-
-    st = open_store_readonly()
-    if st is None:
-        return None
-    try:
-        return progress_points(st)
-    finally:
-        st.close()
+    return console()
 
 
 @main.command()
@@ -273,7 +246,7 @@ def policies(fmt: str) -> None:
             if r["shares"] != "-" else ""
         name = r["name"] + (" (--mode pool)" if r["mode"] == "pool" else "")
         tab.add_row(name, r["summary"] + extra, params or "-", r["paper"])
-    _stdout_console().print(tab)
+    stdout_console().print(tab)
 
 
 @main.group()
@@ -300,7 +273,7 @@ def convert_gavel(src: str, out: str | None) -> None:
     buf = io.StringIO()
     write_csv(load_gavel(src), buf)
     if out:
-        _write(out, buf.getvalue())
+        write_output(out, buf.getvalue())
     else:
         click.echo(buf.getvalue(), nl=False)
 
@@ -318,7 +291,7 @@ def convert_trace(src: str, out: str | None, limit: int | None) -> None:
     jobs, skipped = parse_trace(src, limit)
     text = yaml.safe_dump({"jobs": jobs}, sort_keys=False)
     if out:
-        _write(out, text)
+        write_output(out, text)
     else:
         click.echo(text, nl=False)
     if skipped:
@@ -354,34 +327,6 @@ def convert_philly(throughputs: str, gpus: int, n: int, load: float, seed: int, 
         raise InputError(throughputs, str(e)) from None
     text = yaml.safe_dump({"jobs": jobs}, sort_keys=False)
     if out:
-        _write(out, text)
+        write_output(out, text)
     else:
         click.echo(text, nl=False)
-
-
-def _register_commands() -> None:
-    """Commands that live in their own modules (the Slurm adapter's, the runtime's)."""
-    from hetsched.cli import replan as cli_replan
-    from hetsched.cli import slurm as cli_slurm
-    from hetsched.cli import testbed as cli_testbed
-
-    for cmd in (cli_testbed.testbed, cli_testbed.cluster, cli_slurm.submit_cmd,
-                cli_slurm.status_cmd, cli_slurm.watch_cmd, cli_replan.replan_cmd,
-                cli_slurm.cancel_cmd):
-        main.add_command(cmd)
-    from hetsched.cli import runtime as cli_runtime  # run, probe, profile, profiles
-
-    for cmd in cli_runtime.COMMANDS:
-        main.add_command(cmd)
-    from hetsched.cli.config import config_cmd
-
-    main.add_command(config_cmd)
-    from hetsched.cli.state import state_cmd  # check, backup, restore
-
-    main.add_command(state_cmd)
-    from hetsched.cli.simulate import simulate_cmd  # online replay of a trace
-
-    main.add_command(simulate_cmd)
-
-
-_register_commands()

@@ -104,15 +104,15 @@ def profiles_forget(state_path: str | None, workload: str | None, gpu_type: str 
 @click.option("--alpha", type=float, default=0.3, show_default=True,
               help="EWMA weight of a new measurement.")
 def profiles_refine(reports: tuple[str, ...], state_path: str | None, alpha: float) -> None:
-    """Fold running jobs' reports (default: every STATE.files/reports/*.jsonl) into the
+    """Fold running jobs' reports (default: every job report under STATE.files/reports) into the
     history with an exponentially weighted moving average; each line is counted once."""
     from hetsched.app.submit import files_dir
+    from hetsched.io.jobfiles import all_reports
     from hetsched.state.history import ingest_reports
     from hetsched.state.store import open_store
 
     with open_store(state_path) as st:
-        paths = list(reports) or sorted(str(p) for p in (files_dir(st) / "reports").glob(
-            "*.jsonl"))
+        paths = list(reports) or [str(p) for p in all_reports(files_dir(st))]
         changes = ingest_reports(st, paths, alpha)
     for w, g, b, old, new in changes[-20:]:
         click.echo(f"{w} {g} b={b}: {'-' if old is None else f'{old:.4g}'} -> {new:.4g} s")

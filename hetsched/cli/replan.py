@@ -6,31 +6,9 @@ import sys
 
 import click
 
-from hetsched.app.replan import (
-    ReplanLocked,
-    default_lock,
-    default_log,
-    file_logger,
-    replan,
-    replan_lock,
-    result_json,
-)
-from hetsched.app.replan_changes import changes_table
 from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.cli.slurm import _client, _partition, _spool, _store
 from hetsched.errors import HetschedError
-from hetsched.state.store import Store
-
-
-def _table(throughputs: str | None, st: Store) -> object:
-    from hetsched.io.profiles import load_throughputs
-
-    if throughputs:
-        return load_throughputs(throughputs)
-    # the profile history, without the pairs whose probes failed
-    from hetsched.state.history import table_from_store
-
-    return table_from_store(st)
 
 
 @click.command("replan")
@@ -70,12 +48,24 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     \b
         * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan --throughputs p.csv
     """
+    from hetsched.app.plan import load_throughputs
+    from hetsched.app.replan import (
+        ReplanLocked,
+        default_lock,
+        default_log,
+        file_logger,
+        replan,
+        replan_lock,
+        result_json,
+    )
+    from hetsched.app.replan_changes import changes_table
+
     with _store(state_path) as st:
         log = file_logger(log_path or default_log(st))
         try:
             with replan_lock(default_lock(st), wait_s=wait_s):
-                table = _table(throughputs, st)
-                res = replan(st, _client(), table, policy=policy,
+                profiles = load_throughputs(throughputs, st)
+                res = replan(st, _client(), profiles, policy=policy,
                              partition=_partition(partition), spool=_spool(spool),
                              force=force, dry_run=dry_run, max_failures=max_failures, log=log)
         except ReplanLocked as e:

@@ -44,12 +44,14 @@ from hetsched.errors import InputError
 @click.option("--local", is_flag=True,
               help="Run every rank of the segment as local processes (tests, demos).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="Checkpoint file (default: $HETSCHED_CHECKPOINT_DIR/JOB.pt, else "
-              "STATE.files/checkpoints/JOB.pt). An existing one is resumed.")
+              help="Checkpoint file (default: CHECKPOINTS/BATCH/JOB.pt, CHECKPOINTS being "
+              "$HETSCHED_CHECKPOINT_DIR, else STATE.files/checkpoints, and BATCH the plan the "
+              "job was first submitted with). An existing one is resumed.")
 @click.option("--checkpoint-every", type=click.IntRange(1), default=None,
               help="Steps between checkpoints [default: 50].")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Report file (JSON lines) [default: "
-              "$HETSCHED_REPORT_DIR/JOB.jsonl, else STATE.files/reports/JOB.jsonl].")
+              "REPORTS/BATCH/JOB.jsonl, REPORTS being $HETSCHED_REPORT_DIR, else "
+              "STATE.files/reports].")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Override the job's epochs.")
 @click.option("--max-steps", type=click.IntRange(1), default=None,
@@ -144,9 +146,9 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
     the GPU when the plan says they come back, zeroed before another job runs.
     If an executor dies, every executor exits with status 3 and one line.
     """
-    from hetsched.runtime.executor.entry import default_dirs, run_local, run_rank
+    from hetsched.runtime.executor.entry import run_local, run_rank, with_default_dirs
 
-    opts = default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
+    opts = with_default_dirs({"gpu": gpu, "report_dir": report_dir, "checkpoint_dir": checkpoint_dir,
                          "checkpoint_every_s": checkpoint_every_s,
                          "device": device, "seed": seed, "residency": not no_residency,
                          "local": local, "key_file": key_file})

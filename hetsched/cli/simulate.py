@@ -26,8 +26,9 @@ from hetsched.errors import InputError
               help="The policy sees each job's step times off by up to this fraction (0.2 = "
                    "+-20%, per job); the replay runs the true ones.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
-@click.option("--restart-cost", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds a running job loses when its GPUs change.")
+@click.option("--restart-cost", type=click.FloatRange(min=0), default=None,
+              help="Seconds a running job loses when its GPUs change (default: the "
+                   "restart_cost_s setting, 60).")
 @click.option("--offline", default="auto", show_default=True,
               help="Policy of the offline reference plan (all profiles true); 'none' skips it.")
 @click.option("--out", "-o", "json_out", type=click.Path(dir_okay=False),
@@ -38,7 +39,7 @@ from hetsched.errors import InputError
               help="Write a JCT CDF (online vs offline) here; a Gantt chart goes beside it "
                    "(NAME-gantt.png).")
 def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str,
-                 params: tuple[str, ...], noise: float, seed: int, restart_cost: float,
+                 params: tuple[str, ...], noise: float, seed: int, restart_cost: float | None,
                  offline: str, json_out: str | None, png_out: str | None, fmt: str) -> None:
     """Replay TRACE's jobs in arrival order with POLICY deciding online.
 
@@ -49,36 +50,30 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     and the ratios to the offline plan and to the lower bound (the empirical
     competitive ratio is at most the latter).
     """
+    from hetsched.app.plan import load_inputs, parse_params, plan_settings
     from hetsched.app.simulate import simulate_trace
-    from hetsched.cli.main import _load_cluster, _load_throughputs, _stdout_console, _write
+    from hetsched.cli.main import stdout_console, write_output
     from hetsched.cli.progress import RichReporter
-    from hetsched.io.specs import load_jobs
-    from hetsched.planning.space.policies.base import parse_param
 
-    if trace.endswith(".trace"):  # a Gavel trace as is (what `convert gavel-trace` reads)
-        from hetsched.io.specs import parse_jobs
-        from hetsched.io.traces import parse_trace
-
-        jobs = parse_jobs(parse_trace(trace)[0], trace)
-    else:
-        jobs = load_jobs(trace)
-    cluster = _load_cluster(cluster_file, None)
-    table = _load_throughputs(tp_file)
-    kv = dict(parse_param(p) for p in params)
+    settings = plan_settings(policy=policy, params=parse_params(params),
+                             restart_cost_s=restart_cost)
+    inputs = load_inputs(trace, settings, cluster_file=cluster_file, partition=None,
+                         tp_file=tp_file, history=False)
+    jobs, cluster, table = inputs.jobs, inputs.cluster, inputs.table
     with RichReporter() as rep:
         res = simulate_trace(
-            jobs, cluster, table, policy, kv, jobs_source=trace, noise=noise, seed=seed,
-            restart_cost_s=restart_cost, offline=None if offline == "none" else offline,
-            reporter=rep)
+            jobs, cluster, table, policy, dict(settings.params), jobs_source=trace,
+            noise=noise, seed=seed, restart_cost_s=settings.restart_cost_s,
+            offline=None if offline == "none" else offline, reporter=rep)
     body = res.to_dict()
     if json_out:
-        _write(json_out, json.dumps(body, indent=2) + "\n")
+        write_output(json_out, json.dumps(body, indent=2) + "\n")
     if png_out:
         _pngs(res, png_out)
     if fmt == "json":
         click.echo(json.dumps(body, indent=2))
         return
-    con = _stdout_console()
+    con = stdout_console()
     m = res.metrics
     con.print(f"policy {policy} online, noise {noise:.0%}, {len(jobs)} jobs")
     con.print(f"  weighted JCT   {m['weighted_jct_s']:>14,.1f} s")

@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hetsched import config
-from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
-from hetsched.app.replan import (
-    latest_rows,
-)
-from hetsched.app.status import JobStatus
-from hetsched.app.submit import base_sbatch, submit
 from hetsched.cli.options import format_option, needs_extra, partition_option, state_option
-from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.errors import InputError
-from hetsched.io.plan_json import load_plan
-from hetsched.slurm.client import CliSlurmClient, make_client
-from hetsched.slurm.inventory import load_cluster_from_slurm
-from hetsched.slurm.runner import Runner
-from hetsched.state.store import Store, open_store, open_store_readonly
+
+if TYPE_CHECKING:  # the use cases load when a command runs, not for --help (cli/main.py)
+    from hetsched.app.status import JobStatus
+    from hetsched.core.plan import Plan, PlanSettings
+    from hetsched.core.sbatch import SbatchOptions
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.state.store import Store
 
 # ---------------------------------------------------------------------------
 # shared by the Slurm commands
@@ -37,6 +32,9 @@ from hetsched.state.store import Store, open_store, open_store_readonly
 
 def _client(backend: str = "cli") -> CliSlurmClient:
     """The Slurm client for CLI commands (reads SLURM_CONF from the environment)."""
+    from hetsched.slurm.client import make_client
+    from hetsched.slurm.runner import Runner
+
     client, note = make_client(Runner(), backend)
     if backend != "cli":
         click.echo(note, err=True)
@@ -52,36 +50,34 @@ def _partition(partition: str | None) -> str | None:
 
 
 def _store(path: str | None) -> Store:
+    from hetsched.state.store import open_store
+
     return open_store(path)
 
 
 
 
-def load_plan_input(path: str, throughputs: str | None, policy: str, cluster_file: str | None,
-                    partition: str | None, backend: str = "cli",
+def load_plan_input(path: str, settings: PlanSettings, *, throughputs: str | None,
+                    cluster_file: str | None, partition: str | None,
                     skip_unplaceable: bool = False) -> Plan:
-    """A typed plan from plan.json, or from jobs.yaml by planning first."""
-    p = Path(path)
-    if p.suffix.lower() in (".yaml", ".yml"):
-        from hetsched.app.runnable import plan_placeable
-        from hetsched.io.profiles import load_throughputs
-        from hetsched.io.specs import load_cluster, load_jobs
+    """A typed plan from plan.json, or from jobs.yaml planned first (app/plan.py: as
+    ``hetsched plan`` would, with ``settings``)."""
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
+        from hetsched.app.plan import plan_jobs_file
 
-        if not throughputs:
-            raise InputError("--throughputs", f"{path} is a jobs file: planning it needs "
-                             "--throughputs CSV (profiles)")
-        jobs = load_jobs(p)
-        table = load_throughputs(throughputs)
-        cl = load_cluster(cluster_file) if cluster_file else load_cluster_from_slurm(
-            _client(backend), _partition(partition))
-        return plan_placeable(jobs, cl, table, skip_unplaceable=skip_unplaceable,
-                              policy=policy, jobs_source=str(p),
-                              warn=lambda m: click.echo(m, err=True))
-    return load_plan(p)
+        return plan_jobs_file(path, settings, cluster_file=cluster_file,
+                              partition=_partition(partition), tp_file=throughputs,
+                              skip_unplaceable=skip_unplaceable,
+                              warn=lambda m: click.echo(m, err=True))[0]
+    from hetsched.io.plan_json import load_plan
+
+    return load_plan(path)
 
 
 def _cli_sbatch(**opts: object) -> SbatchOptions:
     """``hetsched submit``'s sbatch options, validated (the error names the option)."""
+    from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
+
     try:
         return SbatchOptions.parse({k: v for k, v in opts.items() if v is not None})
     except SbatchOptionError as e:
@@ -98,9 +94,20 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
               help="Pin each component to the plan's node (--nodelist), or let Slurm pick "
               "any node with that GPU type.")
 @click.option("--throughputs", default=None, type=click.Path(dir_okay=False),
-              help="Profiles CSV; needed when PLAN_FILE is a jobs.yaml.")
+              help="Profiles CSV for planning a jobs.yaml (default: the profile history).")
 @click.option("--policy", default="auto", show_default=True,
               help="Policy for planning a jobs.yaml.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Policy parameter for planning a jobs.yaml, repeatable.")
+@click.option("--mode", type=click.Choice(["space", "pool", "auto"]), default="space",
+              show_default=True, help="Sharing mode for planning a jobs.yaml (as `plan --mode`).")
+@click.option("--static", is_flag=True, help="Planning a jobs.yaml: keep each job's first "
+              "placement (as `plan --static`).")
+@click.option("--restart-cost", type=click.FloatRange(min=0), default=None,
+              help="Planning a jobs.yaml: seconds a running job loses when its GPUs change "
+              "(default: the restart_cost_s setting).")
+@click.option("--task-iterations", type=click.IntRange(min=1), default=None,
+              help="Planning a jobs.yaml in pool mode: iterations per task.")
 @click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
               help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
 @click.option("--time", "-t", "time_", default=None, help="Time limit for every job (Slurm format); "
@@ -119,7 +126,8 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
               "(repeatable).")
 def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition: str | None,
                pin_nodes: bool, throughputs: str | None, policy: str,
-               cluster_file: str | None, time_: str | None, account: str | None,
+               params: tuple[str, ...], mode: str, static: bool, restart_cost: float | None,
+               task_iterations: int | None, cluster_file: str | None, time_: str | None, account: str | None,
                qos: str | None, mem: str | None, constraint: str | None,
                skip_unplaceable: bool, parsable: bool, extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
@@ -144,9 +152,16 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     11 a file another user could write, 130, 143 interrupted by SIGINT, SIGTERM
     (nothing left queued).
     """
+    from hetsched.app.plan import parse_params, plan_settings
+    from hetsched.app.submit import base_sbatch, submit
+
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
                                      constraint=constraint, extra=list(extra) or None))
-    plan = load_plan_input(plan_file, throughputs, policy, cluster_file, partition,
+    settings = plan_settings(mode=mode, policy=policy, params=parse_params(params),
+                             static=static, restart_cost_s=restart_cost,
+                             task_iterations=task_iterations)
+    plan = load_plan_input(plan_file, settings, throughputs=throughputs,
+                           cluster_file=cluster_file, partition=partition,
                            skip_unplaceable=skip_unplaceable)
     part = _partition(partition)
     if dry_run:
@@ -220,6 +235,7 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
     reports. Records nothing and creates no file (`watch` and `replan` do).
     """
     from hetsched.app.status import batch_status, state_path_missing, status_json
+    from hetsched.state.store import open_store_readonly
 
     path = Path(state_path) if state_path else config.state_path()
     st = open_store_readonly(path)
@@ -276,6 +292,11 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
     exponential backoff and resumes; it does not exit. Events are recorded for
     `hetsched replan`.
     """
+    from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
+    from hetsched.app.replan import latest_rows
+    from hetsched.slurm.client import CliSlurmClient
+    from hetsched.slurm.runner import Runner
+
     with _store(state_path) as st:
         # no retries inside a cycle: watch's own backoff handles outages
         client = CliSlurmClient(Runner(retries=0, timeout_s=30))

@@ -50,15 +50,6 @@ def cluster_utilisation(gpus: Sequence[float], util: Sequence[tuple[float, float
             sum(g * u[1] for g, u in zip(gpus, util, strict=True)) / m)
 
 
-def comp_at(comp_s: float, gpus: float, to_gpus: float) -> float:
-    """Harmony eq. (2): COMP is proportional to 1 / the group's GPU count.
-
-    The planner uses the per-job step-time model instead where it has one
-    (an affine step time keeps its intercept); this is the paper's form.
-    """
-    return comp_s * gpus / to_gpus
-
-
 def serial_iteration_s(compute_s: Sequence[float], comm_s: Sequence[float]) -> float:
     """Time slicing without coordination (Gandiva's): the group runs its jobs one after another."""
     return float(sum(compute_s) + sum(comm_s))

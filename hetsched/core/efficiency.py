@@ -34,8 +34,6 @@ import numpy as np
 
 #: epochs assumed for a ``target_loss`` job before any history refines it
 PRIOR_EPOCHS = 10.0
-#: Beta precision used for a job whose length is known (epochs given): near-deterministic
-KNOWN_PRECISION = 1e4
 
 
 # ---------------------------------------------------------------------------
@@ -196,12 +194,6 @@ class ProgressModel:
         a, b = self.beta(x)
         p = a / (a + b)
         return done * (1 - p) / p
-
-
-def known_beta(progress: float) -> tuple[float, float]:
-    """A near-deterministic Beta at a known progress (a job that gave its epochs)."""
-    p = min(max(progress, 1e-4), 1 - 1e-4)
-    return p * KNOWN_PRECISION, (1 - p) * KNOWN_PRECISION
 
 
 def sample_remaining(rng: np.random.Generator, alpha: float, beta: float, done: float,

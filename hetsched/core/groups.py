@@ -111,14 +111,3 @@ def group_of(plan: Plan, group: str, source: str = "plan") -> GroupView:
         raise InputError(source, f"no group {group!r} in the plan (groups: "
                          f"{', '.join(sorted(groups)) or 'none'})", "--group")
     return groups[group]
-
-
-def grouped_jobs(plan: Plan, segment_of: dict[str, int] | None = None) -> dict[str, str]:
-    """job -> group id, for the jobs whose segment to submit (first, or ``segment_of``)
-    belongs to a group."""
-    out = {}
-    for j in plan.jobs:
-        k = (segment_of or {}).get(j.name, 0)
-        if k < len(j.segments) and j.segments[k].group is not None:
-            out[j.name] = str(j.segments[k].group)
-    return out

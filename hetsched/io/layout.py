@@ -24,6 +24,7 @@ from typing import Any
 from hetsched.core.plan import Plan, worker_groups
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, check_private, read_text
+from hetsched.io.jobfiles import JobFiles
 
 VERSION = 1
 MAX_BYTES = 4 * 2**20
@@ -99,11 +100,6 @@ def read_layout(path: str | Path) -> Layout:
                   bool(d.get("pinned", True)))
 
 
-def layout_path(base: Path, pid: str, job: str, segment: int) -> Path:
-    """Where a submission's rank layout lives (io/layout.py): ``FILES/layouts/PLAN/JOB-SEG.json``."""
-    return base / "layouts" / pid / f"{job}-{segment}.json"
-
-
 def job_layout(plan: Plan, pid: str, plan_path: Path, job: str, segment: int,
                pinned: bool = True) -> Layout:
     """The layout of a job's segment as submitted: components in the plan's rank order."""
@@ -111,12 +107,13 @@ def job_layout(plan: Plan, pid: str, plan_path: Path, job: str, segment: int,
     return Layout(str(plan_path), pid, job, segment, groups_of(worker_groups(workers)), pinned)
 
 
-def write_job_layout(base: Path, plan: Plan, pid: str, job: str, segment: int,
-                     pinned: bool = True, alone: bool = True) -> None:
-    """Submit's layout for a job's segment (the file ``hetsched run --layout`` reads), beside
-    the plan file ``base/plans/PID.json``; none for a co-location group's job (``alone``
-    false: the group runtime reads the plan, and a group is never changed in place)."""
+def write_job_layout(files: JobFiles, plan: Plan, pinned: bool = True,
+                     alone: bool = True) -> None:
+    """Submit's layout for a job's segment (the file ``hetsched run --layout`` reads) at
+    ``files.layout``, naming the plan copy ``files.plan_copy``; none for a co-location
+    group's job (``alone`` false: the group runtime reads the plan, and a group is never
+    changed in place)."""
     if not alone:
         return
-    write_layout(layout_path(base, pid, job, segment),
-                 job_layout(plan, pid, base / "plans" / f"{pid}.json", job, segment, pinned))
+    write_layout(files.layout, job_layout(plan, files.plan_id, files.plan_copy, files.job,
+                                          files.segment, pinned))

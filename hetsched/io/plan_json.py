@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core import limits
 from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segment, Worker
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
@@ -105,7 +106,7 @@ class SettingsModel(_Strict):
     policy: Annotated[str, Field(min_length=1, max_length=64)] = "auto"
     params: dict[str, Any] = Field(default_factory=dict)
     static: bool = False
-    restart_cost_s: Seconds = 60.0
+    restart_cost_s: Seconds = DEFAULT_RESTART_COST_S
     task_iterations: Annotated[int, Field(ge=1)] | None = None
 
 
@@ -115,7 +116,7 @@ class PlanModel(_Open):
     mode: Literal["space", "pool"] = "space"
     params: dict[str, Any] = Field(default_factory=dict)
     static: bool = False
-    restart_cost_s: Seconds = 60.0
+    restart_cost_s: Seconds = DEFAULT_RESTART_COST_S
     settings: SettingsModel | None = None
     objective: dict[str, Any] = Field(default_factory=dict)
     lower_bound: LowerBoundModel

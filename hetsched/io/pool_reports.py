@@ -2,7 +2,7 @@
 
 Each executor appends JSON lines to ``<report_dir>/<plan_id>/gpu-<gpu_id>.jsonl``
 (one ``os.write`` per line on an ``O_APPEND`` descriptor, see
-:class:`hetsched.io.reports.Reporter`):
+:class:`hetsched.io.reports.ReportWriter`):
 
 * ``{"kind": "task", "job", "round", "task", "gpu", "gpu_type", "iterations",
   "samples", "compute_s", "switch_s", "start", "end"}`` per finished task

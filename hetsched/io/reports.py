@@ -27,8 +27,9 @@ from typing import Any
 from hetsched.io.files import private_dir
 
 
-class Reporter:
-    """Appends records for one rank of one job; a no-op when no path is given."""
+class ReportWriter:
+    """Appends records for one rank of one job to its report file; a no-op when no path
+    is given. (Planning progress goes to a ``core.report.BaseReporter``, not here.)"""
 
     def __init__(self, path: str | Path | None, **common: Any) -> None:
         self.path = Path(path) if path else None

@@ -175,12 +175,3 @@ def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | 
         if cap > 0:
             lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
     return lb_alone, lb_fluid, lattices
-
-
-def problem_bound(p: PlanningProblem) -> float:
-    """:func:`lower_bound`, computed once per problem and kept in ``p.estimates.bound``.
-
-    ``auto`` evaluates many candidates on one problem; each plan reports the
-    same bound, so it is computed by the first and read by the others.
-    """
-    return float(lower_bound_info(p)["weighted_jct_s"])

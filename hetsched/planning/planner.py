@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from hetsched.config import DEFAULT_RESTART_COST_S
@@ -22,36 +21,10 @@ from hetsched.planning.space.evaluator import simulate
 PARALLEL_MIN_SIZE = 20_000
 
 
-class _Callback(BaseReporter):
-    """The former ``progress: Callable[[str], None]`` as a reporter (kept for callers)."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
-
-    def candidate_done(self, name: str, objective: float, seconds: float) -> None:
-        self.say(f"{name}: weighted JCT {objective:,.1f} s")
-
-    def candidate_skipped(self, name: str, reason: str) -> None:
-        self.say(f"{name}: skipped ({reason})")
-
-    def candidate_failed(self, name: str, error: str) -> None:
-        self.say(f"{name}: failed ({error})")
-
-    def note(self, message: str) -> None:
-        self.say(message)
-
-
-def as_reporter(reporter: BaseReporter | None,
-                progress: Callable[[str], None] | None = None) -> BaseReporter:
-    if reporter is not None:
-        return reporter
-    return _Callback(progress) if progress is not None else NULL_REPORTER
-
-
 def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy: str = "auto",
               params: dict[str, Any] | None = None, *, static: bool = False,
               restart_cost_s: float = DEFAULT_RESTART_COST_S, jobs_source: str = "jobs",
-              progress: Callable[[str], None] | None = None, mode: str = "space",
+              mode: str = "space",
               task_iterations: int | None = None,
               reporter: BaseReporter | None = None,
               progress_history: tuple[Any, Any] | None = None,
@@ -61,8 +34,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
     (Hare; :mod:`hetsched.planning.pool`, docs/pool.md); ``task_iterations`` is its task size.
-    ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`);
-    ``progress`` is the former one-string callback. ``progress_history``:
+    ``reporter`` receives progress (:class:`hetsched.core.report.BaseReporter`).
+    ``progress_history``:
     completed jobs' (features, progress) pairs from the state store, for the
     policies that predict remaining work (``ones``); with enough of it every policy
     plans a ``target_loss`` job at the predictor's expected length
@@ -74,7 +47,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
-    rep = as_reporter(reporter, progress)
+    rep = reporter or NULL_REPORTER
     settings = PlanSettings(mode, policy, dict(params or {}), static, restart_cost_s,
                             task_iterations)
     jobs, predicted = predict_lengths(jobs, progress_history, epochs_done)
@@ -146,11 +119,10 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
 def plan_problem(problem: PlanningProblem, policy: str = "auto",
                  params: dict[str, Any] | None = None, *, static: bool = False,
                  restart_cost_s: float = DEFAULT_RESTART_COST_S,
-                 progress: Callable[[str], None] | None = None,
                  reporter: BaseReporter | None = None,
                  budget_s: float | None = None, workers: int | None = None) -> Plan:
     """Space mode: one policy, or ``auto`` (every registered policy it can afford)."""
-    rep = as_reporter(reporter, progress)
+    rep = reporter or NULL_REPORTER
     if policy != "auto":
         cls = registry.resolve(policy, "space", rep)
         pol = cls.build(params)
@@ -227,4 +199,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["make_plan", "plan_problem", "as_reporter", "HetschedError", "InputError"]
+__all__ = ["make_plan", "plan_problem", "HetschedError", "InputError"]

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from hetsched.io.files import private_dir
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import emulation_for, link_emulation
 from hetsched.runtime.group_member import Member
 from hetsched.runtime.launcher import (
@@ -126,7 +126,7 @@ def _setup(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> tuple[list[Mem
     members = []
     for tc in cfg.members:
         pg = dist.new_group(list(range(world))) if world > 1 else None  # same order on all
-        rep = Reporter(tc.report, job=tc.job, rank=renv.rank, workload=tc.workload,
+        rep = ReportWriter(tc.report, job=tc.job, rank=renv.rank, workload=tc.workload,
                        gpu_type=gpu_type, node=renv.node, world_size=world, group=cfg.group)
         members.append(Member(tc, renv.rank, dev, pg, rep))
     return members, gpu_type

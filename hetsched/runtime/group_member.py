@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.elastic import set_lr, steps_left
 from hetsched.runtime.executor.slots import JobSlot
@@ -30,7 +30,7 @@ class Member:
     """A group job's state on this rank (``cfg`` is its ``trainer.TrainConfig``)."""
 
     def __init__(self, cfg: Any, rank: int, dev: torch.device, pg: Any,
-                 reporter: Reporter) -> None:
+                 reporter: ReportWriter) -> None:
         self.cfg, self.rank, self.dev, self.pg, self.rep = cfg, rank, dev, pg, reporter
         self.cuda = dev.type == "cuda"
         wl = load_workload(cfg.workload, entrypoint=cfg.entrypoint,

@@ -16,22 +16,23 @@ from hetsched import config
 from hetsched.core.plan import worker_groups
 from hetsched.errors import InputError
 from hetsched.io.files import check_private
+from hetsched.io.jobfiles import JobFiles, files_root
 from hetsched.io.layout import Layout, read_layout
 from hetsched.io.plan_json import load_plan
+from hetsched.runtime.environment import JobEnvironment
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
-
-
-def default_checkpoint(job: str) -> Path:
-    return config.checkpoint_dir() / f"{job}.pt"
-
-
-def default_report(job: str) -> Path:
-    return config.report_dir() / f"{job}.jsonl"
 
 
 def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
                                                                         list[dict[str, Any]]]:
     """The job's spec and the segment's workers in rank order (the template's order)."""
+    spec, ordered, _ = _plan_job(plan_path, job, segment)
+    return spec, ordered
+
+
+def _plan_job(plan_path: str, job: str, segment: int = 0
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], JobFiles]:
+    """:func:`load_plan_job` and the job's files (checkpoint, report: io/jobfiles.py)."""
     check_private(plan_path, "plan")
     plan = load_plan(plan_path)
     jobs = {j.name: j for j in plan.jobs}
@@ -46,7 +47,8 @@ def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str,
     ordered: list[dict[str, Any]] = []
     for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
-    return (j.spec.to_dict() if j.spec is not None else {}), ordered
+    return ((j.spec.to_dict() if j.spec is not None else {}), ordered,
+            JobFiles.in_step(plan_path, plan, job, segment))
 
 
 #: seconds a rank waits for the layout file to match its allocation: a replan
@@ -58,13 +60,14 @@ def layout_mismatch(layout: Layout, job: str, env: Mapping[str, str]) -> str:
     """Why ``layout`` does not fit this process's place in the Slurm step ('' if it does)."""
     if layout.job != job:
         return f"it is the layout of job {layout.job!r}"
+    jenv = JobEnvironment.from_env(env)
     if "SLURM_PROCID" not in env:
         return ""  # not inside a Slurm step: nothing to check against
-    renv = from_env(env)
+    renv = jenv.rank
     workers = layout.workers()
     if len(workers) != renv.world_size:
         return f"it has {len(workers)} ranks, the step has {renv.world_size} tasks"
-    node = env.get("SLURMD_NODENAME", "")
+    node = jenv.node
     want = workers[renv.rank]["node"]
     if layout.pinned and node and want != node:
         return f"it puts rank {renv.rank} on {want}, Slurm started it on {node}"
@@ -93,8 +96,11 @@ def read_job_layout(path: str, job: str, env: Mapping[str, str], *,
 
 
 def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,
-                 job: str, env: Mapping[str, str], overrides: Mapping[str, Any]) -> Any:
-    """A TrainConfig from the plan's spec, the environment and command-line overrides."""
+                 job: str, env: Mapping[str, str], overrides: Mapping[str, Any],
+                 files: JobFiles | None = None) -> Any:
+    """A TrainConfig from the plan's spec, the environment and command-line overrides;
+    checkpoint and report at ``files`` (default: unscoped, under the configured roots)."""
+    files = files or JobFiles(files_root(), "", job)
     from hetsched.runtime.trainer import TrainConfig
 
     batches = local_batches_for(world_size, env, [w["local_batch"] for w in workers])
@@ -108,19 +114,19 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
     elif gb is not None and int(gb) != sum(batches):
         raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, the job's "
                          f"global_batch is {gb}", f"job {job!r}")
-    types = env.get("HETSCHED_GPU_TYPES", "")
-    gpu_types = types.split(",") if types else [w["gpu_type"] for w in workers]
+    jenv = JobEnvironment.from_env(env)
+    gpu_types = list(jenv.gpu_types) or [w["gpu_type"] for w in workers]
     for key in ("workload", "dataset_size", "epochs"):
         if spec.get(key) in (None, ""):
             raise InputError("plan", f"the job spec has no {key!r}", f"job {job!r}")
     cfg = TrainConfig(
         job=job, workload=str(spec["workload"]), dataset_size=int(spec["dataset_size"]),
         epochs=float(spec["epochs"]), local_batches=batches,
-        entrypoint=spec.get("entrypoint") or env.get("HETSCHED_ENTRYPOINT") or None,
+        entrypoint=spec.get("entrypoint") or jenv.entrypoint or None,
         gpu_types=[t.lower() for t in gpu_types],
         seed=int(overrides.get("seed") or 0),
-        checkpoint=str(overrides.get("checkpoint") or default_checkpoint(job)),
-        report=str(overrides.get("report") or default_report(job)),
+        checkpoint=str(overrides.get("checkpoint") or files.checkpoint),
+        report=str(overrides.get("report") or files.report),
         lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
         base_batch=int(gb) if gb is not None else None,
         report_every=max(1, int(config.get("report_every"))),
@@ -169,18 +175,19 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
     and gives every rank's GPU type, node and local batch; it wins over
     ``plan_path`` and ``segment``: a replan may have changed the pending job in place.
     """
-    env = os.environ
-    seg = segment if segment is not None else int(env.get("HETSCHED_SEGMENT", "0") or 0)
+    jenv = JobEnvironment.from_env()
+    env = jenv.env
+    seg = segment if segment is not None else (jenv.segment or 0)
     if layout:
         lay = read_job_layout(layout, job, {} if local else env)
-        spec, _ = load_plan_job(lay.plan, job, lay.segment)
+        spec, _, files = _plan_job(lay.plan, job, lay.segment)
         workers = lay.workers()
     else:
-        spec, workers = load_plan_job(plan_path, job, seg)
+        spec, workers, files = _plan_job(plan_path, job, seg)
     overrides = dict(overrides or {})
     if local:
-        local_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
-        cfg = build_config(spec, workers, len(workers), job, local_env, overrides)
+        local_env = jenv.without("HETSCHED_LOCAL_BATCHES")
+        cfg = build_config(spec, workers, len(workers), job, local_env, overrides, files)
         from hetsched.runtime.checkpoint import load_checkpoint
 
         load_checkpoint(cfg.checkpoint)  # a bad one: one line here, not one per rank
@@ -188,13 +195,13 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
         if any(codes):
             raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")
         return {"ranks": len(workers), "exit_codes": codes}
-    renv = from_env()
+    renv = jenv.rank
     cmd = spec.get("command")
     if cmd and not spec.get("entrypoint"):
         batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
         argv = [str(a) for a in cmd] if isinstance(cmd, list) else [str(cmd)]
         exec_command(argv, renv, batches[renv.rank], batches)
-    cfg = build_config(spec, workers, renv.world_size, job, env, overrides)
+    cfg = build_config(spec, workers, renv.world_size, job, env, overrides, files)
     from hetsched.runtime.trainer import train
 
     return train(cfg, renv)
@@ -226,7 +233,8 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         raise InputError(plan_path, f"group {group!r} shares {len(view.slots)} GPUs; the "
                          f"step runs {world} tasks (one per GPU)", "--group")
     # every job has its own local batches: the template's HETSCHED_LOCAL_BATCHES is not theirs
-    job_env = {k: v for k, v in env.items() if k != "HETSCHED_LOCAL_BATCHES"}
+    jenv = JobEnvironment.from_env(env)
+    job_env = jenv.without("HETSCHED_LOCAL_BATCHES")
     members = []
     for m in view.members:
         spec = plan.job(m.job).spec
@@ -236,12 +244,11 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         for key in ("save_params", "trace_dir", "checkpoint", "report"):
             per_job.pop(key, None)
         cfg = build_config(spec.to_dict() if spec is not None else {}, workers, world, m.job,
-                           job_env, per_job)
+                           job_env, per_job, JobFiles.in_step(plan_path, plan, m.job))
         if overrides.get("save_params_dir"):
             cfg.save_params = str(Path(str(overrides["save_params_dir"])) / f"{m.job}.pt")
         members.append(cfg)
-    types = env.get("HETSCHED_GPU_TYPES", "")
-    gpu_types = types.split(",") if types else [s.gpu_type for s in view.slots]
+    gpu_types = list(jenv.gpu_types) or [s.gpu_type for s in view.slots]
     budget = overrides.get("memory_budget_mb")
     return GroupConfig(group=group, members=members, gpu_types=[t.lower() for t in gpu_types],
                        device=overrides.get("device"),
@@ -269,8 +276,9 @@ def run_group_job(plan_path: str, group: str, *, local: bool = False,
         if any(codes):
             raise RuntimeFailure(f"group {group!r}: local ranks exited with {codes}")
         return {"ranks": len(cfg.gpu_types), "exit_codes": codes}
-    renv = from_env()
-    cfg = build_group_config(plan_path, group, renv.world_size, os.environ, overrides)
+    jenv = JobEnvironment.from_env()
+    renv = jenv.rank
+    cfg = build_group_config(plan_path, group, renv.world_size, jenv.env, overrides)
     from hetsched.runtime.group import run_group
 
     return run_group(cfg, renv)

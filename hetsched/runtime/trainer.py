@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.elastic import NoiseScale, Rescaler, request_path, set_lr, steps_left
 from hetsched.runtime.emulate import emulation_for, link_emulation
@@ -104,7 +104,7 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
     gpu_type = cfg.gpu_types[rank] if rank < len(cfg.gpu_types) else ""
     emul = emulation_for(gpu_type)
     hdp.link = link_emulation()
-    rep = Reporter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
+    rep = ReportWriter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
                    gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
     cuda = dev.type == "cuda"
     batches = list(cfg.local_batches)
@@ -245,7 +245,7 @@ def _ranks_here(renv: RankEnv) -> int:
     return 1 if renv.source == "slurm" else renv.world_size
 
 
-def _report_steps(rep: Reporter, acc: dict[str, Any], local_batch: int, step: int,
+def _report_steps(rep: ReportWriter, acc: dict[str, Any], local_batch: int, step: int,
                   gns: float | None = None, global_batch: int | None = None) -> None:
     n = acc["n"]
     if not n:

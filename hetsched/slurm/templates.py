@@ -40,6 +40,7 @@ from hetsched import config
 from hetsched.core.plan import JobPlan, worker_groups
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
+from hetsched.io.jobfiles import JobFiles, root_of_plan_copy
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 WORD_RE = re.compile(r"^[A-Za-z0-9._:/=,%+@-]+$")
@@ -229,8 +230,8 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
     """The hetjob script for segment ``segment`` of one job of a plan.
 
     The rank layout is not in the script: ``hetsched run`` reads it from
-    ``layout_path`` (io/layout.py; default: ``io.layout.layout_path``'s place for a
-    ``plan_path`` of ``FILES/plans/PLAN.json``), so a replan
+    ``layout_path`` (io/layout.py; default: ``JobFiles.layout`` beside a ``plan_path``
+    that is ``io.jobfiles.plan_copy``), so a replan
     can change the pending job in place (``scontrol update`` of GRES, node list
     and task count, then the layout file). Pinned components ask for untyped
     GPUs on their node (``--gres=gpu:N --nodelist=NODE``; one GPU type per
@@ -256,9 +257,9 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
         _name(c.gpu_type)
     spec = job.spec
     command = shlex.join(spec.command) if spec is not None and spec.command else ""
-    if layout_path is None:  # submit's: FILES/layouts/PLAN/JOB-SEG.json beside FILES/plans/
-        layout_path = (Path(str(plan_path)).parent.parent / "layouts" / _name(plan_id)
-                       / f"{_name(job.name)}-{segment}.json")
+    if layout_path is None:  # submit's, beside the plan copy (io/jobfiles.py)
+        layout_path = JobFiles(root_of_plan_copy(plan_path), _name(plan_id), _name(job.name),
+                               segment).layout
     ctx = {
         "plan_id": plan_id, "job": job.name, "segment": segment,
         "components": [

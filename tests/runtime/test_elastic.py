@@ -146,19 +146,18 @@ def test_write_request_is_atomic_and_numbered(tmp_path: Path) -> None:
 def test_replan_writes_a_rescale_request_when_gpus_stay(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from hetsched.app.replan import _rescale_in_place
-    from hetsched.runtime.job import default_checkpoint
 
-    monkeypatch.setenv("HETSCHED_CHECKPOINT_DIR", str(tmp_path))
+    ckpt = tmp_path / "b1" / "r18.pt"  # the running job's checkpoint (io/jobfiles.py)
     old = [{"node": "n0", "gpu_type": "v100", "gpu": 0, "local_batch": 64},
            {"node": "n0", "gpu_type": "v100", "gpu": 1, "local_batch": 64}]
     new = [dict(w, local_batch=b) for w, b in zip(old, (96, 160), strict=True)]
     logs: list[str] = []
-    assert _rescale_in_place("r18", old, old, logs.append, False)  # same: no request
-    req = Path(str(default_checkpoint("r18")) + ".rescale.json")
+    assert _rescale_in_place("r18", old, old, logs.append, False, ckpt)  # same: no request
+    req = Path(str(ckpt) + ".rescale.json")
     assert not req.exists() and not logs
-    assert _rescale_in_place("r18", new, old, logs.append, False)
+    assert _rescale_in_place("r18", new, old, logs.append, False, ckpt)
     moved = [dict(w, node="n1") for w in new]
-    assert not _rescale_in_place("r18", moved, old, logs.append, False)  # restart instead
+    assert not _rescale_in_place("r18", moved, old, logs.append, False, ckpt)  # restart
     r = read_request(req)
     assert r is not None and r.local_batches == [96, 160] and r.seq == 1
     assert "rescale in place" in logs[0]

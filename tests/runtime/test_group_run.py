@@ -48,7 +48,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("group")
     plan = write_plan(group_plan([group_job(n, w, b, dataset_size=d, epochs=EPOCHS)
                                   for n, w, b, d in JOBS]), tmp / "plan.json")
-    out: dict[str, Any] = {"tmp": tmp}
+    # checkpoints and reports go to ROOT/BATCH/JOB (io/jobfiles.py): the plan's own id here
+    out: dict[str, Any] = {"tmp": tmp, "batch": json.loads(plan.read_text())["plan_id"]}
     for name, budget in (("group", None), ("spill", 0.0)):
         d = tmp / name
         env = {"HETSCHED_CHECKPOINT_DIR": str(d / "ck"), "HETSCHED_REPORT_DIR": str(d / "rep")}
@@ -114,7 +115,7 @@ def test_each_sample_once_per_epoch(runs: dict[str, Any], run: str) -> None:
 def test_spill_and_reload_happened(runs: dict[str, Any]) -> None:
     """Budget 0: every switch spilled the idle job and reloaded it; without: never."""
     def last(run: str, job: str) -> dict[str, Any]:
-        lines = (runs[run] / "rep" / f"{job}.jsonl").read_text().splitlines()
+        lines = (runs[run] / "rep" / runs["batch"] / f"{job}.jsonl").read_text().splitlines()
         return [json.loads(x) for x in lines if '"kind": "group"' in x][-1]
 
     for job in ("a", "b"):
@@ -128,10 +129,10 @@ def test_checkpoints_and_reports_per_job(runs: dict[str, Any]) -> None:
 
     for name, _, batches, size in JOBS:
         steps = EPOCHS * -(-size // sum(batches))
-        ck = load_checkpoint(runs["group"] / "ck" / f"{name}.pt")
+        ck = load_checkpoint(runs["group"] / "ck" / runs["batch"] / f"{name}.pt")
         assert ck is not None and ck["step"] == steps
         recs = [json.loads(x) for x in
-                (runs["group"] / "rep" / f"{name}.jsonl").read_text().splitlines()]
+                (runs["group"] / "rep" / runs["batch"] / f"{name}.jsonl").read_text().splitlines()]
         done = [r for r in recs if r["kind"] == "done"]
         assert done and done[0]["steps"] == steps and done[0]["group"] == "g1"
         assert sum(r["n"] for r in recs if r["kind"] == "steps" and r["rank"] == 0) == steps
@@ -146,6 +147,7 @@ def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
 
     d = runs["tmp"] / "signal"
     plan = str(runs["tmp"] / "plan.json")
+    rep = d / "rep" / runs["batch"]
     # slowed (emulated 0.05 s per step) so the signal lands mid-run; numerics unchanged
     slow = {"HETSCHED_EMULATE_SPEED": "v100=1", "HETSCHED_EMULATE_COST": "0.05,0.001"}
     with pytest.MonkeyPatch.context() as mp:
@@ -159,12 +161,12 @@ def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
             m.report_every = 1
         for k, v in slow.items():
             mp.setenv(k, v)
-        codes = spawn_local(2, group_signalled, (cfg, 1, str(d / "rep" / "a.jsonl"), 2),
+        codes = spawn_local(2, group_signalled, (cfg, 1, str(rep / "a.jsonl"), 2),
                             timeout_s=240)
     assert codes == [0, 0]
     stopped = {}
     for name, _, batches, size in JOBS:
-        recs = [json.loads(x) for x in (d / "rep" / f"{name}.jsonl").read_text().splitlines()]
+        recs = [json.loads(x) for x in (rep / f"{name}.jsonl").read_text().splitlines()]
         end = [r for r in recs if r["kind"] in ("done", "stopped")][-1]
         assert end["kind"] == "stopped" and end["reason"] == "signal", end
         total = EPOCHS * -(-size // sum(batches))
@@ -172,7 +174,7 @@ def test_stop_by_signal_then_resume_equals_alone(runs: dict[str, Any]) -> None:
         stopped[name] = end["steps"]
     assert spawn_local(2, _local_group_main, (resume,), timeout_s=240) == [0, 0]
     for name, *_ in JOBS:
-        recs = [json.loads(x) for x in (d / "rep" / f"{name}.jsonl").read_text().splitlines()]
+        recs = [json.loads(x) for x in (rep / f"{name}.jsonl").read_text().splitlines()]
         done = [r for r in recs if r["kind"] == "done"][-1]
         assert done["steps_this_run"] == done["steps"] - stopped[name]
         grouped, alone = _params(d / f"{name}.pt"), _params(runs[f"alone-{name}"] / "params.pt")

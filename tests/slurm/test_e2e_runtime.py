@@ -49,6 +49,12 @@ nodes:
 """
 
 
+
+def _report(tmp: Path, job: str) -> Path:
+    """A job's report: REPORTS/BATCH/JOB.jsonl (io/jobfiles.py); one batch per job here."""
+    [path] = (tmp / "reports").glob(f"*/{job}.jsonl")
+    return path
+
 def _epoch_time(report: Path) -> float:
     recs = [json.loads(line) for line in report.read_text().splitlines()]
     return float(next(r["time_s"] for r in recs if r["kind"] == "epoch"))
@@ -130,9 +136,9 @@ def test_profile_plan_submit_train_uneven_shares(
     assert _wait_done(client, sid, 90) == "COMPLETED"
     code, out = invoke(main, ["status"])
     assert code == 0 and "e2e-het" in out and "COMPLETED" in out
-    het = _epoch_time(tmp_path / "reports" / "e2e-het.jsonl")
-    recs = [json.loads(x) for x in (tmp_path / "reports" / "e2e-het.jsonl").read_text()
-            .splitlines()]
+    het_report = _report(tmp_path, "e2e-het")
+    het = _epoch_time(het_report)
+    recs = [json.loads(x) for x in het_report.read_text().splitlines()]
     assert {(r["gpu_type"], r["local_batch"]) for r in recs if r["kind"] == "steps"} == {
         ("a100", batches["a100"]), ("v100", batches["v100"])}
     # near the prediction (bench/bench_runtime.py holds the 10 % target on a quiet machine;
@@ -151,9 +157,9 @@ def test_profile_plan_submit_train_uneven_shares(
     with open_store(None) as st:
         sid = next(s.slurm_id for s in st.submissions() if s.job == "e2e-eq")
     assert sid is not None and _wait_done(client, sid, 90) == "COMPLETED"
-    equal = _epoch_time(tmp_path / "reports" / "e2e-eq.jsonl")
+    equal = _epoch_time(_report(tmp_path, "e2e-eq"))
     assert equal > 1.25 * het, (equal, het)
 
     # 5. the running jobs' reports refine the history (EWMA)
-    code, out = invoke(main, ["profiles", "refine", str(tmp_path / "reports" / "e2e-het.jsonl")])
+    code, out = invoke(main, ["profiles", "refine", str(het_report)])
     assert code == 0 and f"b={batches['a100']}" in out

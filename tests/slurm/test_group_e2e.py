@@ -92,7 +92,7 @@ def _run(tmp: Path, client: CliSlurmClient, name: str, group: str | None,
     logs = "\n".join(p.read_text()[-2000:]
                      for p in (tmp / "state.db.files" / "logs").glob("*.out"))
     assert {j.state for j in mine()} == {"COMPLETED"}, logs
-    return d / "reports"
+    return d / "reports" / pid  # the batch's reports (io/jobfiles.py)
 
 
 def _alone(reports: Path, job: str) -> tuple[float, float, float]:

@@ -21,7 +21,7 @@ from hetsched.core.spec import Cluster
 from hetsched.core.throughput import ThroughputTable
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import read_pool_reports, report_path
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.io.specs import parse_cluster
 from hetsched.planning.pool.compact import expand_runs
 from hetsched.state.store import open_store
@@ -34,7 +34,7 @@ def _write_tasks(report_dir: Path, body: dict, upto: dict[str, int], t0: float =
     """Task records as executors write them, for each job's rounds below ``upto[job]``."""
     meta = body["tasks"]["jobs"]
     for g in body["tasks"]["gpus"]:
-        rep = Reporter(report_path(report_dir, body["plan_id"], f"{g['node']}-g{g['gpu']}"))
+        rep = ReportWriter(report_path(report_dir, body["plan_id"], f"{g['node']}-g{g['gpu']}"))
         for row in expand_runs(g["runs"]):
             job, rnd, task, start, end = row[0], int(row[1]), int(row[2]), row[3], row[4]
             if rnd >= upto.get(job, 0):

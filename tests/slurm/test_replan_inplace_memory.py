@@ -9,7 +9,7 @@ from slurm_helpers import contract_plan
 
 from hetsched.app.monitor import Monitor
 from hetsched.app.replan import latest_rows
-from hetsched.app.replan_inplace import component_order, layout_of_script, update_in_place
+from hetsched.app.replan_inplace import component_order, layout_of, update_in_place
 from hetsched.app.submit import submit
 from hetsched.io.layout import read_layout
 from hetsched.slurm.memory import MemorySlurm
@@ -73,7 +73,7 @@ def test_pending_jobs_change_in_place_and_keep_their_ids(tmp_path: Path) -> None
             ("v100-1", "v100", 2), ("v100-2", "v100", 1)]
         assert h.comment == "hetsched:ip2:h:0"
         # the layout the job's script names now says the new plan, in Slurm's order
-        lay = read_layout(layout_of_script(rows["h"].script_path))
+        lay = read_layout(layout_of(st, rows["h"]))
         assert lay.plan_id == "ip2" and lay.plan.endswith("plans/ip2.json")
         assert lay.groups == (("v100", "v100-1", (4, 4)), ("v100", "v100-2", (8,)))
         assert Path(lay.plan).exists()
@@ -99,7 +99,7 @@ def test_a_job_that_started_meanwhile_is_left_as_it_runs(tmp_path: Path) -> None
         res = update_in_place(st, slurm, new, [(row, new.job("q"))])
         assert res.started == ["q"] and not res.updated
         assert slurm.jobs_by_id[ids["q"]].comps[0].running_on == "v100-2"
-        assert read_layout(layout_of_script(row.script_path)).plan_id == "st1"
+        assert read_layout(layout_of(st, row)).plan_id == "st1"
 
 
 def test_replan_moves_a_requeued_job_in_place(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def test_a_hetjob_moves_a_later_component_to_another_type_in_place(
     2 + 1 ranks where the new plan says (the session's stand-in `hetsched run`)."""
     from slurm_helpers import contract_plan
 
-    from hetsched.app.replan_inplace import layout_of_script, update_in_place
+    from hetsched.app.replan_inplace import layout_of, update_in_place
     from hetsched.app.submit import files_dir
     from hetsched.io.layout import read_layout
 
@@ -115,7 +115,7 @@ def test_a_hetjob_moves_a_later_component_to_another_type_in_place(
         shown = [_show(client, c.job_id) for c in comps]
         assert [(r["ReqNodeList"], r["TresPerNode"], r["NumTasks"]) for r in shown] == [
             ("v100-1", "gres:gpu:2", "2"), ("v100-2", "gres:gpu:1", "1")], shown
-        assert read_layout(layout_of_script(row.script_path)).groups == (
+        assert read_layout(layout_of(st, row)).groups == (
             ("v100", "v100-1", (4, 4)), ("v100", "v100-2", (8,)))
         wait_for(lambda: _state(client, ids["h"]) == "RUNNING", 30, "h to start")
         log = files_dir(st) / "logs" / f"h-{ids['h']}.out"

@@ -134,7 +134,7 @@ def latest_rows_id(st, name: str) -> str | None:  # type: ignore[no-untyped-def]
 
 
 def test_a_running_job_moves_only_when_it_pays() -> None:
-    from hetsched.app.replan_changes import decide
+    from hetsched.app.replan_changes import decide_changes
     from hetsched.state.store import Submission
 
     plan = contract_plan("mv1", {"R": [[("v100-1", "v100", 32), ("v100-1", "v100", 32)]]})
@@ -142,10 +142,10 @@ def test_a_running_job_moves_only_when_it_pays() -> None:
                      [{"node": "t4-1", "gpu_type": "t4", "gpu": 0, "local_batch": 64}], 0, 0)
     kw = {"failed": frozenset({"FAILED"}), "running": frozenset({"RUNNING"})}
     # the new GPUs end it at 100 s + 60 s restart: worth it against 500 s, not against 120 s
-    d = decide(plan, {"R": row}, keep_end_s={"R": 500.0}, restart_cost_s=60.0, **kw)
+    d = decide_changes(plan, {"R": row}, keep_end_s={"R": 500.0}, restart_cost_s=60.0, **kw)
     assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
     assert "moving pays" in d.changes[0].why and d.changes[0].was == "t4-1:1"
-    d = decide(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
+    d = decide_changes(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
     assert d.to_submit == set() and d.kept == ["R"] and d.changes == []
 
 

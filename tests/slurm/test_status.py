@@ -10,6 +10,7 @@ from slurm_helpers import contract_plan, invoke, wait_for
 
 from hetsched.app.submit import files_dir, submit
 from hetsched.cli import slurm as cli_slurm
+from hetsched.io.jobfiles import JobFiles
 from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.testbed import Testbed
 from hetsched.state.store import open_store
@@ -30,9 +31,9 @@ def test_status_is_read_only_and_shows_every_job(
                                  "never": [[("a100-1", "a100", 8)]]})
     with open_store(state) as st:
         submit(plan, st, client, partition="gpu", only={LONG, "second"})
-        reports = files_dir(st) / "reports"
-        reports.mkdir(parents=True)
-        (reports / f"{LONG}.jsonl").write_text(
+        report = JobFiles.of(files_dir(st), plan, LONG).report  # where its ranks write
+        report.parent.mkdir(parents=True)
+        report.write_text(
             json.dumps({"kind": "steps", "step_s": 0.25, "rank": 0}) + "\n")
         n_events = len(st.events())
     wait_for(lambda: any(j.state == "RUNNING" for j in client.jobs()

@@ -12,12 +12,11 @@ section carries the per-GPU task sequences with the memory plan.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
-from hetsched.core.report import BaseReporter
+from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.errors import InputError, PlanningError
 from hetsched.planning.pool.evaluator import TaskSchedule, evaluate, to_plan
 from hetsched.planning.pool.policies import POOL_REGISTRY
@@ -40,14 +39,12 @@ def __getattr__(name: str) -> Any:
 
 def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, Any] | None = None,
               *, task_iterations: int | None = None,
-              progress: Callable[[str], None] | None = None,
               reporter: BaseReporter | None = None) -> Plan:
     """Plan ``problem`` in pool mode with ``policy`` (a registered pool policy or ``auto``)."""
     from hetsched.planning import registry
-    from hetsched.planning.planner import as_reporter
     from hetsched.planning.select import best_of
 
-    rep = as_reporter(reporter, progress)
+    rep = reporter or NULL_REPORTER
     t0 = time.perf_counter()
     params = dict(params or {})
     if policy == "auto" and params:

@@ -45,7 +45,7 @@ import numpy as np
 from hetsched.errors import InputError
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
-from hetsched.planning.pool.relaxation import Relaxation, job_consts, relaxation
+from hetsched.planning.pool.relaxation import Relaxation, job_consts
 
 # ---------------------------------------------------------------------------
 # Algorithm 1
@@ -290,11 +290,3 @@ def hare_from(pp: PoolProblem, rel: Relaxation, pick: str = "best",
                 best.params = {"order": o, "pick": rule}
     assert best is not None
     return HareResult(best, rel, objectives)
-
-
-def hare_schedule(pp: PoolProblem, pick: str = "best", order: str = "best",
-                  bound: str = "auto") -> HareResult:
-    """Hare's schedule for ``pp``: relaxation (``bound`` auto|lp|fluid), then Algorithm 1."""
-    if bound not in ("auto", "lp", "fluid"):
-        raise InputError("--param bound", f"{bound!r} is not valid; expected auto, lp or fluid")
-    return hare_from(pp, relaxation(pp, bound), pick, order)

@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
@@ -71,7 +72,7 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 
 
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
-             restart_cost_s: float = 60.0, reporter: BaseReporter | None = None,
+             restart_cost_s: float = DEFAULT_RESTART_COST_S, reporter: BaseReporter | None = None,
              predicted: PlanningProblem | None = None,
              deadline: float | None = None, stat_efficiency: bool = True) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan.

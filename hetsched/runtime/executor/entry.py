@@ -14,8 +14,8 @@ coordinator on the rendezvous port (rank 0 listens, every executor, rank 0's
 own included, connects to it). The coordinator listens on the rendezvous
 address only (the address of the plan's first node, 127.0.0.1 for ``--local``),
 and every connection proves the pool job's key: the file ``--key-file``
-(``HETSCHED_POOL_KEY_FILE``) that ``hetsched submit`` wrote, 0600, beside the
-plan copy; ``--local`` makes a fresh key in memory for its processes.
+(``HETSCHED_POOL_KEY_FILE``) that ``hetsched submit`` wrote, 0600, in the
+submission's private folder (io/jobfiles.py); ``--local`` makes a fresh key in memory for its processes.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hetsched import config
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.plan_json import load_plan
 from hetsched.io.pool_reports import report_path
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
+from hetsched.runtime.environment import KEY_FILE_VAR, POOL_GPUS_VAR, JobEnvironment
 from hetsched.runtime.executor.plan import ExecPlan, exec_plan
-from hetsched.runtime.launcher import free_port, from_env
+from hetsched.runtime.launcher import free_port
 
-POOL_GPUS_VAR = "HETSCHED_POOL_GPUS"
-KEY_FILE_VAR = "HETSCHED_POOL_KEY_FILE"
 #: exit status of an executor whose pool job failed (distinct from input errors' 2)
 FAILED_EXIT = 3
 
@@ -55,7 +53,7 @@ class ExecFailed(HetschedError):
 def executor_gpus(xplan: ExecPlan, env: Mapping[str, str]) -> list[str]:
     """The GPU ids of the step's executors, in rank order."""
     raw = env.get(POOL_GPUS_VAR, "")
-    ids = [g.strip() for g in raw.split(",") if g.strip()] if raw else [
+    ids = list(JobEnvironment.from_env(env).pool_gpus) or [
         g for g, d in xplan.gpus.items() if d.tasks]
     unknown = [g for g in ids if g not in xplan.gpus]
     if unknown:
@@ -72,7 +70,7 @@ def _device(name: str | None) -> Any:
     if name == "cuda" or (name is None and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise InputError("--device", "cuda asked for, but torch sees no GPU")
-        local = int(os.environ.get("SLURM_LOCALID", os.environ.get("LOCAL_RANK", "0")) or 0)
+        local = JobEnvironment.from_env().local_id
         dev = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(dev)
         torch.randn(1, device=dev)  # the context now, not in the first task
@@ -86,7 +84,7 @@ def pool_key(opts: Mapping[str, Any], env: Mapping[str, str]) -> bytes:
 
     if opts.get("key"):
         return bytes(opts["key"])
-    path = opts.get("key_file") or env.get(KEY_FILE_VAR)
+    path = opts.get("key_file") or JobEnvironment.from_env(env).key_file
     if not path:
         raise InputError("--key-file", "no pool job key: `hetsched submit` passes the key "
                          f"file it wrote (--key-file, ${KEY_FILE_VAR}); outside Slurm use "
@@ -120,10 +118,11 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
 
     from hetsched.runtime.launcher import cpu_threads
 
-    env = os.environ if env is None else env
+    jenv = JobEnvironment.from_env(env)
+    env = jenv.env
     xplan = load_exec_plan(plan_path)
     key = pool_key(opts, env)
-    renv = from_env(env)
+    renv = jenv.rank
     gpus = executor_gpus(xplan, env)
     if renv.world_size != len(gpus):
         raise InputError(POOL_GPUS_VAR, f"{len(gpus)} executor GPUs for {renv.world_size} "
@@ -178,7 +177,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
         if coord_box is not None:
             coord_box.append(coord)
     gpu = xplan.gpus[gid]
-    rep = Reporter(report_path(opts["report_dir"], xplan.plan_id, gid)
+    rep = ReportWriter(report_path(opts["report_dir"], xplan.plan_id, gid)
                    if opts.get("report_dir") else None)
     eo = ExecOptions(dev, seed=int(opts.get("seed") or 0),
                      residency=bool(opts.get("residency", True)),
@@ -293,9 +292,12 @@ def run_local(plan_path: str, opts: dict[str, Any], timeout_s: float = 3600.0) -
     return [p.exitcode if p.exitcode is not None else -9 for p in procs]
 
 
-def default_dirs(opts: dict[str, Any]) -> dict[str, Any]:
-    """Report and checkpoint directories as ``hetsched run`` derives them (config)."""
+def with_default_dirs(opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` with the report and checkpoint roots filled in (io/jobfiles.py); the
+    executors write a level below, per plan id."""
+    from hetsched.io.jobfiles import checkpoint_root, report_root
+
     out = dict(opts)
-    out["report_dir"] = str(opts.get("report_dir") or config.report_dir())
-    out["checkpoint_dir"] = str(opts.get("checkpoint_dir") or config.checkpoint_dir())
+    out["report_dir"] = str(opts.get("report_dir") or report_root())
+    out["checkpoint_dir"] = str(opts.get("checkpoint_dir") or checkpoint_root())
     return out

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetsched.io.reports import Reporter
+from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import Emulation
 from hetsched.runtime.executor import protocol
 from hetsched.runtime.executor.plan import ExecGpu, ExecJob, ExecPlan, ExecTask
@@ -72,7 +72,7 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
 class Executor:
     """Runs one GPU's sequence against the coordinator on ``conn``."""
 
-    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: Reporter,
+    def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: ReportWriter,
                  opts: ExecOptions) -> None:
         from hetsched.runtime.workloads import load_workload
 
