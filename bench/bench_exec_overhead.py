@@ -2,7 +2,8 @@
 
 Method: the planner makes a pool plan (``hetsched plan --mode pool``) of the
 built-in workloads (mlp, cnn, transformer; one task per round each, so no round
-waits on another GPU) on ``--gpus`` GPUs; ``hetsched exec`` runs it as executor
+waits on another GPU; step times probed on this machine first, task size the
+planner's default: a task lasts at least 0.5 s) on ``--gpus`` GPUs; ``hetsched exec`` runs it as executor
 threads of one process (the real coordinator and TCP protocol), once in line
 (``get`` and ``put`` on the critical path of every task, the executor before
 this change) and once pipelined (the next task's parameters pulled while this
@@ -15,7 +16,7 @@ this compute's start). Target: wall / compute <= 1.05 pipelined.
 Usage::
 
     python bench/bench_exec_overhead.py [--device cpu|cuda] [--gpus 1] [--repeats 2]
-        [--task-iterations 4] [--scale 1] [--json]
+        [--task-iterations N] [--scale 8] [--json]
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = 'hetsched'; main()"
 
 
-def make_plan(tmp: Path, gpus: int, task_iterations: int, scale: int) -> Path:
+def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
+              device: str = "cpu") -> Path:
     jobs = (
         "jobs:\n"
         f"  - {{name: m, workload: mlp, dataset_size: {2048 * scale}, epochs: 1, "
@@ -49,15 +51,19 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int, scale: int) -> Path:
     nodes = "\n".join(f"  - {{names: n{k + 1}, gpu_type: v100, gpus: 1, gpu_memory_gb: 16}}"
                       for k in range(gpus))
     (tmp / "cluster.yaml").write_text(f"name: b\nnodes:\n{nodes}\n")
-    rows = ["workload,gpu_type,local_batch,step_time_s"] + [
-        f"{w},v100,{b},{a + c * b:.6f}" for w, a, c in
-        (("mlp", 0.001, 0.00002), ("cnn", 0.002, 0.0002), ("transformer", 0.003, 0.0002))
-        for b in (8, 32, 64)]
+    # the built-ins' step times on this machine, measured by the probe (one thread)
+    from hetsched.runtime.probe import probe
+
+    rows = ["workload,gpu_type,local_batch,step_time_s"]
+    for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
+        for r in probe(w, "v100", [b], device=device, sync=False).rows:
+            rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
     (tmp / "tp.csv").write_text("\n".join(rows) + "\n")
     out = tmp / "pool.json"
     subprocess.run([sys.executable, "-c", MAIN, "plan", str(tmp / "jobs.yaml"), "--cluster",
                     str(tmp / "cluster.yaml"), "--throughputs", str(tmp / "tp.csv"), "--mode",
-                    "pool", "--task-iterations", str(task_iterations), "--out", str(out)],
+                    "pool", *(["--task-iterations", str(task_iterations)] if task_iterations
+                              else []), "--out", str(out)],
                    check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return out
 
@@ -88,8 +94,9 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--task-iterations", type=int, default=4)
-    ap.add_argument("--scale", type=int, default=1, help="multiplies the data sets")
+    ap.add_argument("--task-iterations", type=int, default=None,
+                    help="default: the planner's (a task lasts >= 0.5 s on its profile)")
+    ap.add_argument("--scale", type=int, default=8, help="multiplies the data sets")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -98,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     rows: dict[str, list[dict[str, Any]]] = {"in line": [], "pipelined": []}
     with tempfile.TemporaryDirectory() as tmp:
-        plan = make_plan(Path(tmp), a.gpus, a.task_iterations, a.scale)
+        plan = make_plan(Path(tmp), a.gpus, a.task_iterations, a.scale, a.device)
         for k in range(a.repeats):
             for mode in ("in line", "pipelined"):
                 rep = Path(tmp) / f"rep-{mode.replace(' ', '')}-{k}"
@@ -106,7 +113,8 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows, indent=1))
     print(f"device {a.device}, {a.gpus} executor(s), {a.repeats} runs per mode, "
-          f"task iterations {a.task_iterations}; medians over executors and runs")
+          f"task iterations {a.task_iterations or 'planner default'}; medians over executors "
+          "and runs")
     print("mode        tasks   wall s   compute s   wall/compute   overhead p50 ms   stall s")
     for mode, rs in rows.items():
         med = {k: statistics.median(float(r[k]) for r in rs)
