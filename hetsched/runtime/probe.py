@@ -56,9 +56,9 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
                 gpu_type: str, feeder: Feeder | None = None) -> float:
     """Seconds per training step at local batch ``b``: the job's own step
     (:class:`~hetsched.runtime.step.TrainStep`, fed by the sampler as a one-rank job of
-    local batch ``b``), ``warmup`` steps first as a run's steady state starts after them.
-    On CPU the median step; on a GPU the mean over the timed steps between two
-    synchronisations (a step is not synchronised on its own, as in a run)."""
+    local batch ``b``), ``warmup`` steps first as a run's steady state starts after them,
+    then the mean over the timed steps between two synchronisations (a step is not
+    synchronised on its own, as in a run: its steady-state mean is measured the same way)."""
     run_step = build_step(wl, dev, emulation=emulation_for(gpu_type), model=wl.model,
                           feeder=feeder)
     size = len(wl.dataset)  # type: ignore[arg-type]
@@ -73,19 +73,12 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
     for _ in range(warmup):
         one(True)
     sync_device(dev)
-    times: list[float] = []
     t0 = time.perf_counter()
     for k in range(steps):
         one(k + 1 < steps)
-        if dev.type != "cuda":
-            t1 = time.perf_counter()
-            times.append(t1 - t0)
-            t0 = t1
     sync_device(dev)
     run_step.clock.flush()
-    if dev.type == "cuda":
-        return (time.perf_counter() - t0) / max(1, steps)
-    return statistics.median(times)
+    return (time.perf_counter() - t0) / max(1, steps)
 
 
 def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
