@@ -11,14 +11,17 @@ once, ``OMP_NUM_THREADS`` threads) alternates ``repeats`` times between
   ``done`` record gives the steady-state mean step (``steady_step_s``: wall
   after the first ``WARMUP_STEPS`` steps, divided by the steps).
 
-It prints the medians and run / probe (target: within 10 %, i.e. 0.9-1.1).
+The probe times as many steps as the run's steady state has (``steps`` minus
+the warm-up): with a few milliseconds per step, ten steps are within the
+reach of one scheduler hiccup of a shared machine. It prints the medians and
+run / probe (target: within 10 %, i.e. 0.9-1.1).
 Alternating in one process puts both under the same load of a shared machine.
 On a GPU (``--device cuda``) the same, with the data path of runtime/step.py.
 
 Usage::
 
     python bench/bench_probe_vs_run.py [--device cpu|cuda] [--workloads mlp,cnn,transformer]
-        [--batches 16,64] [--steps 30] [--repeats 3] [--threads 1] [--json]
+        [--batches 16,64] [--steps 200] [--repeats 3] [--threads 1] [--json]
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import json, statistics, sys, tempfile, time
 import torch
 from hetsched.runtime.launcher import RankEnv
 from hetsched.runtime.probe import probe
+from hetsched.runtime.step import WARMUP_STEPS
 from hetsched.runtime.trainer import TrainConfig, _train
 w, b, steps, repeats, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
@@ -46,7 +50,8 @@ if dev.type == "cuda":
 pr, rn, firsts = [], [], []
 with tempfile.TemporaryDirectory() as tmp:
     for k in range(repeats):
-        res = probe(w, "bench", [b], steps=max(5, steps // 3), device=device, sync=False)
+        # the same number of timed steps as the run's steady state
+        res = probe(w, "bench", [b], steps=steps - WARMUP_STEPS, device=device, sync=False)
         pr.append(res.rows[0].step_time_s)
         rep = f"{tmp}/r{k}.jsonl"
         cfg = TrainConfig(job="j", workload=w, dataset_size=b * steps, epochs=1,
@@ -87,7 +92,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--workloads", default="mlp,cnn,transformer")
     ap.add_argument("--batches", default="16,64")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
