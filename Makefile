@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 EXAMPLES := examples
 STAMP := .deps.stamp
 
-.PHONY: deps demo test test-fast lint bench clean
+.PHONY: deps demo test test-fast lint bench clean gpu-check
 
 # Installs what hetsched needs: Python packages (torch pinned to the CPU build
 # on these machines) and, when root on Debian, Slurm and munge for the testbed.
@@ -38,6 +38,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) bench/bench_planner.py
+
+# The runtime's GPU figures in one table (probe vs run, switch overhead, zeroing, a pool
+# plan predicted vs measured, a co-location group); on CPU: make gpu-check DEVICE=cpu
+DEVICE ?=
+gpu-check:  # no deps step: a GPU machine keeps its own CUDA build of torch
+	$(PYTHON) bench/gpu_check.py $(if $(DEVICE),--device $(DEVICE),)
 
 clean:
 	rm -rf $(STAMP) .pytest_cache .hypothesis build *.egg-info plan.json plan-gantt.png

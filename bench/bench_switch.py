@@ -258,6 +258,8 @@ def one_model(model: str, dev: torch.device, restarts: int, rounds: int, tmp: Pa
         row[key + "_pull"] = [r["switch_s"] + r["wait_s"] for r in recs]
         row[key + "_share"] = [r["switch_s"] / (r["switch_s"] + r["compute_s"]) for r in recs]
         row[key + "_task"] = [r["compute_s"] for r in recs]
+        # the device's idle time between the previous task's compute and this one's
+        row[key + "_overhead"] = [r["overhead_s"] for r in recs]
     if dev.type == "cuda":
         row["h2d"] = h2d_floor(nbytes, dev)
         row["zeroing"] = zeroing_check(model, dev)
@@ -271,16 +273,19 @@ def ms(xs: list[float], q: float) -> str:
 def report(rows: list[dict[str, Any]], dev: torch.device) -> None:
     print(f"device: {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'CPU'})"
           f", torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print("switch time p50 / p99 in ms; share = switch / (switch + task compute), p50")
+    print("switch time p50 / p99 in ms; share = switch / (switch + task compute), p50; "
+          "overhead = the device's idle time from the previous compute to this one, p50 "
+          "(the pull of the parameters overlapped with the previous task)")
     hdr = ("model", "MB", "(a) restart", "(b) warm load", "(c) exec", "(c)+pull", "(c) share",
-           "(d) exec+resid", "(d)+pull", "(d) share", "task ms")
+           "(d) exec+resid", "(d)+pull", "(d) share", "(c)/(d) overhead", "task ms")
     print(" | ".join(hdr))
     for r in rows:
         cells = [r["model"], f"{r['MB']:.0f}", f"{ms(r['a'], 50)} / {ms(r['a'], 99)}",
                  f"{ms(r['b'], 50)} / {ms(r['b'], 99)}", f"{ms(r['c'], 50)} / {ms(r['c'], 99)}",
                  f"{ms(r['c_pull'], 50)}", f"{pct(r['c_share'], 50):.2%}",
                  f"{ms(r['d'], 50)} / {ms(r['d'], 99)}", f"{ms(r['d_pull'], 50)}",
-                 f"{pct(r['d_share'], 50):.2%}", ms(r["d_task"], 50)]
+                 f"{pct(r['d_share'], 50):.2%}",
+                 f"{ms(r['c_overhead'], 50)} / {ms(r['d_overhead'], 50)}", ms(r["d_task"], 50)]
         print(" | ".join(cells))
     for r in rows:
         if "h2d" in r:

@@ -84,27 +84,32 @@ class HeteroDataParallel:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         dt, dv = grads[0].dtype, grads[0].device
         gns = counts is not None and not self.average
-        extra = torch.zeros(2 + (self.world if gns else 0), dtype=torch.float64, device=dv)
-        extra[0] = 1.0 if stop else 0.0
-        extra[1] = float(rescale_seq)
+        # the control slots are built on the host and copied once; the squared norm is
+        # computed on the device: nothing here waits for the GPU before the all-reduce
+        head = [1.0 if stop else 0.0, float(rescale_seq)] + [0.0] * (self.world if gns else 0)
+        extra = torch.tensor(head, dtype=dt).to(dv, non_blocking=True)
         if gns and counts is not None:
             rank = dist.get_rank()
             n, mine = sum(counts), counts[rank]
             if mine > 0:  # this rank's gradient is its mean-loss gradient times mine/n
-                sq = sum(float(g.double().pow(2).sum()) for g in grads)
+                sq = torch.stack([g.pow(2).sum() for g in grads]).sum()
                 extra[2 + rank] = sq * (n / mine) ** 2
         n_grad = sum(g.numel() for g in grads)
         # the extra slots travel in the gradients' dtype (one buffer, one collective)
-        flat = torch.cat([g.reshape(-1) for g in grads] + [extra.to(dt)])
+        flat = torch.cat([g.reshape(-1) for g in grads] + [extra])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         if self.link is not None:
             self.link.pad(flat.numel() * flat.element_size(), t0)
-        tail = flat[n_grad:].double().cpu()
-        stop_any = bool(tail[0].item() > 0)
-        self.rescale_seq = int(round(float(tail[1])))
+        # one read of the control slots (every rank must agree on stop and rescale now)
+        tail = flat[n_grad:]
         if gns and counts is not None:
-            self.local_sq = [float(v) for v in tail[2:]]
-            self.global_sq = float(flat[:n_grad].double().pow(2).sum())
+            tail = torch.cat([tail, flat[:n_grad].pow(2).sum().reshape(1)])
+        host = tail.double().cpu()
+        stop_any = bool(host[0].item() > 0)
+        self.rescale_seq = int(round(float(host[1])))
+        if gns and counts is not None:
+            self.local_sq = [float(v) for v in host[2:-1]]
+            self.global_sq = float(host[-1])
         if self.average:
             flat /= self.world
         off = 0
@@ -116,8 +121,6 @@ class HeteroDataParallel:
             else:
                 p.grad.copy_(view)
             off += n
-        if flat.is_cuda:
-            torch.cuda.synchronize(flat.device)
         return time.perf_counter() - t0, stop_any
 
     def gradient_bytes(self) -> int:

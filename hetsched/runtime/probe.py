@@ -1,8 +1,11 @@
 """The probe job's body: measure one workload's step time on this GPU type.
 
 For each local batch of the sweep (ascending): a few warm-up steps, then timed
-steps of forward + backward + optimizer (with ``cuda.synchronize`` so the time
-is the GPU's, not the launch queue's). On a GPU, the largest batch that fits
+steps of **the job's own step** (``runtime/step.py``: the sampler's indices,
+the batch fed as a run feeds it, forward, the share-weighted backward, the
+gradient reduction, the optimizer, the step's bookkeeping), as a one-rank job
+of that local batch; on a GPU the timed steps run back to back between two
+synchronisations, as a run's steady state does. On a GPU, the largest batch that fits
 is found by catching CUDA's out-of-memory error: the sweep stops at the first
 OOM, or, when every batch fits, keeps doubling and then bisects up to
 ``max_batch``. On CPU the sweep is capped at its largest batch (host memory is
@@ -26,17 +29,19 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from hetsched.core.throughput import ProfileRow
 from hetsched.runtime.emulate import emulation_for
-from hetsched.runtime.workloads import Workload, gather, load_workload
+from hetsched.runtime.sampler import ShareSampler
+from hetsched.runtime.step import WARMUP_STEPS, Feeder, build_step, sync_device
+from hetsched.runtime.workloads import Workload, load_workload
 
 
 @dataclass
 class ProbeResult:
-    rows: list[ProfileRow]
+    rows: list[Any]  # core.throughput.ProfileRow (imported after the steps: it needs scipy)
     max_batch: int
     oom_at: int | None
     elapsed_s: float
@@ -48,31 +53,32 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int,
-                gpu_type: str) -> float:
-    """Median seconds per training step at local batch ``b``."""
-    model = wl.model
-    opt = wl.optimizer(model.parameters())
-    n = len(wl.dataset)  # type: ignore[arg-type]
-    idx = [i % n for i in range(b)]
-    x, y = gather(wl.dataset, idx)
-    x, y = x.to(dev), y.to(dev)
-    emul = emulation_for(gpu_type)
-    times: list[float] = []
-    for k in range(warmup + steps):
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        wl.loss_fn(model(x), y).backward()
-        opt.step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        if emul is not None:
-            emul.pad(b, t0)
-        if k >= warmup:
-            times.append(time.perf_counter() - t0)
-    del opt, x, y
-    return statistics.median(times)
+                gpu_type: str, feeder: Feeder | None = None) -> float:
+    """Seconds per training step at local batch ``b``: the job's own step
+    (:class:`~hetsched.runtime.step.TrainStep`, fed by the sampler as a one-rank job of
+    local batch ``b``), ``warmup`` steps first as a run's steady state starts after them,
+    then the mean over the timed steps between two synchronisations (a step is not
+    synchronised on its own, as in a run: its steady-state mean is measured the same way)."""
+    run_step = build_step(wl, dev, emulation=emulation_for(gpu_type), model=wl.model,
+                          feeder=feeder)
+    size = len(wl.dataset)  # type: ignore[arg-type]
+    # a batch larger than the probe's data set (the GPU's memory search): indices repeat
+    sampler = ShareSampler(max(size, b), [b], 0)
+
+    def one(nxt: bool) -> None:
+        idx, n = sampler.next()
+        idx = idx % size
+        run_step(idx, n, counts=[n], next_idx=(sampler.peek()[0][0] % size) if nxt else None)
+
+    for _ in range(warmup):
+        one(True)
+    sync_device(dev)
+    t0 = time.perf_counter()
+    for k in range(steps):
+        one(k + 1 < steps)
+    sync_device(dev)
+    run_step.clock.flush()
+    return (time.perf_counter() - t0) / max(1, steps)
 
 
 def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
@@ -111,7 +117,7 @@ def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
 
 
 def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: str | None = None,
-          warmup: int = 2, steps: int = 5, device: str | None = None,
+          warmup: int = WARMUP_STEPS, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
           seed: int = 0, sync_gpus: Sequence[int] = (2, 4)) -> ProbeResult:
     """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format."""
@@ -128,6 +134,7 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     size = max(max(sweep), 256)
     wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
     wl.model.to(dev)
+    feeder = Feeder(wl.dataset, dev)  # built once: the data set may move to the GPU
     measured: dict[int, float] = {}
     oom_at: int | None = None
 
@@ -137,7 +144,7 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     def attempt(b: int) -> bool:
         nonlocal oom_at
         try:
-            measured[b] = _time_steps(wl, b, dev, warmup, steps, gpu_type)
+            measured[b] = _time_steps(wl, b, dev, warmup, steps, gpu_type, feeder)
             return True
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
             if not (use_cuda and _is_oom(e)):
@@ -175,6 +182,8 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
             if v is not None:
                 by_scale[k] = v
         sync_s = by_scale.get(2)
+    from hetsched.core.throughput import ProfileRow
+
     # a memory cap only where memory bounded the sweep (an out-of-memory on a GPU): on a CPU,
     # or a GPU that held every batch tried, the largest batch says nothing about memory
     mem_cap = cap if use_cuda and oom_at is not None and measured else None

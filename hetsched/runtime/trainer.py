@@ -16,7 +16,6 @@ from hetsched.io.reports import ReportWriter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.elastic import NoiseScale, Rescaler, request_path, set_lr, steps_left
 from hetsched.runtime.emulate import emulation_for, link_emulation
-from hetsched.runtime.hetdp import HeteroDataParallel
 from hetsched.runtime.launcher import (
     RankEnv,
     cpu_threads,
@@ -24,7 +23,14 @@ from hetsched.runtime.launcher import (
     shutdown_distributed,
 )
 from hetsched.runtime.sampler import ShareSampler, split_counts
-from hetsched.runtime.workloads import gather, load_workload
+from hetsched.runtime.step import (
+    WARMUP_STEPS,
+    TrainStep,
+    build_step,
+    process_age,
+    sync_device,
+)
+from hetsched.runtime.workloads import load_workload
 
 
 @dataclass
@@ -100,13 +106,15 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
         restore(state, model=model, optimizer=opt)
         sampler.load_state_dict(state["sampler"])
         step = int(state["step"])
-    hdp = HeteroDataParallel(model, average=cfg.average)
     gpu_type = cfg.gpu_types[rank] if rank < len(cfg.gpu_types) else ""
-    emul = emulation_for(gpu_type)
+    gns = NoiseScale()
+    # the step the probe times too (runtime/step.py): batch, backward, all-reduce, optimizer
+    run_step = build_step(wl, dev, average=cfg.average, emulation=emulation_for(gpu_type),
+                          noise=gns, model=model, optimizer=opt)
+    hdp = run_step.hdp
     hdp.link = link_emulation()
     rep = ReportWriter(cfg.report, job=cfg.job, rank=rank, workload=cfg.workload,
                    gpu_type=gpu_type, node=renv.node, world_size=renv.world_size)
-    cuda = dev.type == "cuda"
     batches = list(cfg.local_batches)
     # counted from where the data is: a job rescaled before its checkpoint ran
     # other batches than these so far (cfg.total_steps when nothing was)
@@ -118,54 +126,39 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
     if cfg.lr_scaling != "none":
         set_lr(opt, cfg.lr_scaling, sum(batches), base)
     resc = Rescaler(req_path, rank, renv.world_size, cfg.lr_scaling, base)
-    gns = NoiseScale()
     # Slurm sends SIGTERM before killing a step (scancel, requeue by a replan,
     # time limit): finish the current step, agree on stopping, checkpoint, exit
     stop_signal: list[int] = []
     restore_handlers = _install_stop_handlers(stop_signal)
     stopped = False
     done_here = 0
-    acc = {"n": 0, "compute": 0.0, "sync": 0.0, "step": 0.0, "samples": 0}
+    acc = {"n": 0, "samples": 0, "t0": time.perf_counter()}
     run_t0 = epoch_t0 = time.perf_counter()
+    first_step_at: float | None = None
+    steady_t0: float | None = None
     epoch_steps = 0
-    losses: list[float] = []
     while step < total and (cfg.max_steps is None or done_here < cfg.max_steps):
         idx, n_global = sampler.next()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        if len(idx):
-            x, y = gather(wl.dataset, idx)
-            loss = wl.loss_fn(model(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
-            hdp.backward(loss, len(idx), n_global)
-            losses.append(float(loss.detach()))
-        if cuda:
-            torch.cuda.synchronize(dev)
-        if emul is not None:
-            emul.pad(len(idx), t0)
-        t1 = time.perf_counter()
-        sync_s, stopped = hdp.sync_gradients(
-            stop=bool(stop_signal), counts=split_counts(n_global, sampler.shares),
-            rescale_seq=resc.poll())
-        if hdp.local_sq is not None and hdp.global_sq is not None:
-            gns.update(hdp.local_sq, split_counts(n_global, sampler.shares), hdp.global_sq)
-        t2 = time.perf_counter()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize(dev)
-        t3 = time.perf_counter()
+        counts = split_counts(n_global, sampler.shares)
+        more = step + 1 < total and (cfg.max_steps is None or done_here + 1 < cfg.max_steps)
+        nxt = sampler.peek()[0][rank] if more else None
+        stopped = run_step(idx, n_global, counts=counts, stop=bool(stop_signal),
+                           rescale_seq=resc.poll(), next_idx=nxt)
+        if first_step_at is None:
+            first_step_at = time.perf_counter()
         step += 1
         done_here += 1
         epoch_steps += 1
         acc["n"] += 1
-        acc["compute"] += (t1 - t0) + (t3 - t2)
-        acc["sync"] += sync_s
-        acc["step"] += t3 - t0
         acc["samples"] += len(idx)
+        if done_here == WARMUP_STEPS:  # the steady state starts here (as the probe's timing)
+            sync_device(dev)
+            steady_t0 = time.perf_counter()
         if acc["n"] >= cfg.report_every or step == total:
-            _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
+            _report_steps(rep, acc, run_step, batches[rank], step, gns.value, sum(batches))
         change = resc.apply(hdp.rescale_seq, sampler, opt)
         if change is not None:  # the next step runs at the new batch (or we restart)
-            _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
+            _report_steps(rep, acc, run_step, batches[rank], step, gns.value, sum(batches))
             if rank == 0:
                 rep.write("rescale", step=step, **change)
             if change["in_place"]:
@@ -176,12 +169,13 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
                 stopped = True
         if sampler.state.offset == 0:  # an epoch just ended
             if rank == 0:
+                sync_device(dev)
                 el = time.perf_counter() - epoch_t0
+                first, last = run_step.losses()
                 rep.write("epoch", epoch=sampler.state.epoch - 1, time_s=round(el, 6),
                           steps=epoch_steps, samples_per_s=round(cfg.dataset_size / el, 3),
                           local_batches=batches, dataset_size=cfg.dataset_size,
-                          loss=losses[-1] if losses else None,
-                          first_loss=losses[0] if losses else None, gns=gns.value)
+                          loss=last, first_loss=first, gns=gns.value)
             epoch_t0 = time.perf_counter()
             epoch_steps = 0
         if cfg.checkpoint and rank == 0 and (step % cfg.checkpoint_every == 0 or step == total
@@ -193,7 +187,11 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
             break
     restore_handlers()
     if acc["n"]:
-        _report_steps(rep, acc, batches[rank], step, gns.value, sum(batches))
+        _report_steps(rep, acc, run_step, batches[rank], step, gns.value, sum(batches))
+    sync_device(dev)
+    t_end = time.perf_counter()
+    steady = (round((t_end - steady_t0) / (done_here - WARMUP_STEPS), 6)
+              if steady_t0 is not None and done_here > WARMUP_STEPS else None)
     if cfg.checkpoint and rank == 0 and done_here and step % cfg.checkpoint_every and not stopped:
         save_checkpoint(cfg.checkpoint, model=model, optimizer=opt, sampler=sampler.state_dict(),
                         step=step, extra={"local_batches": batches})
@@ -201,6 +199,7 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
     if renv.world_size > 1:
         dist.barrier()  # rank 0's checkpoint is on disk before anyone reports success
     if rank == 0:
+        first_loss, last_loss = run_step.losses()
         if cfg.save_params:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                        cfg.save_params)
@@ -209,9 +208,10 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
                   else "max_steps" if step < total else None,
                   time_s=round(wall, 6),
                   mean_step_s=round(wall / done_here, 6) if done_here else None,
+                  steady_step_s=steady, warmup_steps=WARMUP_STEPS,
+                  start_to_first_step_s=_since_start(first_step_at),
                   local_batches=batches, gns=gns.value,
-                  first_loss=losses[0] if losses else None,
-                  last_loss=losses[-1] if losses else None)
+                  first_loss=first_loss, last_loss=last_loss)
     return {"rank": rank, "steps": step, "steps_this_run": done_here, "time_s": wall,
             "finished": step >= total, "stopped_by_signal": stopped}
 
@@ -245,14 +245,27 @@ def _ranks_here(renv: RankEnv) -> int:
     return 1 if renv.source == "slurm" else renv.world_size
 
 
-def _report_steps(rep: ReportWriter, acc: dict[str, Any], local_batch: int, step: int,
-                  gns: float | None = None, global_batch: int | None = None) -> None:
+def _report_steps(rep: ReportWriter, acc: dict[str, Any], run_step: TrainStep,
+                  local_batch: int, step: int, gns: float | None = None,
+                  global_batch: int | None = None) -> None:
+    """The window's means: its wall per step (``step_s``, one device sync per window) and
+    the per-phase times of its steps (``compute_s``, ``sync_s``)."""
     n = acc["n"]
     if not n:
         return
-    step_s = acc["step"] / n
+    comp, sync = run_step.clock.flush()  # waits for the window's last step
+    now = time.perf_counter()
+    wall = now - acc["t0"]
     rep.write("steps", step=step, n=n, local_batch=local_batch,
-              compute_s=round(acc["compute"] / n, 6), sync_s=round(acc["sync"] / n, 6),
-              step_s=round(step_s, 6), gns=gns, global_batch=global_batch,
-              samples_per_s=round(acc["samples"] / acc["step"], 3) if acc["step"] else None)
-    acc.update(n=0, compute=0.0, sync=0.0, step=0.0, samples=0)
+              compute_s=round(comp / n, 6), sync_s=round(sync / n, 6),
+              step_s=round(wall / n, 6), gns=gns, global_batch=global_batch,
+              samples_per_s=round(acc["samples"] / wall, 3) if wall > 0 else None)
+    acc.update(n=0, samples=0, t0=now)
+
+
+def _since_start(t: float | None) -> float | None:
+    """Seconds from this process's start (its creation time) to ``t`` (perf_counter)."""
+    if t is None:
+        return None
+    age = process_age()
+    return round(age - (time.perf_counter() - t), 3) if age is not None else None

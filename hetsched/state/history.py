@@ -20,7 +20,10 @@
   ``done`` records: tables ``progress_runs`` and ``progress_epochs``);
   :func:`progress_points` turns completed jobs' epochs into the regression's
   training points (docs/elastic.md); :func:`epochs_reported` gives running jobs'
-  measured epochs (replan's ``epochs_done``).
+  measured epochs (replan's ``epochs_done``). Pool executors' ``task`` records
+  also fold their ``overhead_s`` (the device's idle time before the task's
+  compute) into a per-(workload, GPU type) EWMA (:func:`task_overheads`), which
+  :func:`table_from_store` hands to pool planning with the step times.
 
 Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
 """
@@ -88,7 +91,62 @@ def table_from_store(store: Store) -> ThroughputTable:
     if not rows:
         raise InputError("--throughputs", f"the profile history in {store.path} is empty; run "
                          "`hetsched profile JOBS.yaml` or pass --throughputs profiles.csv")
-    return ThroughputTable(rows, source=f"{store.path}:profiles")
+    table = ThroughputTable(rows, source=f"{store.path}:profiles")
+    # the pool executor's measured per-task overhead rides on the table (pool planning
+    # adds it to every task: planning.pool.problem.PoolProblem.task_overhead_s)
+    setattr(table, TASK_OVERHEAD_ATTR, task_overheads(store))  # noqa: B010
+    return table
+
+
+# ---------------------------------------------------------------------------
+# the pool executor's per-task overhead (critical-path time between two tasks' computes)
+
+#: the meta key the per-(workload, GPU type) EWMA lives under (JSON), and the table attribute
+TASK_OVERHEAD_KEY = "pool_task_overhead"
+TASK_OVERHEAD_ATTR = "task_overhead_s"
+
+
+def task_overheads(store: Store) -> dict[tuple[str, str], float]:
+    """(workload, GPU type) -> seconds a pool task costs the GPU beyond its compute
+    (its ``overhead_s`` in the executors' reports, an EWMA like the step times)."""
+    import json
+
+    with store.tx() as c:
+        row = c.execute("SELECT value FROM meta WHERE key = ?", (TASK_OVERHEAD_KEY,)).fetchone()
+    try:
+        raw = json.loads(row[0]) if row else {}
+    except ValueError:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    for k, v in raw.items():
+        w, _, g = str(k).rpartition("|")
+        if w and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0:
+            out[(w, g)] = float(v)
+    return out
+
+
+def _fold_overhead(c: Any, rec: dict[str, Any], workloads: Mapping[str, str],
+                   alpha: float) -> None:
+    """One pool ``task`` record's ``overhead_s`` into the per-(workload, type) EWMA."""
+    import json
+
+    ov, job, g = rec.get("overhead_s"), rec.get("job"), rec.get("gpu_type")
+    if not isinstance(ov, (int, float)) or not math.isfinite(ov) or ov < 0 or not g:
+        return
+    w = workloads.get(str(job))
+    if not w:
+        return
+    row = c.execute("SELECT value FROM meta WHERE key = ?", (TASK_OVERHEAD_KEY,)).fetchone()
+    try:
+        cur = json.loads(row[0]) if row else {}
+    except ValueError:
+        cur = {}
+    key = f"{w}|{str(g).lower()}"
+    old = cur.get(key)
+    cur[key] = float(ov) if not isinstance(old, (int, float)) else \
+        (1 - alpha) * float(old) + alpha * float(ov)
+    c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+              (TASK_OVERHEAD_KEY, json.dumps(cur, sort_keys=True)))
 
 
 def usable_pairs(store: Store) -> set[tuple[str, str]]:
@@ -226,6 +284,7 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                     _fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
                     continue
                 if rec.get("kind") == "task" and workloads is not None:
+                    _fold_overhead(c, rec, workloads, alpha)
                     rec = task_as_steps(rec, workloads) or {}
                 if rec.get("kind") != "steps":
                     continue

@@ -219,6 +219,32 @@ def test_joining_as_an_unknown_or_taken_gpu_is_refused_and_the_job_goes_on(coord
     assert_still_serving(coord, coord.gpus[1])
 
 
+def test_side_connections_need_their_executor_and_come_once(coord: Any) -> None:
+    """An executor's pull and push connections join beside its main one, never before it,
+    never twice, and never under a channel name the protocol does not have."""
+    g = coord.gpus[0]
+
+    def side(channel: str) -> protocol.Channel:
+        return protocol.connect("127.0.0.1", coord.port, coord.key, g, timeout_s=T,
+                                channel=channel)
+
+    with pytest.raises(protocol.PeerLost, match="comes first"):
+        side("pull")  # no executor of that GPU has joined
+    main = legit(coord, g)
+    pull = side("pull")
+    with pytest.raises(protocol.PeerLost, match="taken"):
+        side("pull")
+    with pytest.raises(protocol.PeerLost, match="unknown channel"):
+        side("admin")
+    assert coord.failed is None
+    for ch in (pull, main):  # side connections say bye first; the main one ends the GPU
+        protocol.send(ch, {"op": "bye", "gpu": g})
+        assert protocol.recv(ch)[0] == {}
+        ch.close()
+    assert g in coord.bye and coord.failed is None
+    assert_still_serving(coord, coord.gpus[1])
+
+
 def test_an_executor_refuses_a_coordinator_without_the_key() -> None:
     """A stranger listening on the coordinator's port first cannot feed weights."""
     fake = socket.socket()

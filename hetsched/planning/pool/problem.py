@@ -22,6 +22,11 @@ task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
 the job's fastest GPU type, raised if needed so that no job has more than
 ``max_rounds`` rounds (keeps planning time and plan size bounded).
 
+What the executor costs: a task's time also carries the executor's measured
+per-task overhead (``task_overhead_s``: the GPU's idle time before the task's
+compute, from the executors' reports folded into the profile history; 0 until
+measured), paid once per task and spread over its ``N_i`` iterations.
+
 Synchronisation does not occupy the GPU: it overlaps the next task on that
 GPU (Algorithm 1, line 16); it only delays the job's next round.
 """
@@ -85,6 +90,8 @@ class PoolProblem:
     last: np.ndarray = field(init=False)  # (S,) iterations of the last round
     total_iters: np.ndarray = field(init=False)  # (S,) iterations of the job
     t_it: np.ndarray = field(init=False)  # (S, T) compute s/iteration of one task; inf = not allowed
+    #: (S, T) the executor's measured overhead per task (added to t_it as overhead / N)
+    task_overhead_s: np.ndarray = field(init=False)
     s_it: np.ndarray = field(init=False)  # (S, T) sync s/iteration
     ok: np.ndarray = field(init=False)  # (S, T) task may run on type t
     gpu_type: np.ndarray = field(init=False)  # (K,) type index of each GPU
@@ -146,6 +153,13 @@ class PoolProblem:
             n_rounds = np.ceil(self.total_iters / self.max_rounds)
             N = np.maximum(1, np.maximum(n_switch, n_rounds)).astype(np.int64)
         self.N = np.minimum(N, self.total_iters)
+        # what the executor costs: its measured per-task overhead (the device's idle time
+        # before a task's compute, from the executors' reports via the profile history),
+        # paid once per task, spread over the task's iterations
+        self.task_overhead_s = np.array([[self._task_overhead(job.workload, t)
+                                          for t in p.types] for job in p.jobs]).reshape(S, T)
+        self.t_it = np.where(self.ok, self.t_it + self.task_overhead_s / self.N[:, None],
+                             np.inf)
         self.R = -(-self.total_iters // self.N)
         self.last = self.total_iters - (self.R - 1) * self.N
         n_tasks = int((self.R * self.P).sum())
@@ -158,6 +172,11 @@ class PoolProblem:
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
         self.gpu_mem_gb = gpu_memory_gb(p.cluster)
         self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
+
+    def _task_overhead(self, workload: str, gpu_type: str) -> float:
+        """Measured per-task executor overhead of (workload, type); 0 when never measured."""
+        known = getattr(self.base.table, "task_overhead_s", None) or {}
+        return float(known.get((workload, gpu_type), 0.0))
 
     # ------------------------------------------------------------------
     @property

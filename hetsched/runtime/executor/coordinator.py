@@ -159,7 +159,8 @@ class Coordinator:
         self.max_payload = max((s.flat.numel() * 4 for s in self.jobs.values()), default=0)
         self.cond = threading.Condition()
         self.failed: str | None = None
-        self.joined: set[str] = set()
+        self.joined: set[str] = set()  # GPUs whose executor joined (its main connection)
+        self.channels: set[tuple[str, str]] = set()  # (GPU, channel) connections joined
         self.hello: set[str] = set()
         self.bye: set[str] = set()
         self.refused = 0  # connections dropped before they joined (strangers, scanners)
@@ -235,7 +236,7 @@ class Coordinator:
         with self.cond:
             self.refused += 1
 
-    def _join(self, sock: socket.socket) -> tuple[protocol.Channel, str] | None:
+    def _join(self, sock: socket.socket) -> tuple[protocol.Channel, str, str] | None:
         """Authenticate a new connection and take its ``join``; None (closed) if it fails."""
         try:
             try:
@@ -245,17 +246,23 @@ class Coordinator:
                 self._refuse()
                 sock.close()
                 return None
-            gpu = head.get("gpu")
+            gpu, channel = head.get("gpu"), head.get("channel", "main")
             why = None
             with self.cond:
                 if head.get("op") != "join" or not isinstance(gpu, str):
                     why = "expected join {gpu}"
                 elif gpu not in self.gpus:
                     why = f"GPU {gpu[:80]!r} is not an executor GPU of this pool job"
-                elif gpu in self.joined:
-                    why = f"GPU {gpu} has joined already"
+                elif channel not in protocol.CHANNELS:
+                    why = f"unknown channel {str(channel)[:40]!r}"
+                elif (gpu, channel) in self.channels or (
+                        channel != "main" and gpu not in self.joined):
+                    why = (f"GPU {gpu} has joined already" if channel == "main" else
+                           f"GPU {gpu}'s {channel} connection is taken or comes first")
                 else:
-                    self.joined.add(gpu)
+                    self.channels.add((gpu, channel))
+                    if channel == "main":
+                        self.joined.add(gpu)
             if why is not None:
                 self._refuse()
                 try:
@@ -266,11 +273,13 @@ class Coordinator:
                 return None
             protocol.send(ch, {})
             ch.settimeout(self.idle_timeout_s)
-            return ch, str(gpu)
+            return ch, str(gpu), str(channel)
         except protocol.PeerLost:
             sock.close()
             with self.cond:
-                self.joined.discard(str(head.get("gpu")))
+                self.channels.discard((str(head.get("gpu")), str(head.get("channel", "main"))))
+                if head.get("channel", "main") == "main":
+                    self.joined.discard(str(head.get("gpu")))
             return None
         finally:
             self.pending.release()
@@ -283,7 +292,7 @@ class Coordinator:
             return
         if got is None:
             return
-        conn, gpu = got
+        conn, gpu, channel = got
         try:
             while True:
                 head = protocol.recv_header(conn, self.max_payload)
@@ -300,9 +309,10 @@ class Coordinator:
                 elif op == "put":
                     self._put(conn, head)
                 elif op == "bye":
-                    with self.cond:
-                        self.bye.add(gpu)
-                        self.cond.notify_all()
+                    if channel == "main":  # an executor's side connections say bye first
+                        with self.cond:
+                            self.bye.add(gpu)
+                            self.cond.notify_all()
                     protocol.send(conn, {})
                     return
                 else:

@@ -182,7 +182,10 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
     eo = ExecOptions(dev, seed=int(opts.get("seed") or 0),
                      residency=bool(opts.get("residency", True)),
                      average=bool(opts.get("average", False)),
-                     emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"))
+                     emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"),
+                     connect=None if opts.get("in_line") else (
+                         lambda channel: protocol.connect(addr, port, key, gid,
+                                                          channel=channel)))
     try:
         conn = protocol.connect(addr, port, key, gid)
         try:

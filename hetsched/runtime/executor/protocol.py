@@ -55,6 +55,9 @@ NONCE_BYTES = 32
 MAC_BYTES = 32
 #: seconds a connection has to complete the handshake and say which GPU it runs
 HANDSHAKE_TIMEOUT_S = 10.0
+#: an executor's connections: requests in line, and the parameter pulls and gradient
+#: pushes that run beside its compute (runtime/executor/worker.py)
+CHANNELS = ("main", "pull", "push")
 
 
 class PeerLost(RuntimeError):
@@ -261,9 +264,11 @@ def client_handshake(sock: socket.socket, key: bytes,
     return ch
 
 
-def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 300.0) -> Channel:
+def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 300.0,
+            channel: str = "main") -> Channel:
     """Connect to the coordinator (retrying while it is still starting), authenticate,
-    and join as ``gpu``."""
+    and join as ``gpu``'s ``channel`` (:data:`CHANNELS`: its executor's main connection,
+    or one of the two that move parameters and gradients beside it)."""
     deadline = time.monotonic() + timeout_s
     while True:
         sock = None
@@ -285,7 +290,7 @@ def connect(addr: str, port: int, key: bytes, gpu: str, timeout_s: float = 300.0
             raise
     try:
         ch.settimeout(HANDSHAKE_TIMEOUT_S)
-        send(ch, {"op": "join", "gpu": gpu})
+        send(ch, {"op": "join", "gpu": gpu, "channel": channel})
         reply, _ = recv(ch)
         ch.settimeout(None)
     except PeerLost:

@@ -70,18 +70,13 @@ class JobSlot:
         if self.cuda:
             self.grad_host = self.grad_host.pin_memory()
         self.params = list(model.parameters())
-        self.host_views: list[torch.Tensor] = []
-        off = 0
-        for p in self.params:
-            k = p.numel()
-            self.host_views.append(self.host[off:off + k].view_as(p))
-            off += k
-        off = 0
-        self.grad_views: list[torch.Tensor] = []
-        for p in self.params:
-            k = p.numel()
-            self.grad_views.append(self.grad_host[off:off + k].view_as(p))
-            off += k
+        self.host_views = self._views(self.host)
+        self.grad_views = self._views(self.grad_host)
+        #: second host buffers (allocated on first use): the executor receives the next
+        #: task's parameters into ``spare_host`` while this task computes, and a task's
+        #: gradient is pushed from one buffer while the next task collects into the other
+        self.spare_host: torch.Tensor | None = None
+        self.spare_grad: torch.Tensor | None = None
         self.layers = _layers(model)
         self.dev: list[torch.Tensor | None] = [None] * len(self.params)
         self.version = -1  # version held on the device; -1: not resident
@@ -94,6 +89,44 @@ class JobSlot:
             p.register_post_accumulate_grad_hook(self._make_grad_hook(i))
         for i, p in enumerate(self.params):  # not resident: parameters point at the host
             p.data = self.host_views[i]
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        out, off = [], 0
+        for p in self.params:
+            k = p.numel()
+            out.append(flat[off:off + k].view_as(p))
+            off += k
+        return out
+
+    def _new_host(self) -> torch.Tensor:
+        t = torch.zeros_like(self.host)
+        return t.pin_memory() if self.cuda else t
+
+    def receive_buffer(self) -> torch.Tensor:
+        """The spare host buffer, for parameters received while the current ones are in use."""
+        if self.spare_host is None:
+            self.spare_host = self._new_host()
+        return self.spare_host
+
+    def adopt_received(self) -> None:
+        """The spare buffer (just filled) becomes the host copy; the old one the spare.
+        Call between tasks: no copy from the old buffer may still be in flight."""
+        assert self.spare_host is not None
+        self.host, self.spare_host = self.spare_host, self.host
+        self.host_views = self._views(self.host)
+        if not self.resident:
+            for i, p in enumerate(self.params):
+                p.data = self.host_views[i]
+
+    def swap_gradients(self) -> torch.Tensor:
+        """The gradient buffer just filled (to push); later tasks collect into the other.
+        The caller must not reuse the returned buffer's predecessor before its push ended."""
+        if self.spare_grad is None:
+            self.spare_grad = self._new_host()
+        out = self.grad_host
+        self.grad_host, self.spare_grad = self.spare_grad, self.grad_host
+        self.grad_views = self._views(self.grad_host)
+        return out
 
     @property
     def nbytes(self) -> int:

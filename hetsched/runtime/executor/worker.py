@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,9 @@ class ExecOptions:
     average: bool = False  # WRONG aggregation kept for the equivalence test: plain averaging
     emulation: Emulation | None = None
     on_task: Callable[[dict[str, Any]], None] | None = None  # test hook after each task
+    #: opens another authenticated connection to the coordinator: with it parameters
+    #: are pulled ahead and gradients pushed in the background (see Executor)
+    connect: Callable[[str], protocol.Channel] | None = None
 
 
 @functools.lru_cache(maxsize=8)
@@ -69,8 +73,24 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
 
+class _Pulled:
+    """A parameter pull in flight: its request's residency guess and its reply."""
+
+    def __init__(self, task: ExecTask, have: int, future: Future[dict[str, Any]],
+                 into_spare: bool) -> None:
+        self.task, self.have, self.future, self.into_spare = task, have, future, into_spare
+
+
 class Executor:
-    """Runs one GPU's sequence against the coordinator on ``conn``."""
+    """Runs one GPU's sequence against the coordinator on ``conn``.
+
+    With ``opts.connect`` (a second and third connection to the coordinator)
+    parameters and gradients move off the critical path: a pull thread fetches
+    the next task's parameters into the job's spare host buffer while the
+    current task computes, and a push thread sends each task's gradient while
+    the next task runs (separate connections, so a pull waiting for a round
+    barrier never holds up a push). Without it, get and put run in line.
+    """
 
     def __init__(self, xplan: ExecPlan, gpu: ExecGpu, conn: protocol.Channel, reporter: ReportWriter,
                  opts: ExecOptions) -> None:
@@ -87,12 +107,20 @@ class Executor:
             self.slots[name] = JobSlot(wl.model.to(torch.float32), opts.device)
             self.data[name], self.loss[name] = wl.dataset, wl.loss_fn
         self.cleanup_s = 0.0
+        self.side: list[protocol.Channel] = []  # the pull and push connections
+        self.pull_pool: ThreadPoolExecutor | None = None
+        self.push_pool: ThreadPoolExecutor | None = None
+        self.pushes: dict[str, list[Future[Any]]] = {}  # job -> puts in flight, oldest first
+        self.last_compute_end: float | None = None
+        self.totals = {"compute": 0.0, "overhead": 0.0, "stall": 0.0}
+        self.overheads: list[float] = []
 
-    def _call(self, head: dict[str, Any], payload: Any = None, into: Any = None
-              ) -> dict[str, Any]:
+    def _call(self, head: dict[str, Any], payload: Any = None, into: Any = None,
+              conn: protocol.Channel | None = None) -> dict[str, Any]:
         try:
-            protocol.send(self.conn, head, payload)
-            reply, _ = protocol.recv(self.conn, into)
+            ch = self.conn if conn is None else conn
+            protocol.send(ch, head, payload)
+            reply, _ = protocol.recv(ch, into)
         except protocol.PeerLost as e:
             raise PoolFailed(f"coordinator lost ({e})") from None
         if "error" in reply:
@@ -102,54 +130,186 @@ class Executor:
     def run(self) -> int:
         """Run the sequence; returns the number of tasks run (skipped ones not counted)."""
         done = self._call({"op": "hello", "gpu": self.gpu.id})["rounds_done"]
-        ran = 0
-        seq = self.gpu.tasks
-        for n, t in enumerate(seq):
-            if t.round < int(done.get(t.job, 0)):
-                continue
-            self._task(t, seq[n + 1] if n + 1 < len(seq) else None)
-            ran += 1
-        self._call({"op": "bye", "gpu": self.gpu.id})
-        return ran
+        todo = [t for t in self.gpu.tasks if t.round >= int(done.get(t.job, 0))]
+        t_start = time.perf_counter()
+        self.last_compute_end = t_start
+        try:
+            self._open_side()
+            pulled = self._pull(todo[0], None) if todo else None
+            for n, t in enumerate(todo):
+                assert pulled is not None
+                nxt = todo[n + 1] if n + 1 < len(todo) else None
+                pulled = self._task(t, nxt, pulled)
+            self._drain()
+            wall = time.perf_counter() - t_start
+            self._summary(wall, len(todo))
+            for ch in [*self.side, self.conn]:  # the main connection's bye ends this GPU
+                self._call({"op": "bye", "gpu": self.gpu.id}, conn=ch)
+        finally:
+            self._close_side()
+        return len(todo)
 
-    def _task(self, t: ExecTask, nxt: ExecTask | None) -> None:
+    # -- the pull and push connections ---------------------------------------------------
+    def _open_side(self) -> None:
+        if self.opts.connect is None:
+            return
+        for channel in ("pull", "push"):
+            ch = self.opts.connect(channel)
+            self.side.append(ch)
+            self._call({"op": "hello", "gpu": self.gpu.id}, conn=ch)
+        self.pull_pool = ThreadPoolExecutor(1, thread_name_prefix=f"pull-{self.gpu.id}")
+        self.push_pool = ThreadPoolExecutor(1, thread_name_prefix=f"push-{self.gpu.id}")
+
+    def _close_side(self) -> None:
+        for ch in self.side:  # unblocks a pull still waiting for a barrier (failure paths)
+            ch.close()
+        for pool in (self.pull_pool, self.push_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    def _drain(self) -> None:
+        """Wait for every push in flight (before ``bye``: the round barrier needs them)."""
+        for futs in self.pushes.values():
+            for f in futs:
+                f.result()
+        self.pushes.clear()
+
+    def _predicted_have(self, t: ExecTask, prev: ExecTask | None, prev_version: int) -> int:
+        """The version job ``t.job`` will hold on the device when ``t`` starts, given that
+        ``prev`` (running now, with parameters of ``prev_version``) ends as the plan says."""
+        if not self.opts.residency:
+            return -1
+        slot = self.slots[t.job]
+        if prev is None:
+            return slot.version if slot.resident else -1
+        if prev.job == t.job:
+            return prev_version if prev.keep else -1
+        if t.job in prev.evict or not slot.resident:
+            return -1
+        return slot.version
+
+    def _pull(self, t: ExecTask, prev: ExecTask | None, prev_version: int = -1) -> _Pulled:
+        """Start fetching ``t``'s parameters (in line without a pull connection)."""
+        slot = self.slots[t.job]
+        have = self._predicted_have(t, prev, prev_version)
+        # a job's current host buffer is in use while one of its tasks loads: receive into
+        # the spare one whenever the previous task is this job's (or it is running now)
+        spare = self.pull_pool is not None
+        into = (slot.receive_buffer() if spare else slot.host).numpy()
+        head = {"op": "get", "job": t.job, "round": t.round, "have": have}
+        fut: Future[dict[str, Any]]
+        if self.pull_pool is not None:
+            fut = self.pull_pool.submit(self._call, head, None, into, self.side[0])
+        else:
+            fut = Future()
+            fut.set_result({"deferred": True})
+        return _Pulled(t, have, fut, spare)
+
+    def _params(self, p: _Pulled, slot: JobSlot) -> dict[str, Any]:
+        """The pulled reply for ``p.task``, its parameters in ``slot.host``."""
+        t = p.task
+        if self.pull_pool is None:
+            have = slot.version if (slot.resident and self.opts.residency) else -1
+            return self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
+                              into=slot.host.numpy())
+        reply = p.future.result()
+        if reply.get("same") and not (slot.resident and slot.version == int(reply["version"])):
+            # the guess was wrong (an out-of-memory retry evicted it): fetch it now
+            reply = self.pull_pool.submit(
+                self._call, {"op": "get", "job": t.job, "round": t.round, "have": -1}, None,
+                slot.receive_buffer().numpy(), self.side[0]).result()
+        if not reply.get("same"):
+            slot.adopt_received()
+        return reply
+
+    def _push(self, t: ExecTask, slot: JobSlot, rec: dict[str, Any]) -> None:
+        """Send ``t``'s gradient; the task's record is written when the server took it."""
+        head = {"op": "put", "job": t.job, "round": t.round, "task": t.task}
+        job = self.plan.jobs[t.job]
+        if self.push_pool is None:
+            t0 = time.perf_counter()
+            res = self._call(head, payload=slot.grad_host.numpy())
+            self._pushed(rec, res, job, time.perf_counter() - t0)
+            return
+        futs = self.pushes.setdefault(t.job, [])
+        while len(futs) >= 1:  # the buffer about to collect was pushed by the one before
+            futs.pop(0).result()
+        buf = slot.swap_gradients()
+
+        def send() -> None:
+            t0 = time.perf_counter()
+            res = self._call(head, buf.numpy(), None, self.side[1])
+            self._pushed(rec, res, job, time.perf_counter() - t0)
+
+        futs.append(self.push_pool.submit(send))
+
+    def _pushed(self, rec: dict[str, Any], res: dict[str, Any], job: ExecJob,
+                sync_s: float) -> None:
+        self.rep.write("task", **rec, sync_s=round(sync_s, 6))
+        if res.get("job_done"):
+            self.rep.write("job_done", job=rec["job"], rounds=job.rounds,
+                           end=round(time.time(), 6))
+
+    # -- one task ------------------------------------------------------------------------
+    def _task(self, t: ExecTask, nxt: ExecTask | None, pulled: _Pulled) -> _Pulled | None:
         job, slot = self.plan.jobs[t.job], self.slots[t.job]
         start = time.time()
         t0 = time.perf_counter()
         warm = slot.resident  # the plan's "warm start": the model is on the device
-        have = slot.version if (slot.resident and self.opts.residency) else -1
-        reply = self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
-                           into=slot.host.numpy())
+        reply = self._params(pulled, slot)
         t1 = time.perf_counter()
+        version = int(reply["version"])
+        # the next task's parameters travel while this one computes
+        ahead = self._pull(nxt, t, version) if nxt is not None and self.pull_pool else None
         try:
-            load_s = 0.0 if reply.get("same") else slot.load(int(reply["version"]))
-            compute_s, samples, iters = self._compute(t, job, slot)
+            load_s = 0.0 if reply.get("same") else slot.load(version)
+            compute_s, samples, iters, c0 = self._compute(t, job, slot)
         except torch.OutOfMemoryError:
             # the plan's memory estimate was too small: drop every other resident model
             # and run the task again from its start (its parameters are in host memory)
-            load_s = self._make_room(t.job, slot, int(reply["version"]))
-            compute_s, samples, iters = self._compute(t, job, slot)
+            load_s = self._make_room(t.job, slot, version)
+            compute_s, samples, iters, c0 = self._compute(t, job, slot)
+        c1 = time.perf_counter()
+        assert self.last_compute_end is not None
+        overhead = c0 - self.last_compute_end  # the device idle between two computes
+        self.last_compute_end = c1
         switch_s = self.cleanup_s + load_s
-        t2 = time.perf_counter()
-        res = self._call({"op": "put", "job": t.job, "round": t.round, "task": t.task},
-                         payload=slot.grad_host.numpy())
-        t3 = time.perf_counter()
         end = time.time()
-        self.cleanup_s = self._cleanup(t, nxt)
         rec = {"job": t.job, "round": t.round, "task": t.task, "gpu": self.gpu.id,
                "gpu_type": self.gpu.gpu_type, "iterations": iters, "samples": samples,
                "compute_s": round(compute_s, 6), "switch_s": round(switch_s, 6),
                "start": round(start, 6), "end": round(end, 6), "warm": warm,
-               "wait_s": round(t1 - t0, 6), "sync_s": round(t3 - t2, 6),
+               "wait_s": round(t1 - t0, 6), "overhead_s": round(overhead, 6),
                "load_s": round(load_s, 6), "bytes_in": 0 if reply.get("same") else slot.nbytes}
-        self.rep.write("task", **rec)
-        if res.get("job_done"):
-            self.rep.write("job_done", job=t.job, rounds=job.rounds, end=round(time.time(), 6))
+        self.totals["compute"] += compute_s
+        self.totals["overhead"] += overhead
+        self.totals["stall"] += t1 - t0
+        self.overheads.append(overhead)
+        self._push(t, slot, rec)
+        self.cleanup_s = self._cleanup(t, nxt)
         if self.opts.on_task is not None:
             self.opts.on_task({**rec, "resident": sorted(n for n, s in self.slots.items()
                                                          if s.resident)})
+        if nxt is None:
+            return None
+        return ahead if ahead is not None else self._pull(nxt, t, version)
 
-    def _compute(self, t: ExecTask, job: ExecJob, slot: JobSlot) -> tuple[float, int, int]:
+    def _summary(self, wall: float, tasks: int) -> None:
+        """The executor's per-GPU totals: wall, compute and the critical-path overhead."""
+        comp = self.totals["compute"]
+        ov = sorted(self.overheads)
+        self.rep.write("executor", gpu=self.gpu.id, gpu_type=self.gpu.gpu_type, tasks=tasks,
+                       wall_s=round(wall, 6), compute_s=round(comp, 6),
+                       overhead_s=round(self.totals["overhead"], 6),
+                       stall_s=round(self.totals["stall"], 6),
+                       overhead_p50_s=round(ov[len(ov) // 2], 6) if ov else None,
+                       overhead_max_s=round(ov[-1], 6) if ov else None,
+                       wall_over_compute=round(wall / comp, 4) if comp > 0 else None,
+                       pipelined=self.pull_pool is not None)
+
+    def _compute(self, t: ExecTask, job: ExecJob, slot: JobSlot
+                 ) -> tuple[float, int, int, float]:
+        """Run the task's iterations: (seconds, samples, iterations, perf_counter at start)."""
         from hetsched.runtime.workloads import gather
 
         counts = job.task_counts(t.round, t.task)
@@ -175,7 +335,7 @@ class Executor:
                 self.opts.emulation.pad(n, tk)
         slot.collect = False
         slot.finish_gradients()
-        return time.perf_counter() - t0, sum(counts), len(counts)
+        return time.perf_counter() - t0, sum(counts), len(counts), t0
 
     def _make_room(self, job: str, slot: JobSlot, version: int) -> float:
         """After an out-of-memory error: evict every other job, reload this one."""

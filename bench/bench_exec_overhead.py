@@ -1,0 +1,129 @@
+"""The pool executor's critical-path overhead: wall time against the sum of its tasks' compute.
+
+Method: the planner makes a pool plan (``hetsched plan --mode pool``) of the
+built-in workloads (mlp, cnn, transformer; one task per round each, so no round
+waits on another GPU; step times probed on this machine first, task size the
+planner's default: a task lasts at least 0.5 s) on ``--gpus`` GPUs; ``hetsched exec`` runs it as executor
+threads of one process (the real coordinator and TCP protocol), once in line
+(``get`` and ``put`` on the critical path of every task, the executor before
+this change) and once pipelined (the next task's parameters pulled while this
+one computes, gradients pushed from another thread), alternating ``--repeats``
+times. Per executor the report's ``executor`` record gives wall (first task's
+pull to the last push acknowledged), the sum of its tasks' compute and the
+critical-path overhead (per task: the time from the previous compute's end to
+this compute's start). Target: wall / compute <= 1.05 pipelined.
+
+Usage::
+
+    python bench/bench_exec_overhead.py [--device cpu|cuda] [--gpus 1] [--repeats 2]
+        [--task-iterations N] [--scale 8] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = 'hetsched'; main()"
+
+
+def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
+              device: str = "cpu") -> Path:
+    jobs = (
+        "jobs:\n"
+        f"  - {{name: m, workload: mlp, dataset_size: {2048 * scale}, epochs: 1, "
+        "global_batch: 64, requested_gpus: 1, memory_gb: 1}\n"
+        f"  - {{name: c, workload: cnn, dataset_size: {1024 * scale}, epochs: 1, "
+        "global_batch: 32, requested_gpus: 1, memory_gb: 1}\n"
+        f"  - {{name: t, workload: transformer, dataset_size: {1024 * scale}, epochs: 1, "
+        "global_batch: 32, requested_gpus: 1, memory_gb: 1}\n")
+    (tmp / "jobs.yaml").write_text(jobs)
+    nodes = "\n".join(f"  - {{names: n{k + 1}, gpu_type: v100, gpus: 1, gpu_memory_gb: 16}}"
+                      for k in range(gpus))
+    (tmp / "cluster.yaml").write_text(f"name: b\nnodes:\n{nodes}\n")
+    # the built-ins' step times on this machine, measured by the probe (one thread)
+    from hetsched.runtime.probe import probe
+
+    rows = ["workload,gpu_type,local_batch,step_time_s"]
+    for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
+        for r in probe(w, "v100", [b], device=device, sync=False).rows:
+            rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
+    (tmp / "tp.csv").write_text("\n".join(rows) + "\n")
+    out = tmp / "pool.json"
+    subprocess.run([sys.executable, "-c", MAIN, "plan", str(tmp / "jobs.yaml"), "--cluster",
+                    str(tmp / "cluster.yaml"), "--throughputs", str(tmp / "tp.csv"), "--mode",
+                    "pool", *(["--task-iterations", str(task_iterations)] if task_iterations
+                              else []), "--out", str(out)],
+                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return out
+
+
+def run_once(plan: Path, rep: Path, in_line: bool, device: str) -> list[dict[str, Any]]:
+    from hetsched.io.plan_json import load_plan
+    from hetsched.io.reports import iter_records
+    from hetsched.runtime.executor.entry import run_threads
+
+    res = run_threads(str(plan), {"seed": 0, "report_dir": str(rep), "in_line": in_line},
+                      device=device)
+    bad = [r for r in res if not isinstance(r, dict)]
+    if bad:
+        raise SystemExit(f"executor failed: {bad[0]}")
+    pid = str(load_plan(plan).plan_id)
+    out = []
+    for f in sorted((rep / pid).glob("gpu-*.jsonl")):
+        summ = list(iter_records(f, "executor"))[-1]
+        tasks = list(iter_records(f, "task"))
+        ov = sorted(t["overhead_s"] for t in tasks)
+        summ["overhead_p50_ms"] = ov[len(ov) // 2] * 1e3
+        out.append(summ)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--task-iterations", type=int, default=None,
+                    help="default: the planner's (a task lasts >= 0.5 s on its profile)")
+    ap.add_argument("--scale", type=int, default=8, help="multiplies the data sets")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(a.threads)
+    rows: dict[str, list[dict[str, Any]]] = {"in line": [], "pipelined": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = make_plan(Path(tmp), a.gpus, a.task_iterations, a.scale, a.device)
+        for k in range(a.repeats):
+            for mode in ("in line", "pipelined"):
+                rep = Path(tmp) / f"rep-{mode.replace(' ', '')}-{k}"
+                rows[mode] += run_once(plan, rep, mode == "in line", a.device)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+    print(f"device {a.device}, {a.gpus} executor(s), {a.repeats} runs per mode, "
+          f"task iterations {a.task_iterations or 'planner default'}; medians over executors "
+          "and runs")
+    print("mode        tasks   wall s   compute s   wall/compute   overhead p50 ms   stall s")
+    for mode, rs in rows.items():
+        med = {k: statistics.median(float(r[k]) for r in rs)
+               for k in ("wall_s", "compute_s", "wall_over_compute", "overhead_p50_ms",
+                         "stall_s", "tasks")}
+        print(f"{mode:<11} {med['tasks']:>5.0f}   {med['wall_s']:>6.2f}   "
+              f"{med['compute_s']:>9.2f}   {med['wall_over_compute']:>12.3f}   "
+              f"{med['overhead_p50_ms']:>15.2f}   {med['stall_s']:>7.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""One GPU check anyone can run: the runtime's GPU-facing figures in one table.
+
+``make gpu-check`` (or ``python bench/gpu_check.py``) runs, on one device:
+
+1. **probe vs run**: the probe's step time against ``hetsched run``'s
+   steady-state mean step, per built-in workload at two batch sizes, side by
+   side in one process (``bench_probe_vs_run.py``); target run / probe in 0.9-1.1;
+2. **switch**: the pool executor's task switch and its critical-path overhead
+   (the device's idle time between two computes) for ResNet-50- and
+   BERT-base-sized models, with and without residency (``bench_switch.py``);
+   on a GPU beside the pinned host-to-device floor of the model's bytes;
+   target overhead p50 <= max(3 ms, 1.5x that floor);
+3. **zeroing**: after a ResNet-50 task, freed device memory reads zero with
+   the executor's scrub (and non-zero without it: the control) -- GPU only;
+4. **pool plan**: a pool plan of the built-ins (step times probed here) predicted
+   vs measured weighted JCT, and the executor's wall / compute (target <= 1.05);
+5. **co-location**: a group of two built-in jobs on the device against each job
+   alone: parameters (max difference) and wall.
+
+It prints one table (check, measured, target or reference, verdict). On CPU
+(``--device cpu``) the same checks run at small sizes; the zeroing row says
+"unmeasured (CPU)". Meant to finish within 5 minutes on one GPU.
+
+Usage::
+
+    python bench/gpu_check.py [--device cuda|cpu] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+Row = tuple[str, str, str, str]  # check, measured, target / reference, verdict
+
+
+def verdict(ok: bool | None) -> str:
+    return "unmeasured" if ok is None else ("ok" if ok else "MISSED")
+
+
+def probe_vs_run(dev: str) -> list[Row]:
+    from bench_probe_vs_run import one
+
+    cases = ([("mlp", 128), ("mlp", 512), ("cnn", 128), ("cnn", 512), ("transformer", 128),
+              ("transformer", 512), ("resnet50", 32), ("resnet50", 128)] if dev == "cuda"
+             else [("mlp", 16), ("mlp", 64), ("cnn", 16), ("cnn", 64), ("transformer", 16),
+                   ("transformer", 64)])
+    rows = []
+    for w, b in cases:
+        r = one(w, b, 100, 2, dev, 1)
+        rows.append((f"probe vs run: {w} b={b}",
+                     f"probe {r['probe'] * 1e3:.3g} ms, run {r['run'] * 1e3:.3g} ms, "
+                     f"ratio {r['ratio']:.3f}", "run/probe 0.90-1.10",
+                     verdict(0.9 <= r["ratio"] <= 1.1)))
+    return rows
+
+
+def switch(dev: str, tmp: Path) -> list[Row]:
+    import torch
+    from bench_switch import alternating_plan, executor_switch, h2d_floor, pct
+
+    from hetsched.runtime import workloads
+
+    models = ["resnet50", "bert-base"] if dev == "cuda" else ["mlp", "resnet50"]
+    rows = []
+    for m in models:
+        d = tmp / f"switch-{m}"
+        d.mkdir()
+        plan = alternating_plan(d, m, 4 if dev == "cuda" else 3)
+        build = {"mlp": workloads.mlp, "resnet50": workloads.resnet50,
+                 "bert-base": workloads.bert_base}[m]
+        nbytes = sum(p.numel() * 4 for p in build(1, 0).model.parameters())
+        floor = h2d_floor(nbytes, torch.device("cuda", 0)) if dev == "cuda" else None
+        for res in (True, False):
+            recs = executor_switch(plan, res, dev)
+            sw = pct([r["switch_s"] for r in recs], 50) * 1e3
+            ov = pct([r["overhead_s"] for r in recs], 50) * 1e3
+            # what is not resident moves: all of it without residency, the refresh with it
+            moved = [r["bytes_in"] for r in recs]
+            target = None
+            if floor is not None:
+                f_ms = floor["floor_ms"] * statistics.median(moved) / max(nbytes, 1)
+                target = max(3.0, 1.5 * f_ms)
+            rows.append((f"switch: {m}, {'residency' if res else 'no residency'}",
+                         f"switch p50 {sw:.3g} ms, overhead p50 {ov:.3g} ms",
+                         f"overhead <= {target:.3g} ms" if target is not None else
+                         "overhead: GPU target (max(3 ms, 1.5x H2D floor))",
+                         verdict(ov <= target if target is not None else None)))
+        if floor is not None:
+            rows.append((f"H2D floor: {m}", f"{floor['floor_ms']:.3g} ms at "
+                         f"{floor['pinned_GBps']:.1f} GB/s pinned", "", ""))
+    return rows
+
+
+def zeroing(dev: str) -> list[Row]:
+    if dev != "cuda":
+        return [("zeroing after a ResNet-50 task", "unmeasured (CPU)",
+                 "0 non-zero bytes with the scrub", verdict(None))]
+    import torch
+    from bench_switch import zeroing_check
+
+    z = zeroing_check("resnet50", torch.device("cuda", 0))
+    return [("zeroing after a ResNet-50 task",
+             f"control {z['control_nonzero_B']} B non-zero; scrubbed {z['scrubbed_MB']} MB, "
+             f"{z['nonzero_B']} B non-zero", "0 B with the scrub (control > 0)",
+             verdict(z["nonzero_B"] == 0 and z["control_nonzero_B"] > 0))]
+
+
+def pool_plan(dev: str, tmp: Path) -> list[Row]:
+    from bench_exec_overhead import make_plan, run_once
+
+    from hetsched.io.plan_json import load_plan
+    from hetsched.io.pool_reports import read_pool_reports
+
+    d = tmp / "pool"
+    d.mkdir()
+    plan = make_plan(d, 1, None, 4 if dev == "cuda" else 2, dev)
+    summ = run_once(plan, d / "rep", False, dev)
+    p = load_plan(plan)
+    pred = float((p.to_dict().get("objective") or {}).get("weighted_jct_s", float("nan")))
+    prog = read_pool_reports(d / "rep", str(p.plan_id))
+    t0 = min(float(t["start"]) for t in prog.tasks)
+    weights = {j.name: float(j.spec.weight) if j.spec is not None else 1.0 for j in p.jobs}
+    meas = sum(weights.get(n, 1.0) * (float(jp.end or 0.0) - t0)
+               for n, jp in prog.jobs.items() if jp.done)
+    ratio = meas / pred if pred > 0 else float("nan")
+    woc = max(float(s["wall_over_compute"]) for s in summ)
+    ov = statistics.median(float(s["overhead_p50_ms"]) for s in summ)
+    return [("pool plan of the built-ins: weighted JCT",
+             f"predicted {pred:.3g} s, measured {meas:.3g} s, ratio {ratio:.3f}",
+             "measured/predicted 0.90-1.10", verdict(0.9 <= ratio <= 1.1)),
+            ("pool plan: executor wall / compute",
+             f"{woc:.3f} (overhead p50 {ov:.3g} ms)", "<= 1.05", verdict(woc <= 1.05))]
+
+
+def colocation(dev: str, tmp: Path) -> list[Row]:
+    import torch
+    from group_helpers import group_job, group_plan, write_plan
+
+    from hetsched.io.reports import iter_records
+    from hetsched.runtime.job import (
+        _local_group_main,
+        _local_rank_main,
+        build_config,
+        build_group_config,
+    )
+    from hetsched.runtime.launcher import spawn_local
+
+    steps = 40 if dev == "cuda" else 15
+    jobs = (("a", "cnn", 64 if dev == "cuda" else 16), ("b", "mlp", 128 if dev == "cuda" else 16))
+    d = tmp / "group"
+    d.mkdir()
+    walls: dict[str, float] = {}
+    for name, w, b in jobs:
+        spec = {"workload": w, "dataset_size": steps * b, "epochs": 1, "global_batch": b}
+        cfg = build_config(spec, [{"gpu_type": "v100", "node": "n1", "local_batch": b}], 1,
+                           name, {}, {"device": dev, "checkpoint": str(d / f"{name}.pt"),
+                                      "report": str(d / f"{name}.jsonl"),
+                                      "save_params": str(d / f"alone-{name}.pt"),
+                                      "checkpoint_every": 10_000})
+        if spawn_local(1, _local_rank_main, (cfg,), timeout_s=600) != [0]:
+            raise RuntimeError(f"alone run of {name} failed")
+        walls[name] = float(next(iter_records(d / f"{name}.jsonl", "done"))["time_s"])
+    plan = write_plan(group_plan([group_job(n, w, (b,), dataset_size=steps * b,
+                                            slots=(("n1", "v100", 0),)) for n, w, b in jobs]),
+                      d / "plan.json")
+    os.environ["HETSCHED_CHECKPOINT_DIR"] = str(d / "gck")
+    os.environ["HETSCHED_REPORT_DIR"] = str(d / "grep")
+    gcfg = build_group_config(str(plan), "g1", None, dict(os.environ),
+                              {"device": dev, "checkpoint_every": 10_000,
+                               "save_params_dir": str(d / "gp")})
+    (d / "gp").mkdir()
+    if spawn_local(1, _local_group_main, (gcfg,), timeout_s=600) != [0]:
+        raise RuntimeError("group run failed")
+    gwall = max(float(r["time_s"]) for n, _, _ in jobs
+                for r in iter_records(d / "grep" / f"{n}.jsonl", "done"))
+    diff = 0.0
+    for n, _, _ in jobs:
+        a = torch.load(d / f"alone-{n}.pt", weights_only=True)
+        g = torch.load(d / "gp" / f"{n}.pt", weights_only=True)
+        diff = max(diff, max(float((a[k] - g[k]).abs().max()) for k in a))
+    serial = sum(walls.values())
+    return [("co-location: parameters vs each job alone", f"max |difference| {diff:.3g}",
+             "<= 1e-5", verdict(diff <= 1e-5)),
+            ("co-location: group wall vs jobs alone one after the other",
+             f"group {gwall:.3g} s, alone {' + '.join(f'{v:.3g}' for v in walls.values())} = "
+             f"{serial:.3g} s ({gwall / serial:.2f}x)", "reference (no target)", "")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                    help="default: cuda when torch sees a GPU")
+    ap.add_argument("--only", default="probe,switch,zeroing,pool,group")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dev == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("gpu_check: --device cuda, but torch sees no GPU")
+        torch.cuda.set_device(0)
+        name = torch.cuda.get_device_name(0)
+    else:
+        torch.set_num_threads(1)
+        name = "CPU"
+    t_start = time.perf_counter()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        checks: dict[str, Callable[[], list[Row]]] = {
+            "probe": lambda: probe_vs_run(dev), "switch": lambda: switch(dev, tmp),
+            "zeroing": lambda: zeroing(dev), "pool": lambda: pool_plan(dev, tmp),
+            "group": lambda: colocation(dev, tmp)}
+        for key in a.only.split(","):
+            t0 = time.perf_counter()
+            try:
+                rows += checks[key]()
+            except Exception as e:  # noqa: BLE001  (one failed check is one row)
+                traceback.print_exc(file=sys.stderr)
+                rows.append((key, f"failed: {type(e).__name__}: {e}", "", "FAILED"))
+            print(f"[{key}: {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+    total = time.perf_counter() - t_start
+    if a.json:
+        print(json.dumps({"device": name, "torch": torch.__version__, "seconds": total,
+                          "rows": rows}, indent=1))
+        return
+    print(f"gpu_check on {name} ({dev}), torch {torch.__version__}, {total:.0f} s")
+    w = [max(len(r[k]) for r in rows + [("check", "measured", "target", "verdict")])
+         for k in range(4)]
+    for r in [("check", "measured", "target / reference", "verdict")] + rows:
+        print(" | ".join(c.ljust(w[k]) for k, c in enumerate(r)))
+
+
+if __name__ == "__main__":
+    main()
