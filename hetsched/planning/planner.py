@@ -173,12 +173,21 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if workers is None:
         workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
 
-    def run(name: str, deadline: float | None) -> Plan:
-        return simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
-                        reporter=rep if workers == 1 else None, deadline=deadline)
+    log: dict[str, list[int]] = {}
+
+    def run(name: str, limit: float | None) -> Plan:
+        plan = simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
+                        reporter=rep if workers == 1 else None, work_limit=limit)
+        log.setdefault("active", plan.work[1])  # type: ignore[attr-defined]
+        return plan
+
+    def cost(name: str) -> float | None:
+        """Predicted counted work, from the active jobs at each event of the first plan."""
+        return reg[name].predict_work(problem, log.get("active", []))
 
     sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
-                  cost=lambda n: reg[n].cost(problem), workers=workers)
+                  cost=cost, work=lambda p: p.work[0],  # type: ignore[attr-defined]
+                  workers=workers)
     if sel.best is None:
         raise PlanningError("auto: no candidate policy produced a plan: "
                             + "; ".join(f"{k}: {v}" for k, v in sel.not_run().items()))
@@ -189,6 +198,8 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if sel.not_run():
         best.extra["skipped"] = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
+    best.extra["predicted_work_s"] = {n: round(float(sel.predicted.get(n) or 0.0), 3)
+                            for n in sel.predicted}
     return best
 
 
