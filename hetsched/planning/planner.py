@@ -159,13 +159,49 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         plan = simulate(problem, pol, static=static, restart_cost_s=restart_cost_s,
                         reporter=rep)
         rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
-        return _or_fallback(problem, pol, plan, static, restart_cost_s)
+        plan = _or_fallback(problem, pol, plan, static, restart_cost_s)
+        if getattr(pol, "keep_fixed", False):
+            fixed = _auto(problem, registry.auto_candidates("space"), static, restart_cost_s,
+                          NULL_REPORTER, budget_s, workers)
+            plan = _or_fixed(plan, fixed)
+        return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
-    t0 = time.perf_counter()
     names = registry.auto_candidates("space")
     reg = registry.policies("space")
+    if any(j.elastic for j in problem.jobs):  # elastic jobs: the batch-deciding ones too,
+        # first among the searches (only they can change a batch)
+        el = [n for n in sorted(reg) if getattr(reg[n], "auto_elastic", False) and n not in names]
+        at = names.index("exhaustive") if "exhaustive" in names else len(names)
+        names = (*names[:at], *el, *names[at:])
     rep.planning_started("space", "auto", names)
+    return _auto(problem, names, static, restart_cost_s, rep, budget_s, workers)
+
+
+def _or_fixed(plan: Plan, fixed: Plan) -> Plan:
+    """A batch-deciding policy (``ones``) is never worse than the best fixed-batch plan
+    (``auto`` over the fixed-batch policies): both are evaluated by the same evaluator and
+    the lower weighted JCT is kept (``extra['fixed_start']`` says which and by how much)."""
+    info = {"fixed": fixed.policy, "own_weighted_jct_s": float(plan.weighted_jct_s),
+            "fixed_weighted_jct_s": float(fixed.weighted_jct_s)}
+    if fixed.weighted_jct_s < plan.weighted_jct_s - 1e-9:
+        fixed.planning_time_s += plan.planning_time_s
+        fixed.params = {**plan.params, "kept": fixed.policy}
+        fixed.policy = plan.policy
+        fixed.extra.update({k: v for k, v in plan.extra.items() if k not in fixed.extra})
+        plan = fixed
+    else:
+        plan.planning_time_s += fixed.planning_time_s
+    plan.extra["fixed_start"] = {**info, "kept": "fixed" if plan is fixed else "own"}
+    return plan
+
+
+def _auto(problem: PlanningProblem, names: tuple[str, ...], static: bool,
+          restart_cost_s: float, rep: BaseReporter, budget_s: float | None,
+          workers: int | None) -> Plan:
+    """auto over ``names`` (planning/select.py): the best plan, with what it skipped."""
+    t0 = time.perf_counter()
+    reg = registry.policies("space")
     if budget_s is None:
         from hetsched import config
 
@@ -173,17 +209,21 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if workers is None:
         workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
 
-    log: dict[str, list[int]] = {}
+    first: list[Plan] = []
 
     def run(name: str, limit: float | None) -> Plan:
         plan = simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
                         reporter=rep if workers == 1 else None, work_limit=limit)
-        log.setdefault("active", plan.work[1])  # type: ignore[attr-defined]
+        if not first:
+            first.append(plan)
         return plan
 
     def cost(name: str) -> float | None:
         """Predicted counted work, from the active jobs at each event of the first plan."""
-        return reg[name].predict_work(problem, log.get("active", []))
+        if not first:
+            return None
+        return reg[name].predict_work(problem, first[0].work[1],  # type: ignore[attr-defined]
+                                      horizon_s=first[0].makespan_s)
 
     sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
                   cost=cost, work=lambda p: p.work[0],  # type: ignore[attr-defined]
@@ -198,8 +238,8 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if sel.not_run():
         best.extra["skipped"] = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
-    best.extra["predicted_work_s"] = {n: round(float(sel.predicted.get(n) or 0.0), 3)
-                            for n in sel.predicted}
+    best.extra["predicted_work_s"] = {n: round(float(v or 0.0), 3)
+                                      for n, v in sel.predicted.items()}
     return best
 
 

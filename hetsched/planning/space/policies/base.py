@@ -70,10 +70,11 @@ class Policy(BasePolicy):
         return cls.EVENT_S + cls.JOB_S * n_active
 
     @classmethod
-    def predict_work(cls, problem: PlanningProblem, active: list[int]) -> float:
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
         """Predicted counted work on ``problem`` given the active jobs at each event of a
-        plan already made (auto's first candidate's): never a clock, so auto's choice of
-        candidates is the same on a quiet and on a busy machine."""
+        plan already made (auto's first candidate's; ``horizon_s`` its makespan): never a
+        clock, so auto's choice of candidates is the same on a quiet and on a busy machine."""
         c = cls.cost(problem)
         if c is not None and not np.isfinite(c):
             return float("inf")

@@ -51,7 +51,8 @@ class Exhaustive(Policy):
         return 2 * problem.S * jobs * pairs * cls.SECONDS_PER_PAIR
 
     @classmethod
-    def predict_work(cls, problem: PlanningProblem, active: list[int]) -> float:
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
         """Every event's DP over the whole cluster's pairs, one pass per active job."""
         c = cls.cost(problem)
         if c is None or not np.isfinite(c):

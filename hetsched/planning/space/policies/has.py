@@ -367,7 +367,8 @@ class HAS(Policy):
         self.refill = bool(refill)
 
     @classmethod
-    def predict_work(cls, problem: PlanningProblem, active: list[int]) -> float:
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
         """Per event: every feasible category (at most ``exact_max``, else ``samples``)
         matched twice and scored, plus the re-matching, each over the active jobs."""
         out = 0.0

@@ -54,7 +54,8 @@ class JPS(Policy):
         self.refill = bool(refill)
 
     @classmethod
-    def predict_work(cls, problem: PlanningProblem, active: list[int]) -> float:
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
         """Per event: the default 40 samples matched twice and scored, plus the re-matching."""
         n = np.asarray(active, dtype=float)
         return float(len(n) * cls.EVENT_S + n.sum() * (cls.JOB_S + (4 * 40 + 2 * 64) * ROW_S))
