@@ -299,6 +299,32 @@ def test_sampling_works_on_category_counts_beyond_any_machine_integer() -> None:
         int(start + x) for x in np.random.default_rng(0).choice(3654 - start, 8, replace=False))
 
 
+def test_sampling_a_narrow_rear_of_a_count_beyond_int64() -> None:
+    """1,000 jobs on 1,008 GPUs: C(1007, 999) is above 2^63 and its rear 15% below 2^62, so
+    numpy draws the offsets and the start (a Python int beyond int64) is added exactly."""
+    from hetsched.planning.space.policies.sampling import (
+        count_compositions,
+        rear_ranks,
+        rear_start,
+        sample_categories,
+        unrank_composition,
+    )
+
+    n = count_compositions(1008, 1000)
+    start = rear_start(n, 0.85)
+    assert start > 2**63 and n - start < 2**62  # the numpy path with a huge start
+    ranks = rear_ranks(n, 0.85, 40, seed=1)
+    assert len(set(ranks)) == 40 and all(start <= r < n for r in ranks)
+    assert all(type(r) is int for r in ranks)
+    cats = sample_categories(1008, 1000, 0.85, 40, seed=1)
+    assert all(len(c) == 1000 and sum(c) == 1008 and min(c) >= 1 for c in cats)
+    assert cats == [unrank_composition(r, 1008, 1000) for r in ranks]
+    for total in (1000, 3600):  # and 1,000 jobs on 1,000 and 3,600 GPUs
+        for alpha in (0.0, 0.9):
+            got = sample_categories(total, 1000, alpha, 8, seed=0)
+            assert all(sum(c) == total and len(c) == 1000 for c in got)
+
+
 def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:
     """Issue 11.3: above exact_max feasible categories HAS samples at that event only."""
     from hetsched.planning.space.evaluator import simulate
