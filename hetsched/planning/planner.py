@@ -87,7 +87,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
         if static:
             raise PlanningError("--static applies to space mode; pool mode plans every task")
         plan = plan_pool(problem, policy, params, task_iterations=task_iterations,
-                         reporter=rep)
+                         reporter=rep, restart_cost_s=restart_cost_s)
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep)
@@ -129,8 +129,12 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
             elif static:
                 skipped[m] = "--static applies to space mode"
             else:
+                sp = plans.get("space") if pol == "auto" else None
                 plans[m] = plan_pool(problem, pol, params if pol == policy else None,
-                                     task_iterations=task_iterations, reporter=reporter)
+                                     task_iterations=task_iterations, reporter=reporter,
+                                     restart_cost_s=restart_cost_s,
+                                     space_plan=sp if sp is not None and sp.policy.startswith(
+                                         "auto") else None)
         except PlanningError as e:
             skipped[m] = str(e)
     if not plans:
