@@ -185,3 +185,32 @@ def test_idle_gpus_are_filled_only_with_scale_ups_that_finish_sooner() -> None:
     assert {len(s.workers) for s in fast.job("big").segments} == {1}
     assert max(len(s.workers) for s in paper.job("big").segments) > 1
     assert fast.avg_jct_s < paper.avg_jct_s
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(elastic_instances(), st.integers(0, 2))
+def test_ones_is_never_worse_than_the_best_fixed_batch_plan(inst: Instance, seed: int) -> None:
+    """`ones` starts from the best fixed-batch plan (auto over the fixed-batch policies)
+    and keeps it unless its own search finds better: never above any fixed-batch policy."""
+    from hetsched.errors import PlanningError
+    from hetsched.planning import registry
+    from hetsched.planning.planner import plan_problem
+
+    p = inst.problem()
+    reg = registry.policies("space")
+    fixed = {}
+    for n in registry.auto_candidates("space"):
+        try:
+            fixed[n] = simulate(p, reg[n](), restart_cost_s=60.0).weighted_jct_s
+        except PlanningError:  # exhaustive above its size limit
+            pass
+    plan = plan_problem(p, "ones", {"seed": seed, "population": 6}, restart_cost_s=60.0,
+                        budget_s=1e9, workers=1)
+    info = plan.extra["fixed_start"]
+    assert plan.weighted_jct_s <= min(fixed.values()) * (1 + 1e-9)
+    assert plan.weighted_jct_s == min(info["own_weighted_jct_s"], info["fixed_weighted_jct_s"])
+    assert plan.policy == "ones"
+    pure = plan_problem(p, "ones", {"seed": seed, "population": 6, "keep_fixed": False},
+                        restart_cost_s=60.0, workers=1)
+    assert "fixed_start" not in pure.extra  # the paper's search alone, by parameter
+    assert pure.weighted_jct_s == info["own_weighted_jct_s"]

@@ -71,23 +71,39 @@ def test_old_pool_names_work_with_a_deprecation_note(examples) -> None:
 
 
 def test_best_of_skips_failures_and_over_budget_candidates() -> None:
-    calls: list[str] = []
+    calls: list[tuple[str, float | None]] = []
 
-    def run(name: str, deadline: float | None) -> float:
-        calls.append(name)
+    def run(name: str, limit: float | None) -> float:
+        calls.append((name, limit))
         if name == "boom":
             raise OverflowError("Python int too large to convert to C long")
         return {"a": 3.0, "b": 1.0}[name]
 
     rep = RecordingReporter()
     sel = best_of(["a", "boom", "b", "slow"], run, float, reporter=rep, budget_s=5.0,
-                  cost=lambda n: 100.0 if n == "slow" else None)
+                  cost=lambda n: {"slow": 100.0, "b": 2.0}.get(n), work=lambda r: 1.0)
     assert sel.best_name == "b" and sel.best == 1.0
-    assert calls == ["a", "boom", "b"]  # each once; slow never started
+    # each once; the first unlimited; b limited to twice its prediction; slow never started
+    assert calls == [("a", None), ("boom", None), ("b", 4.0)]
     assert "OverflowError" in sel.failed["boom"]
-    assert "time budget" in sel.skipped["slow"]
+    assert "budget" in sel.skipped["slow"] and "not timed" in sel.skipped["slow"]
     assert [a[0] for a in rep.hooks("candidate_failed")] == ["boom"]
     assert [a[0] for a in rep.hooks("candidate_skipped")] == ["slow"]
+
+
+def test_best_of_runs_until_one_candidate_has_a_plan() -> None:
+    """A first candidate that fails does not leave auto without a plan: the next one
+    runs unlimited in its place."""
+    calls: list[tuple[str, float | None]] = []
+
+    def run(name: str, limit: float | None) -> float:
+        calls.append((name, limit))
+        if name == "boom":
+            raise ValueError("no")
+        return 1.0
+
+    sel = best_of(["boom", "a"], run, float, budget_s=0.0, cost=lambda n: 1.0)
+    assert calls == [("boom", None), ("a", None)] and sel.best_name == "a"
 
 
 def test_best_of_in_processes_matches_one_process() -> None:
@@ -96,34 +112,40 @@ def test_best_of_in_processes_matches_one_process() -> None:
     reg = registry.policies("space")
     from hetsched.planning.space.evaluator import simulate
 
-    def run(n: str, deadline: float | None):  # type: ignore[no-untyped-def]
-        return simulate(p, reg[n](), deadline=deadline)
+    def run(n: str, limit: float | None):  # type: ignore[no-untyped-def]
+        return simulate(p, reg[n](), work_limit=limit)
 
     one = best_of(names, run, lambda x: x.weighted_jct_s)
     two = best_of(names, run, lambda x: x.weighted_jct_s, workers=2)
     assert one.scores == two.scores and one.best_name == two.best_name
 
 
-def test_best_of_in_processes_ends_candidates_at_the_budget() -> None:
-    """A candidate stuck in one long step (no event to check the deadline at) is ended at
-    the budget in parallel mode; the first candidate always runs to its end."""
-    import time as _time
+def test_a_candidate_stops_at_its_work_limit_at_the_same_event() -> None:
+    """The limit is counted work: the same candidate and limit stop with the same count,
+    in one process or in a worker."""
+    from hetsched.planning.base import OverBudget
+    from hetsched.planning.space.evaluator import simulate
 
-    def run(name: str, deadline: float | None) -> float:
-        _time.sleep({"first": 1.0, "stuck": 60.0, "quick": 0.0, "late": 0.0}[name])
-        return {"first": 2.0, "stuck": 0.5, "quick": 1.0, "late": 0.1}[name]
+    p = small_problem()
+    has = registry.policies("space")["has"]
+    full = simulate(p, has())
+    total = full.work[0]
+    assert total > 0 and len(full.work[1]) >= 3
+    with pytest.raises(OverBudget, match="counted work, not timed") as e:
+        simulate(p, has(), work_limit=total / 3)
+    assert total / 3 < e.value.work_s < total
+    with pytest.raises(OverBudget) as e2:
+        simulate(p, has(), work_limit=total / 3)
+    assert e2.value.work_s == e.value.work_s
+    names = ("fifo", "has")
 
-    rep = RecordingReporter()
-    t0 = _time.perf_counter()
-    sel = best_of(["first", "stuck", "quick", "late"], run, float, reporter=rep,
-                  budget_s=0.5, workers=2)
-    took = _time.perf_counter() - t0
-    assert took < 10.0  # not the stuck candidate's 60 s
-    assert sel.best_name == "first" and set(sel.scores) == {"first"}
-    assert "time budget" in sel.skipped["stuck"] and "ended" in sel.skipped["stuck"]
-    # quick and late wait for a free worker until the budget is spent
-    assert "not started" in sel.skipped["quick"] and "not started" in sel.skipped["late"]
-    assert sorted(a[0] for a in rep.hooks("candidate_skipped")) == ["late", "quick", "stuck"]
+    def run(n: str, limit: float | None):  # type: ignore[no-untyped-def]
+        return simulate(p, registry.policies("space")[n](), work_limit=limit)
+
+    for workers in (1, 2):
+        sel = best_of(names, run, lambda x: x.weighted_jct_s, budget_s=10.0,
+                      cost=lambda n: total / 6, workers=workers)
+        assert set(sel.scores) == {"fifo"} and "work limit" in sel.skipped["has"]
 
 
 def test_auto_survives_a_failing_candidate_and_says_so(monkeypatch) -> None:
@@ -275,6 +297,32 @@ def test_sampling_works_on_category_counts_beyond_any_machine_integer() -> None:
     start = int(0.7 * 3654)
     assert rear_ranks(3654, 0.7, 8, seed=0) == sorted(
         int(start + x) for x in np.random.default_rng(0).choice(3654 - start, 8, replace=False))
+
+
+def test_sampling_a_narrow_rear_of_a_count_beyond_int64() -> None:
+    """1,000 jobs on 1,008 GPUs: C(1007, 999) is above 2^63 and its rear 15% below 2^62, so
+    numpy draws the offsets and the start (a Python int beyond int64) is added exactly."""
+    from hetsched.planning.space.policies.sampling import (
+        count_compositions,
+        rear_ranks,
+        rear_start,
+        sample_categories,
+        unrank_composition,
+    )
+
+    n = count_compositions(1008, 1000)
+    start = rear_start(n, 0.85)
+    assert start > 2**63 and n - start < 2**62  # the numpy path with a huge start
+    ranks = rear_ranks(n, 0.85, 40, seed=1)
+    assert len(set(ranks)) == 40 and all(start <= r < n for r in ranks)
+    assert all(type(r) is int for r in ranks)
+    cats = sample_categories(1008, 1000, 0.85, 40, seed=1)
+    assert all(len(c) == 1000 and sum(c) == 1008 and min(c) >= 1 for c in cats)
+    assert cats == [unrank_composition(r, 1008, 1000) for r in ranks]
+    for total in (1000, 3600):  # and 1,000 jobs on 1,000 and 3,600 GPUs
+        for alpha in (0.0, 0.9):
+            got = sample_categories(total, 1000, alpha, 8, seed=0)
+            assert all(sum(c) == total and len(c) == 1000 for c in got)
 
 
 def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:

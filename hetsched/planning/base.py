@@ -54,7 +54,14 @@ from hetsched.errors import InputError, PlanningError
 
 
 class OverBudget(PlanningError):
-    """A candidate ran past ``auto``'s time budget; auto skips it and says so."""
+    """A candidate ran past its share of ``auto``'s budget; auto skips it and says so.
+
+    ``work_s``: the work it had counted when it stopped (reference seconds).
+    """
+
+    def __init__(self, message: str, work_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.work_s = float(work_s)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,9 @@ from hetsched.planning.lp_bound import lp_lower_bound
 
 LATTICE_MAX = 60_000  # count vectors per job for the exact minima
 TOTAL_LATTICE_MAX = 600_000  # and over all distinct (workload, batch) pairs
-LP_MAX_JOBS = 16  # the joint LP bound is tried up to this many jobs (it costs up to seconds)
+#: the joint LP bound is tried up to this many jobs (about 2 s of CPU at 100 jobs on 36
+#: GPUs; its size is also capped by lp_bound.MAX_VARS and MAX_LATTICE_POINTS)
+LP_MAX_JOBS = 200
 
 
 def _lattice(p: PlanningProblem, i: int) -> np.ndarray | None:

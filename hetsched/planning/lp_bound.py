@@ -53,12 +53,20 @@ import numpy as np
 
 from hetsched.core.problem import PlanningProblem
 
-MAX_VARS = 40_000  # LP columns; the time grid is coarsened to fit, else no LP bound
+MAX_VARS = 60_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 MAX_CONFIGS = 400  # Pareto configurations per job
 INTERVALS = 32  # bounded time intervals (geometric; arrivals added)
-TIME_LIMIT_S = 10.0  # per LP solve, a safety net: a solve that hits it ends the rounds
+TIME_LIMIT_S = 60.0  # per LP solve, a safety net only: the iteration limit ends a solve first
+#: simplex iterations per LP solve: a solve that hits it ends the rounds (counted, not
+#: timed, so the same inputs give the same bound on a quiet and on a busy machine)
+ITERATION_LIMIT = 100_000
+#: lattice points (count vectors over all jobs) above which the LP is not tried: finding
+#: the Pareto configurations is quadratic in them
+MAX_LATTICE_POINTS = 400_000
 SAFETY = 1e-6  # relative shave for solver tolerances
 MAX_ROUNDS = 6  # cutting-plane rounds for the tail inequality
+MIN_INTERVALS = 8  # a coarser grid is not worth an LP
+GRID_TARGET = 12  # intervals the per-job configuration cap leaves room for
 
 
 def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,11 +85,39 @@ def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray) -> tuple[np.ndarra
     return X[keep], it[keep] * float(p.iters[i])
 
 
-def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int) -> np.ndarray:
+def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``cap`` configurations: runs of neighbours (fastest first) merged into one
+    that uses the fewest GPUs of each type of the run at its fastest time.
+
+    A relaxation, so the bound stays valid: every schedule maps onto the merged
+    configurations with no more GPUs and no more time per piece, so capacity and
+    running-time rows only loosen, and the tail ``Q`` (whose kernel is
+    ``min(p_r, p_l)``) of the merged split is at most the original's.
+    """
+    if len(X) <= cap:
+        return X, pt
+    order = np.argsort(pt, kind="stable")
+    groups = np.array_split(order, cap)
+    Xm = np.array([X[g].min(axis=0) for g in groups])
+    pm = np.array([float(pt[g].min()) for g in groups])
+    return Xm, pm
+
+
+def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int,
+          max_arrivals: int | None = None) -> np.ndarray:
     """``n`` interval boundaries from ``t0`` to ``t1``: geometric steps from ``first``, plus arrivals.
 
-    Uniform when ``n`` steps of ``first`` already span the horizon.
+    Uniform when ``n`` steps of ``first`` already span the horizon. With
+    ``max_arrivals``, only that many arrival times (evenly spread over the
+    sorted distinct ones) become boundaries: a job arriving inside an
+    interval may only use the part after its arrival (``_build``), so fewer
+    boundaries loosen the bound but keep it valid.
     """
+    arr = np.unique(arrivals[arrivals > t0])
+    if max_arrivals is not None and len(arr) > max_arrivals:
+        arr = arr[np.unique(np.linspace(0, len(arr) - 1, max(max_arrivals, 0)).astype(int))] \
+            if max_arrivals > 0 else arr[:0]
+    arrivals = arr
     span = max(t1 - t0, first)
     n = max(n, 1)
     if n * first >= span:
@@ -97,7 +133,7 @@ def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int) -> n
             else:
                 lo = g
         pts = t0 + first * ((1 + hi) ** np.arange(n + 1) - 1) / hi
-    return np.unique(np.concatenate([pts, arrivals[arrivals > t0]]))
+    return np.unique(np.concatenate([pts, arrivals]))
 
 
 def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
@@ -113,9 +149,14 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         time_limit_s = TIME_LIMIT_S
     if any(X is None or not len(X) for X in lattices):
         return None
-    confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
-    if any(len(X) == 0 or len(X) > MAX_CONFIGS for X, _ in confs):
+    if sum(len(X) for X in lattices if X is not None) > MAX_LATTICE_POINTS:
         return None
+    confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
+    if any(len(X) == 0 for X, _ in confs):
+        return None
+    # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
+    cap = int(min(MAX_CONFIGS, max(4, MAX_VARS // (GRID_TARGET * max(p.S, 1)))))
+    confs = [merge_configs(X, pt, cap) for X, pt in confs]
     Pmin = np.array([float(pt.min()) for _, pt in confs])
     a = p.arrival.astype(float)
     t0 = float(a.min())
@@ -137,12 +178,18 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
 
 def _fitting_grid(a: np.ndarray, t0: float, t1: float, first: float, n: int,
                   n_conf: int) -> np.ndarray | None:
-    """The finest geometric grid (halving ``n``) whose LP stays under MAX_VARS, else None."""
+    """The finest geometric grid (halving ``n``, then thinning the arrival boundaries)
+    whose LP stays under MAX_VARS, else None (fewer than MIN_INTERVALS would fit)."""
     while True:
         bnd = _grid(a, t0, t1, first, n)
         if n_conf * len(bnd) <= MAX_VARS or n <= 8:
             break
         n //= 2
+    if n_conf * len(bnd) > MAX_VARS:  # many arrivals: keep as many as fit
+        fit = MAX_VARS // max(n_conf, 1) - (n + 1)
+        if fit + n + 1 < MIN_INTERVALS:
+            return None
+        bnd = _grid(a, t0, t1, first, n, max_arrivals=max(fit, 0))
     return None if n_conf * len(bnd) > MAX_VARS else bnd
 
 
@@ -265,6 +312,7 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
 
     h = lp.h
     h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("simplex_iteration_limit", ITERATION_LIMIT)
     value = -math.inf
     rounds = 0
     while rounds < MAX_ROUNDS:

@@ -60,7 +60,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
         if static:
             raise PlanningError("--static applies to space mode; pool mode plans every task")
         plan = plan_pool(problem, policy, params, task_iterations=task_iterations,
-                         reporter=rep)
+                         reporter=rep, restart_cost_s=restart_cost_s)
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep)
@@ -102,8 +102,12 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
             elif static:
                 skipped[m] = "--static applies to space mode"
             else:
+                sp = plans.get("space") if pol == "auto" else None
                 plans[m] = plan_pool(problem, pol, params if pol == policy else None,
-                                     task_iterations=task_iterations, reporter=reporter)
+                                     task_iterations=task_iterations, reporter=reporter,
+                                     restart_cost_s=restart_cost_s,
+                                     space_plan=sp if sp is not None and sp.policy.startswith(
+                                         "auto") else None)
         except PlanningError as e:
             skipped[m] = str(e)
     if not plans:
@@ -132,6 +136,10 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
                         reporter=rep)
         rep.candidate_done(cls.name, plan.weighted_jct_s, plan.planning_time_s)
         plan = _or_fallback(problem, pol, plan, static, restart_cost_s)
+        if getattr(pol, "keep_fixed", False):
+            fixed = _auto(problem, registry.auto_candidates("space"), static, restart_cost_s,
+                          NULL_REPORTER, budget_s, workers)
+            plan = _or_fixed(plan, fixed)
         if getattr(cls, "colocates", False) and not any(
                 s.group is not None for jp in plan.jobs for s in jp.segments):
             from hetsched.core.memory import no_group_reason  # say why sharing never paid
@@ -141,10 +149,41 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
         return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
-    t0 = time.perf_counter()
     names = registry.auto_candidates("space")
     reg = registry.policies("space")
+    if any(j.elastic for j in problem.jobs):  # elastic jobs: the batch-deciding ones too,
+        # first among the searches (only they can change a batch)
+        el = [n for n in sorted(reg) if getattr(reg[n], "auto_elastic", False) and n not in names]
+        at = names.index("exhaustive") if "exhaustive" in names else len(names)
+        names = (*names[:at], *el, *names[at:])
     rep.planning_started("space", "auto", names)
+    return _auto(problem, names, static, restart_cost_s, rep, budget_s, workers)
+
+
+def _or_fixed(plan: Plan, fixed: Plan) -> Plan:
+    """A batch-deciding policy (``ones``) is never worse than the best fixed-batch plan
+    (``auto`` over the fixed-batch policies): both are evaluated by the same evaluator and
+    the lower weighted JCT is kept (``extra['fixed_start']`` says which and by how much)."""
+    info = {"fixed": fixed.policy, "own_weighted_jct_s": float(plan.weighted_jct_s),
+            "fixed_weighted_jct_s": float(fixed.weighted_jct_s)}
+    if fixed.weighted_jct_s < plan.weighted_jct_s - 1e-9:
+        fixed.planning_time_s += plan.planning_time_s
+        fixed.params = {**plan.params, "kept": fixed.policy}
+        fixed.policy = plan.policy
+        fixed.extra.update({k: v for k, v in plan.extra.items() if k not in fixed.extra})
+        plan = fixed
+    else:
+        plan.planning_time_s += fixed.planning_time_s
+    plan.extra["fixed_start"] = {**info, "kept": "fixed" if plan is fixed else "own"}
+    return plan
+
+
+def _auto(problem: PlanningProblem, names: tuple[str, ...], static: bool,
+          restart_cost_s: float, rep: BaseReporter, budget_s: float | None,
+          workers: int | None) -> Plan:
+    """auto over ``names`` (planning/select.py): the best plan, with what it skipped."""
+    t0 = time.perf_counter()
+    reg = registry.policies("space")
     if budget_s is None:
         from hetsched import config
 
@@ -152,12 +191,25 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if workers is None:
         workers = default_workers() if problem.S * problem.K > PARALLEL_MIN_SIZE else 1
 
-    def run(name: str, deadline: float | None) -> Plan:
-        return simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
-                        reporter=rep if workers == 1 else None, deadline=deadline)
+    first: list[Plan] = []
+
+    def run(name: str, limit: float | None) -> Plan:
+        plan = simulate(problem, reg[name](), static=static, restart_cost_s=restart_cost_s,
+                        reporter=rep if workers == 1 else None, work_limit=limit)
+        if not first:
+            first.append(plan)
+        return plan
+
+    def cost(name: str) -> float | None:
+        """Predicted counted work, from the active jobs at each event of the first plan."""
+        if not first:
+            return None
+        return reg[name].predict_work(problem, first[0].work[1],  # type: ignore[attr-defined]
+                                      horizon_s=first[0].makespan_s)
 
     sel = best_of(names, run, lambda p: p.weighted_jct_s, reporter=rep, budget_s=budget_s,
-                  cost=lambda n: reg[n].cost(problem), workers=workers)
+                  cost=cost, work=lambda p: p.work[0],  # type: ignore[attr-defined]
+                  workers=workers)
     if sel.best is None:
         raise PlanningError("auto: no candidate policy produced a plan: "
                             + "; ".join(f"{k}: {v}" for k, v in sel.not_run().items()))
@@ -168,6 +220,8 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
     if sel.not_run():
         best.extra["skipped"] = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
+    best.extra["predicted_work_s"] = {n: round(float(v or 0.0), 3)
+                                      for n, v in sel.predicted.items()}
     return best
 
 

@@ -20,12 +20,16 @@ MODES = ("space", "pool")
 _NAMES: dict[str, str] = {}
 #: (mode, former name) -> canonical name; an alias is only valid in its mode
 _ALIASES: dict[tuple[str, str], str] = {}
-#: the order auto tries its candidates in (cheap first, so that the costly ones
-#: spend what is left of the time budget and never crowd out the cheap ones); unlisted
-#: registered policies follow in name order
+#: the order auto tries its candidates in: by quality for their cost (planning/select.py
+#: admits them in this order while their predicted counted work fits the budget). The
+#: first always runs to its end, so it is the cheapest good one (optimus: ~1.5 ms per
+#: event); then the other greedy and queue policies (cheap: they always fit below 1,000
+#: jobs), then the searches, exhaustive (exact per event, affordable on small clusters)
+#: before jps (40 sampled categories) before has (every category). Unlisted registered
+#: policies follow in name order
 AUTO_ORDER = {
-    "space": ("optimus-lb", "optimus", "srtf", "fifo", "allox", "homo", "has", "jps",
-              "exhaustive"),
+    "space": ("optimus", "optimus-lb", "fifo", "allox", "homo", "srtf", "exhaustive", "jps",
+              "has"),
     "pool": ("hare", "pool-allox", "pool-srtf", "pool-homo", "pool-fifo"),
 }
 
@@ -109,7 +113,9 @@ def listing() -> list[dict[str, Any]]:
                                for k, p in cls.param_info().items()},
             })
         rows.append({"name": "auto", "mode": mode, "summary": "Runs " + ", ".join(
-            auto_candidates(mode)) + " (each when it fits the time budget plan_budget_s) "
+            auto_candidates(mode)) + " (the first always; each other one when its predicted "
+            "counted work fits "
+            "the budget plan_budget_s) "
             "and keeps the lowest weighted JCT" + (" (the default)" if mode == "space" else ""),
             "paper": "-", "shares": "-", "preemptive": "-", "auto": False, "aliases": [],
             "parameters": {}})

@@ -1,13 +1,21 @@
 """The one best-of selector: ``auto`` in both modes keeps the best of its candidates.
 
 Each candidate is computed once. A candidate that raises is reported
-(``candidate_failed``) and skipped; it never takes ``auto`` down. A candidate
-whose predicted planning time exceeds what is left of the time budget is
-skipped with the reason (``candidate_skipped``), and so is one that raises
-:class:`~hetsched.planning.base.OverBudget` (it ran past the budget), so ``auto`` never loses to a
-policy it could afford and says which ones it did not run. With
-``workers > 1`` the candidates run in forked worker processes (on Linux),
-each returning its plan; the results are the same as in one process.
+(``candidate_failed``) and skipped; it never takes ``auto`` down.
+
+The budget is **counted work, never a clock**, so the same input gives the
+same plan on a quiet and on a busy machine. The first candidate always runs
+to its end (there is always a plan). Each later one is admitted, in order,
+while its predicted work (``cost(name)``, reference seconds: what the
+planner counts, calibrated on the 2-core bench machine) fits in what is left
+of ``budget_s``; an admitted candidate runs with a work limit (its
+prediction x ``LIMIT_SLACK``, at most what was left when it was admitted) and
+one that passes it raises :class:`~hetsched.planning.base.OverBudget` and is
+skipped with the reason (``candidate_skipped``). Predictions, limits and
+counts depend only on the input, so which candidates count never depends on
+the load. With ``workers > 1`` the later candidates run in forked worker
+processes (on Linux), each returning its plan; the results are the same as
+in one process.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from hetsched.planning.base import OverBudget
 
 T = TypeVar("T")
 
+#: an admitted candidate may count this many times its predicted work before it is stopped
+LIMIT_SLACK = 2.0
+
 
 @dataclass
 class Selection(Generic[T]):
@@ -36,6 +47,8 @@ class Selection(Generic[T]):
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    #: each admitted candidate's predicted work (reference seconds; None: not predicted)
+    predicted: dict[str, float | None] = field(default_factory=dict)
 
     def offer(self, name: str, result: T, score: float) -> None:
         self.scores[name] = score
@@ -51,10 +64,10 @@ _WORK: list[Any] = []
 OVER = "over budget: "
 
 
-def _in_worker(name: str, deadline: float | None) -> tuple[str, Any, str | None, float]:
+def _in_worker(name: str, limit: float | None) -> tuple[str, Any, str | None, float]:
     t0 = time.perf_counter()
     try:
-        return name, _WORK[0](name, deadline), None, time.perf_counter() - t0
+        return name, _WORK[0](name, limit), None, time.perf_counter() - t0
     except OverBudget as e:
         return name, None, f"{OVER}{e}", time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - reported by the parent, never fatal
@@ -72,44 +85,57 @@ Run = Callable[[str, "float | None"], T]
 def best_of(names: Sequence[str], run: Run[T], objective: Callable[[T], float], *,
             reporter: BaseReporter = NULL_REPORTER, budget_s: float | None = None,
             cost: Callable[[str], float | None] | None = None,
+            work: Callable[[T], float] | None = None,
             workers: int = 1) -> Selection[T]:
-    """Run each candidate ``run(name, deadline)`` once and keep the lowest ``objective``.
+    """Run each candidate ``run(name, limit)`` once and keep the lowest ``objective``.
 
-    ``cost(name)`` predicts a candidate's planning seconds (None: cheap, always
-    run); a candidate predicted to need more than what is left of ``budget_s``
-    is skipped. ``deadline`` is when the budget ends (a ``time.perf_counter()``
-    value; None for the first candidate, so that there is always a plan): a
-    candidate past it raises OverBudget and is skipped. ``workers > 1`` runs
-    candidates in parallel processes.
+    ``limit`` is the candidate's work limit (None: unlimited; the first
+    candidate, and the next ones until one has made a plan, get None). ``cost(name)`` predicts a candidate's work
+    (None: cheap, never skipped, counted as nothing); it is called after the
+    first candidate ran, so it may use what that one counted. ``work(result)``
+    is what a finished candidate counted (default: nothing). A candidate
+    predicted to need more than what is left of ``budget_s`` is skipped.
+    ``workers > 1`` runs the candidates after the first in parallel processes.
     """
     sel: Selection[T] = Selection()
-    t0 = time.perf_counter()
-    end = None if budget_s is None else t0 + budget_s
-    todo: list[str] = []
-    for name in names:
+    if not names:
+        return sel
+    k = 0
+    while k < len(names) and sel.best is None:  # unlimited until one has made a plan
+        _one(names[k], run, None, objective, sel, reporter)
+        k += 1
+    rest = list(names[k:])
+    spent = float(work(sel.best)) if work is not None and sel.best is not None else 0.0
+    todo: list[tuple[str, float | None]] = []
+    for name in rest:
         pred = cost(name) if cost else None
-        left = None if budget_s is None else budget_s - (time.perf_counter() - t0)
+        left = None if budget_s is None else budget_s - spent
         if pred is not None and left is not None and pred > left:
-            why = (f"predicted {pred:,.1f} s > {max(left, 0.0):,.1f} s left of the "
-                   f"time budget plan_budget_s={budget_s:g}") if pred != float("inf") else (
+            why = (f"predicted work {pred:.3g} s > {max(left, 0.0):.3g} s left of the "
+                   f"budget plan_budget_s={budget_s:g} (counted work, not timed)"
+                   ) if pred != float("inf") else (
                 "too large for this problem (it would refuse at its size limit)")
             sel.skipped[name] = why
             reporter.candidate_skipped(name, why)
             continue
-        if workers > 1:
-            todo.append(name)
-            continue
-        # no deadline until some candidate has produced a plan: auto always has one
-        _one(name, run, end if sel.scores else None, objective, sel, reporter)
-    if todo:
-        _parallel(todo, run, end, objective, sel, reporter, workers)
+        limit = None
+        if left is not None and pred is not None:
+            limit = min(left, max(pred * LIMIT_SLACK, 1e-3))
+            spent += pred
+        sel.predicted[name] = pred
+        todo.append((name, limit))
+    if workers > 1 and len(todo) > 1:
+        _parallel(todo, run, objective, sel, reporter, workers)
+    else:
+        for name, limit in todo:
+            _one(name, run, limit, objective, sel, reporter)
     return sel
 
 
-def _child(name: str, deadline: float | None, conn: Any) -> None:
+def _child(name: str, limit: float | None, conn: Any) -> None:
     """A candidate's process: run it and send (name, result, error, seconds) back."""
     try:
-        out = _in_worker(name, deadline)
+        out = _in_worker(name, limit)
     except BaseException as e:  # noqa: BLE001 - reported by the parent
         out = (name, None, _describe(e), 0.0)
     try:
@@ -119,69 +145,49 @@ def _child(name: str, deadline: float | None, conn: Any) -> None:
     conn.close()
 
 
-def _parallel(names: list[str], run: Run[T], end: float | None,
+def _parallel(todo: list[tuple[str, float | None]], run: Run[T],
               objective: Callable[[T], float], sel: Selection[T], reporter: BaseReporter,
               workers: int) -> None:
-    """Run ``names`` in forked processes, ``workers`` at a time; results in the candidates' order.
-
-    The budget is enforced from outside: at ``end`` every candidate still
-    running, except the first (there is always a plan), is killed and listed
-    as stopped at the time budget, so one long step inside a policy (an event
-    of HAS on thousands of GPUs) cannot hold ``auto`` past its budget.
-    Candidates not started by then are skipped.
-    """
+    """Run ``todo`` (name, work limit) in forked processes, ``workers`` at a time;
+    results in the candidates' order. Each child stops itself at its work limit."""
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not Linux
-        for name in names:
-            _one(name, run, end if sel.scores else None, objective, sel, reporter)
+        for name, limit in todo:
+            _one(name, run, limit, objective, sel, reporter)
         return
     _WORK[:] = [run]
     ctx = multiprocessing.get_context("fork")
     done: dict[str, tuple[Any, str | None, float]] = {}
-    pending = list(enumerate(names))
-    running: dict[str, tuple[Any, Any, int, float]] = {}
+    pending = list(todo)
+    running: dict[str, tuple[Any, Any]] = {}
     try:
         while pending or running:
             while pending and len(running) < workers:
-                k, name = pending.pop(0)
-                if k and end is not None and time.perf_counter() >= end:
-                    done[name] = (None, f"{OVER}not started: the time budget (plan_budget_s) "
-                                  "was spent by the candidates before it", 0.0)
-                    continue
+                name, limit = pending.pop(0)
                 reporter.candidate_started(name)
                 rd, wr = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(name, end if k else None, wr))
+                proc = ctx.Process(target=_child, args=(name, limit, wr))
                 proc.start()
                 wr.close()
-                running[name] = (proc, rd, k, time.perf_counter())
-            if not running:
-                continue
-            limited = end is not None and any(v[2] for v in running.values())
-            timeout = max(0.0, end - time.perf_counter()) if limited and end is not None else None
-            ready = multiprocessing.connection.wait([v[1] for v in running.values()], timeout)
-            for name, (proc, rd, k, t0) in list(running.items()):
-                if rd in ready:
-                    try:
-                        _, res, err, secs = rd.recv()
-                    except (EOFError, OSError):  # died without a word (memory)
-                        res, err, secs = None, f"process died (exit {proc.exitcode})", 0.0
-                elif k and end is not None and time.perf_counter() >= end:
-                    proc.kill()
-                    secs = time.perf_counter() - t0
-                    res, err = None, (f"{OVER}stopped at the time budget (plan_budget_s) "
-                                      f"after {secs:,.1f} s (its process was ended)")
-                else:
+                running[name] = (proc, rd)
+            ready = multiprocessing.connection.wait([v[1] for v in running.values()])
+            for name, (proc, rd) in list(running.items()):
+                if rd not in ready:
                     continue
+                try:
+                    _, res, err, secs = rd.recv()
+                except (EOFError, OSError):  # died without a word (memory)
+                    res, err, secs = None, f"process died (exit {proc.exitcode})", 0.0
                 proc.join()
                 rd.close()
                 del running[name]
                 done[name] = (res, err, secs)
     finally:
-        for proc, rd, _, _ in running.values():
+        for proc, rd in running.values():
             proc.kill()
             proc.join()
             rd.close()
         _WORK.clear()
-    for name in names:
+    for name, _ in todo:
         res, err, secs = done[name]
         if err is not None and err.startswith(OVER):
             sel.skipped[name] = err[len(OVER):]
@@ -197,12 +203,12 @@ def _parallel(names: list[str], run: Run[T], end: float | None,
         reporter.candidate_done(name, score, secs)
 
 
-def _one(name: str, run: Run[T], deadline: float | None, objective: Callable[[T], float],
+def _one(name: str, run: Run[T], limit: float | None, objective: Callable[[T], float],
          sel: Selection[T], reporter: BaseReporter) -> None:
     reporter.candidate_started(name)
     c0 = time.perf_counter()
     try:
-        res = run(name, deadline)
+        res = run(name, limit)
         score = float(objective(res))
     except OverBudget as e:
         sel.skipped[name] = str(e)

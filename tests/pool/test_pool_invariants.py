@@ -20,7 +20,8 @@ SETTINGS = settings(max_examples=25, deadline=None,
 @given(p=instances(), n=st.sampled_from([None, 1, 3]))
 def test_policy_plans_are_valid(policy: str, p, n) -> None:  # type: ignore[no-untyped-def]
     """No overlap on a GPU, round barriers with sync, no task before arrival,
-    objective recomputed from the tasks = reported one, lower bound <= objective."""
+    objective recomputed from the tasks = reported one, lower bound <= objective
+    (hare seeded with the space plan by default; keeping it is tested below)."""
     plan = plan_pool(p, policy, task_iterations=n)
     pp = PoolProblem(p, task_iterations=n)
     obj = check_plan(pp, plan)
@@ -34,6 +35,37 @@ def test_policy_plans_are_valid(policy: str, p, n) -> None:  # type: ignore[no-u
     for j in d["jobs"]:
         assert j["jct_s"] == pytest.approx(j["end_s"] - j["arrival_s"], abs=1e-5)
         assert j["segments"] and j["segments"][0]["workers"]
+
+
+@SETTINGS
+@given(p=instances(), n=st.sampled_from([None, 1, 3]))
+def test_pool_mode_is_never_worse_than_space_mode(p, n) -> None:  # type: ignore[no-untyped-def]
+    """A space plan is a pool plan whose GPUs each run one job's work back to back: hare
+    with space=keep plans both and keeps the better, so it is never above space mode's
+    auto; a kept pool-model plan is a valid task schedule, a kept space plan a space plan.
+    The default (space=seed) only seeds Hare's order: its plan stays a task plan."""
+    from hetsched.planning.planner import plan_problem
+
+    space = plan_problem(p, "auto")
+    seeded = plan_pool(p, "hare", task_iterations=n)
+    assert seeded.mode == "pool" and seeded.extra["pool_vs_space"]["kept"].startswith("pool")
+    off = plan_pool(p, "hare", {"space": "off"}, task_iterations=n)
+    assert "pool_vs_space" not in off.extra
+    assert seeded.weighted_jct_s <= off.weighted_jct_s * (1 + 1e-12)  # one more order tried
+    for params in ({"space": "keep"}, {"space": "keep", "order": "relaxation"}):
+        plan = plan_pool(p, "hare", params, task_iterations=n)
+        info = plan.extra["pool_vs_space"]
+        assert plan.weighted_jct_s <= space.weighted_jct_s * (1 + 1e-9) + 1e-9
+        assert info["space_weighted_jct_s"] == pytest.approx(space.weighted_jct_s, rel=1e-9)
+        assert plan.weighted_jct_s == min(info["pool_weighted_jct_s"],
+                                          info["space_weighted_jct_s"])
+        assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
+        assert plan.lower_bound_s == min(info["pool_bound_s"], info["space_bound_s"])
+        if info["kept"] == "pool plan":
+            assert plan.mode == "pool"
+            check_plan(PoolProblem(p, task_iterations=n), plan)
+        else:
+            assert plan.mode == "space" and plan.tasks is None
 
 
 @SETTINGS
@@ -52,6 +84,8 @@ def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: igno
     from hetsched.planning.pool.relaxation import fluid_relaxation, lp_relaxation
 
     pp = PoolProblem(p, task_iterations=n)
-    best = min(plan_pool(p, pol, task_iterations=n).weighted_jct_s for pol in POOL_AUTO)
+    # the pool relaxations bound pool-model plans (hare space=off), not space plans
+    best = min(plan_pool(p, pol, {"space": "off"} if pol == "hare" else None,
+                         task_iterations=n).weighted_jct_s for pol in POOL_AUTO)
     assert lp_relaxation(pp).value <= best * (1 + 1e-7) + 1e-6
     assert fluid_relaxation(pp).value <= best * (1 + 1e-9) + 1e-6

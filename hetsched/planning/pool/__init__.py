@@ -11,6 +11,7 @@ section carries the per-GPU task sequences with the memory plan.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -39,8 +40,14 @@ def __getattr__(name: str) -> Any:
 
 def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, Any] | None = None,
               *, task_iterations: int | None = None,
-              reporter: BaseReporter | None = None) -> Plan:
-    """Plan ``problem`` in pool mode with ``policy`` (a registered pool policy or ``auto``)."""
+              reporter: BaseReporter | None = None, space_plan: Plan | None = None,
+              restart_cost_s: float | None = None) -> Plan:
+    """Plan ``problem`` in pool mode with ``policy`` (a registered pool policy or ``auto``).
+
+    ``space_plan``: the best space plan of ``problem`` when the caller has it (``--mode
+    auto``); else, where a policy asks for it (``hare``'s ``space``), it is planned here
+    (space mode's auto, with ``restart_cost_s``; None: the default).
+    """
     from hetsched.planning import registry
     from hetsched.planning.select import best_of
 
@@ -61,6 +68,22 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     rep.planning_started("pool", policy, names)
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
+
+    # a space plan is a pool plan whose GPUs each run one job's work back to back: plan it,
+    # seed Hare with it, keep it when time sharing does not beat it (space_seed.py)
+    uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
+    if not uses:
+        space_plan = None
+    elif space_plan is None:
+        space_plan = _space_plan(problem, restart_cost_s)
+    if space_plan is not None:
+        space_plan = copy.deepcopy(space_plan)
+        if space_plan is not None:
+            from hetsched.planning.pool.space_seed import space_seed
+
+            for pol in pols.values():
+                if getattr(pol, "space", "off") != "off":
+                    pol.seeds = {"space": space_seed(pp, space_plan)}
 
     def run(name: str, deadline: float | None = None) -> tuple[TaskSchedule, float]:
         s = pols[name].schedule(pp, rel)
@@ -92,7 +115,53 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         plan.candidates = scores
         if sel.not_run():
             plan.extra["skipped"] = sel.not_run()
+    if space_plan is not None and "keep" in uses:
+        plan = _or_space(plan, space_plan)
+    elif space_plan is not None:  # seeded only: say how the task plan compares
+        plan.extra["pool_vs_space"] = {"space_policy": space_plan.policy,
+                                       "space_weighted_jct_s": float(space_plan.weighted_jct_s),
+                                       "kept": "pool plan (space=seed)"}
     plan.planning_time_s = time.perf_counter() - t0
+    return plan
+
+
+def _space_plan(problem: PlanningProblem, restart_cost_s: float | None) -> Plan | None:
+    """The best space plan (space mode's auto), or None when space mode cannot plan."""
+    from hetsched.config import DEFAULT_RESTART_COST_S
+    from hetsched.planning.planner import plan_problem
+
+    rc = DEFAULT_RESTART_COST_S if restart_cost_s is None else restart_cost_s
+    try:
+        return plan_problem(problem, "auto", restart_cost_s=rc)
+    except PlanningError:
+        return None
+
+
+def _or_space(plan: Plan, space: Plan) -> Plan:
+    """Keep the pool-model plan or the space plan, whichever predicts less weighted JCT.
+
+    Both sets' bounds are valid for their own plans, so their minimum bounds the
+    union: the kept plan reports it (``lower_bound_extra['kind']`` says so).
+    """
+    info = {"pool_policy": plan.policy, "pool_weighted_jct_s": float(plan.weighted_jct_s),
+            "space_policy": space.policy, "space_weighted_jct_s": float(space.weighted_jct_s),
+            "pool_bound_s": float(plan.lower_bound_s),
+            "space_bound_s": float(space.lower_bound_s)}
+    bound = min(plan.lower_bound_s, space.lower_bound_s)
+    kind = f"min(pool relaxation {plan.lower_bound_s:.6g}, space " \
+           f"{space.lower_bound_extra.get('kind', 'bound')} {space.lower_bound_s:.6g}): " \
+           "bounds pool-model and space plans"
+    if space.weighted_jct_s < plan.weighted_jct_s - 1e-9:
+        space.extra.update({k: v for k, v in plan.extra.items()
+                            if k in ("bound", "alpha", "task_iterations")})
+        space.candidates = {**plan.candidates, space.policy: float(space.weighted_jct_s)}
+        plan = space
+        info["kept"] = "space plan"
+    else:
+        info["kept"] = "pool plan"
+    plan.lower_bound_s = bound
+    plan.lower_bound_extra = {**plan.lower_bound_extra, "kind": kind}
+    plan.extra["pool_vs_space"] = info
     return plan
 
 

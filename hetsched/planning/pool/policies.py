@@ -16,6 +16,8 @@ from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
 
 POOL_REGISTRY: dict[str, type[PoolPolicy]] = {}
+#: hare's ``space`` choices: how pool mode uses the best space plan
+SPACE_CHOICES = ("seed", "keep", "off")
 
 
 class PoolPolicy(BasePolicy):
@@ -48,16 +50,31 @@ class Hare(PoolPolicy):
     paper = "Hare, HPDC'22 §5.2"
     summary = "Relaxation order + Algorithm 1 list scheduling of tasks (relaxed scale-fixed sync)"
     param_docs = {"pick": "GPU rule: finish, available or best (both, keep the better)",
-                  "order": "round order: relaxation, smith or best",
-                  "bound": "relaxation: lp, fluid or auto (lp while it fits)"}
+                  "order": "round order: relaxation, priority, work, seeded or best",
+                  "bound": "relaxation: lp, fluid or auto (lp while it fits)",
+                  "space": "seed: also plan space mode and seed Hare's order with the best "
+                           "space plan (the plan stays a task plan); keep: also keep that "
+                           "space plan when time sharing does not beat it (pool <= space); "
+                           "off: the pool model alone, as the paper"}
 
-    def __init__(self, *, pick: str = "best", order: str = "best", bound: str = "auto") -> None:
+    def __init__(self, *, pick: str = "best", order: str = "best", bound: str = "auto",
+                 space: str = "seed") -> None:
         self.pick, self.order, self.bound = str(pick), str(order), str(bound)
+        if space not in SPACE_CHOICES:
+            raise ValueError(f"space must be one of {', '.join(SPACE_CHOICES)}, got {space!r}")
+        self.space = str(space)
+        #: extra seeds for the seeded orders (plan_pool adds the space plan's)
+        self.seeds: dict[str, TaskSchedule] = {}
 
     def schedule(self, pp: PoolProblem, rel: Any) -> TaskSchedule:
         from hetsched.planning.pool.hare import hare_from
 
-        return hare_from(pp, rel, self.pick, self.order).schedule
+        seeds = None
+        if self.seeds and self.order in ("best", "seeded"):
+            from hetsched.planning.pool.baselines import allox, srtf
+
+            seeds = {"allox": allox(pp), "srtf": srtf(pp), **self.seeds}
+        return hare_from(pp, rel, self.pick, self.order, seeds=seeds).schedule
 
 
 def _baseline(key: str, summary: str, paper: str) -> type[PoolPolicy]:

@@ -74,15 +74,19 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
              restart_cost_s: float = DEFAULT_RESTART_COST_S, reporter: BaseReporter | None = None,
              predicted: PlanningProblem | None = None,
-             deadline: float | None = None, stat_efficiency: bool = True) -> Plan:
+             work_limit: float | None = None, stat_efficiency: bool = True) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
 
     ``predicted`` (same jobs and cluster, other step times) is what the policy
     and the keep/fresh choice see, while time runs on ``problem`` (profile noise,
     ``hetsched simulate --noise``). A policy with ``next_wakeup(t)`` is also asked
     at the times it names; one with ``plan_extra()`` adds that to ``Plan.extra``.
-    ``deadline`` (a ``time.perf_counter()`` value): raise OverBudget at the first
-    event past it (auto's time budget). ``stat_efficiency=False`` counts an
+    ``work_limit`` (reference seconds of counted work, auto's budget): raise
+    OverBudget at the first event past it. Work is counted, never timed
+    (``policy.event_work`` per event plus what the policy adds to ``work_s``),
+    so the same input stops at the same event on a quiet and on a busy machine;
+    the plan carries the count (``plan.work``: counted seconds, active jobs per
+    event). ``stat_efficiency=False`` counts an
     elastic job's progress in plain samples (ONES's assumption) instead of
     efficient samples.
     """
@@ -127,18 +131,20 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         counts = {int(i): X[r] for r, i in enumerate(jobs)}
         return placer.place(counts, free_mask, cur, oblivious)
 
+    policy.work_s = 0.0
+    work, per_event = 0.0, []
     while not tl.finished:
         active = tl.arrive()
         if reporter is not None:
             reporter.event(policy.name, tl.t, len(active), int(tl.done.sum()), p.S)
-        if deadline is not None and time.perf_counter() > deadline:
-            spent = time.perf_counter() - started_clock
-            if spent < 0.05:
-                raise OverBudget("not started: the time budget (plan_budget_s) was spent "
-                                 "by the candidates before it")
-            raise OverBudget(f"stopped at the time budget (plan_budget_s) after {spent:,.1f} s, "
-                             f"{int(tl.done.sum())} of {p.S} jobs simulated")
+        if work_limit is not None and work + policy.work_s > work_limit:
+            raise OverBudget(f"stopped at its work limit {work_limit:,.2f} s (auto's budget "
+                             f"plan_budget_s, counted work, not timed) with "
+                             f"{int(tl.done.sum())} of {p.S} jobs simulated",
+                             work_s=work + policy.work_s)
         if active:
+            work += policy.event_work(p, len(active))
+            per_event.append(len(active))
             asked.clear()
             if decides and not keep_only:  # it chose GPUs and batches for every active job
                 new = ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
@@ -150,7 +156,9 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
                      groups if coloc else None, timer)
             decider.applied()
         tl.advance(getattr(policy, "next_wakeup", None), policy.name)
-    return _plan(p, policy, tl, static, restart_cost_s, started_clock)
+    plan = _plan(p, policy, tl, static, restart_cost_s, started_clock)
+    plan.work = (work + policy.work_s, per_event)  # type: ignore[attr-defined]
+    return plan
 
 
 def _colocation(p: PlanningProblem, ev: Evaluator, policy: Policy

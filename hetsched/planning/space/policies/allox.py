@@ -28,6 +28,7 @@ class AlloX(Policy):
     summary = "One GPU type per job, min-cost bipartite matching of jobs to GPU slots"
     shares = "equal"
     preemptive = False
+    EVENT_S, JOB_S = 3e-4, 3e-6
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem

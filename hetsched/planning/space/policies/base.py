@@ -53,8 +53,33 @@ class Policy(BasePolicy):
     #: worker placement: "pack" (few nodes, fastest-first) or "oblivious" (cluster order)
     placement: ClassVar[str] = "pack"
 
+    #: auto's work model (planning/select.py): reference seconds one reset event costs,
+    #: ``EVENT_S + JOB_S x active jobs`` (measured on the 2-core bench machine, quiet); a
+    #: policy whose inner search varies with the event adds its own count to ``work_s``
+    EVENT_S: ClassVar[float] = 2e-3
+    JOB_S: ClassVar[float] = 2e-5
+    #: counted work beyond the per-event model (reference seconds), added by the policy
+    work_s: float = 0.0
+
     def __init__(self) -> None:
         """Policies without parameters take none; others override with keyword-only ones."""
+
+    @classmethod
+    def event_work(cls, problem: PlanningProblem, n_active: int) -> float:
+        """Reference seconds one reset event with ``n_active`` active jobs is counted as."""
+        return cls.EVENT_S + cls.JOB_S * n_active
+
+    @classmethod
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
+        """Predicted counted work on ``problem`` given the active jobs at each event of a
+        plan already made (auto's first candidate's; ``horizon_s`` its makespan): never a
+        clock, so auto's choice of candidates is the same on a quiet and on a busy machine."""
+        c = cls.cost(problem)
+        if c is not None and not np.isfinite(c):
+            return float("inf")
+        n = np.asarray(active, dtype=float)
+        return float(len(n) * cls.EVENT_S + cls.JOB_S * n.sum())
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         """Return an int array (len(snap.jobs), T) of GPUs per type per job; zero rows wait."""

@@ -50,6 +50,18 @@ class Exhaustive(Policy):
         jobs = min(problem.S, problem.K)
         return 2 * problem.S * jobs * pairs * cls.SECONDS_PER_PAIR
 
+    @classmethod
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
+        """Every event's DP over the whole cluster's pairs, one pass per active job."""
+        c = cls.cost(problem)
+        if c is None or not np.isfinite(c):
+            return float("inf")
+        n = problem.n_type.astype(float)
+        pairs = float(np.prod((n + 1) * (n + 2) / 2))
+        k = np.minimum(np.asarray(active, dtype=float), problem.K)
+        return float(len(k) * cls.EVENT_S + k.sum() * (cls.JOB_S + pairs * cls.SECONDS_PER_PAIR))
+
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
@@ -73,6 +85,7 @@ class Exhaustive(Policy):
         else:
             s_idx, x_idx = _pairs(states, dims)
         d_idx = np.ravel_multi_index((states[s_idx] - states[x_idx]).T, dims)
+        self.work_s += len(rows) * len(s_idx) * self.SECONDS_PER_PAIR
         V = np.zeros(P)
         choice = []
         for r in rows:

@@ -58,6 +58,7 @@ class FIFO(Policy):
     summary = "Arrival order, requested GPU count of the fastest free type, waits for it"
     shares = "equal"
     preemptive = False
+    EVENT_S, JOB_S = 3e-4, 3e-6
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -78,6 +79,7 @@ class SRTF(Policy):
     paper = "Shortest remaining time first (Gavel's and Hare's baseline)"
     summary = "Shortest predicted remaining time first, requested GPU count, preemptive"
     shares = "equal"
+    EVENT_S, JOB_S = 8e-3, 2e-5
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem

@@ -82,6 +82,22 @@ def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
     return out
 
 
+#: reference seconds per job row matched or scored by a CategorySolver (auto's work count)
+ROW_S = 2e-5
+
+
+def _categories_at_most(gpus: int, jobs: int, cap: int) -> int:
+    """Compositions of ``gpus`` into ``jobs`` positive parts, saturating just above ``cap``."""
+    if jobs <= 0 or gpus < jobs:
+        return 0
+    c = 1
+    for k in range(1, jobs):  # C(gpus - 1, jobs - 1), stopped once it passes cap
+        c = c * (gpus - k) // k
+        if c > cap:
+            return cap + 1
+    return c
+
+
 class CategorySolver:
     """Evaluates categories (per-job GPU counts) for the admitted jobs of one snapshot."""
 
@@ -90,6 +106,8 @@ class CategorySolver:
         self.p, self.snap, self.rows, self.matching, self.trim = p, snap, rows, matching, trim
         self.refill = refill
         self.jobs = [int(snap.jobs[r]) for r in rows]
+        #: job rows matched or scored so far (auto's counted work, planning/select.py)
+        self.rows_done = 0
         free = snap.free
         usable = np.array([int((free * p.allowed[i]).sum()) for i in self.jobs])
         self.lo = np.array([int(p.lo[i]) for i in self.jobs])
@@ -137,6 +155,7 @@ class CategorySolver:
         """P3 for one category (see :func:`match_counts`), with the precomputed tables."""
         tab = self._rates(normalized)
         J = len(self.jobs)
+        self.rows_done += J
         V = tab[np.arange(J), np.minimum(sizes, tab.shape[1] - 1)]
         if int(sizes.sum()) > TRANSPORT_MIN_SLOTS:  # large: one warm LP per snapshot
             if normalized not in self._lp:
@@ -150,6 +169,7 @@ class CategorySolver:
         """Predicted weighted remaining time of each allocation (trimming A in place)."""
         p = self.p
         obj = np.zeros(len(A))
+        self.rows_done += len(A) * len(self.jobs)
         for j, i in enumerate(self.jobs):
             it = self._trim(j, A[:, j, :]) if self.trim else p.iter_time(i, A[:, j, :])
             obj += p.weight[i] * self.snap.remaining[self.rows[j]] * it
@@ -346,6 +366,18 @@ class HAS(Policy):
         self.trim = bool(trim)
         self.refill = bool(refill)
 
+    @classmethod
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
+        """Per event: every feasible category (at most ``exact_max``, else ``samples``)
+        matched twice and scored, plus the re-matching, each over the active jobs."""
+        out = 0.0
+        for n in active:
+            cats = _categories_at_most(int(problem.K), int(n), 20000)
+            cats = cats if cats <= 20000 else 64
+            out += cls.EVENT_S + cls.JOB_S * n + (4 * cats + 2 * 64) * n * ROW_S
+        return out
+
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         rows, mins = admit(problem, snap, smith_priority(problem, snap))
         if not rows:
@@ -369,6 +401,7 @@ class HAS(Policy):
         if not cats:
             cats = [solver.repair(tuple(int(v) for v in solver.lo))]
         A, obj = solver.solve(cats)
+        self.work_s += solver.rows_done * ROW_S
         best = int(np.argmin(obj))
         if np.isfinite(obj[best]):
             return solver.expand(A[best])

@@ -34,6 +34,7 @@ class Homo(Policy):
     summary = "Treats all GPUs as one average type; greedy sizes, cluster-order GPUs, equal shares"
     shares = "equal"
     preemptive = False
+    EVENT_S, JOB_S = 2e-4, 2e-6
     placement = "oblivious"
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:

@@ -18,7 +18,7 @@ from hetsched.core.plan import jain
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
 from hetsched.planning.space.policies.common import admit, smith_priority
-from hetsched.planning.space.policies.has import MATCHINGS, CategorySolver
+from hetsched.planning.space.policies.has import MATCHINGS, ROW_S, CategorySolver
 from hetsched.planning.space.policies.sampling import latency_order, sample_categories
 
 
@@ -53,6 +53,13 @@ class JPS(Policy):
         self.trim = bool(trim)
         self.refill = bool(refill)
 
+    @classmethod
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
+        """Per event: the default 40 samples matched twice and scored, plus the re-matching."""
+        n = np.asarray(active, dtype=float)
+        return float(len(n) * cls.EVENT_S + n.sum() * (cls.JOB_S + (4 * 40 + 2 * 64) * ROW_S))
+
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         rows, mins = admit(p, snap, smith_priority(p, snap))
@@ -66,6 +73,7 @@ class JPS(Policy):
         cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
             solver.total, S, self.alpha, self.samples, self.seed)))
         A, obj = solver.solve(cats)
+        self.work_s += solver.rows_done * ROW_S
         ok = np.isfinite(obj)
         if not ok.any():  # no sampled category can hold the batches: minimal sets
             return minimal

@@ -38,7 +38,10 @@ class Ones(Policy):
     summary = "Evolutionary search over GPUs and elastic batch sizes, SRUF selection"
     decides_batch = True
     uses_progress_history = True  # PlanningProblem.progress_history (the state store's)
-    auto = False  # it changes batch sizes: asked for by name, compared in bench_ones
+    auto = False  # not for fixed-batch jobs: it changes batch sizes
+    auto_elastic = True  # auto runs it when some job is elastic (planning/planner.py)
+    #: counted work per event (auto's budget): a population of candidates scored per event
+    EVENT_S, JOB_S = 4e-3, 4e-4
     param_docs = {
         "seed": "random seed (the same seed gives the same plan)",
         "population": "candidate schedules kept (0: one per GPU as the paper, at most 16)",
@@ -49,12 +52,15 @@ class Ones(Policy):
         "restart_s": "restart cost the score charges a moved job (-1: the evaluator's)",
         "efficiency": "score progress in efficient samples (gradient noise scale) if known",
         "grow_faster": "fill idle GPUs only with scale-ups that finish the job sooner",
+        "keep_fixed": "start from the best fixed-batch plan (auto over the fixed-batch "
+                      "policies) and keep it unless the search finds a better one "
+                      "(False: the paper's search alone)",
     }
 
     def __init__(self, *, seed: int = 0, population: int = 0, generations: int = 3,
                  mutation_rate: float = 0.2, samples: int = 8, tick_s: float = 120.0,
                  restart_s: float = -1.0, efficiency: bool = True,
-                 grow_faster: bool = True) -> None:
+                 grow_faster: bool = True, keep_fixed: bool = True) -> None:
         if population < 0 or generations < 1 or samples < 1 or tick_s <= 0:
             raise ValueError("population >= 0, generations >= 1, samples >= 1, tick_s > 0")
         if not 0 <= mutation_rate <= 1:
@@ -63,6 +69,7 @@ class Ones(Policy):
         self.mutation_rate, self.samples, self.tick_s = mutation_rate, samples, tick_s
         self.restart_s, self.efficiency = restart_s, bool(efficiency)
         self.grow_faster = bool(grow_faster)
+        self.keep_fixed = bool(keep_fixed)
         self._problem: PlanningProblem | None = None
 
     # -- state -------------------------------------------------------------
@@ -89,6 +96,15 @@ class Ones(Policy):
         # the progress predictor, fitted on completed jobs from the state store
         self.remaining = Remaining(p, fit_history(p.progress_history, self.seed))
         self.n_pop = self.population or min(16, max(4, self.m.K))
+
+    @classmethod
+    def predict_work(cls, problem: PlanningProblem, active: list[int],
+                     horizon_s: float = 0.0) -> float:
+        """As every policy, plus one decision per default ``tick_s`` (120 s) over the
+        horizon, with the mean number of active jobs."""
+        base = super().predict_work(problem, active, horizon_s)
+        mean = float(np.mean(active)) if len(active) else 0.0
+        return base + (horizon_s / 120.0) * (cls.EVENT_S + cls.JOB_S * mean)
 
     def batch_for(self, i: int) -> int:
         return self.batch[i]

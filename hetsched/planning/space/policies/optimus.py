@@ -28,6 +28,7 @@ class Optimus(Policy):
     paper = "Peng et al., EuroSys 2018; baseline of the HAS paper (Sec. VI)"
     summary = "Greedy marginal-gain worker allocation, equal batch shares"
     shares = "equal"
+    EVENT_S, JOB_S = 1.5e-3, 1e-5
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -47,3 +48,4 @@ class OptimusLB(Optimus):
     paper = "HAS paper (Zhou et al., TPDS 2024), Sec. VI: Optimus with load balancing"
     summary = "Optimus' greedy with heterogeneity-aware (water-filling) batch shares"
     shares = "balanced"
+    EVENT_S, JOB_S = 2e-3, 1.5e-5

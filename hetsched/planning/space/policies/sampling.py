@@ -150,9 +150,9 @@ def rear_ranks(n: int, alpha: float, samples: int, seed: int) -> list[int]:
     span = n - start
     if span <= samples:
         return list(range(start, n))
-    if span < NUMPY_SPAN_MAX:
-        rng = np.random.default_rng(seed)
-        return sorted(int(start + x) for x in rng.choice(span, samples, replace=False))
+    if span < NUMPY_SPAN_MAX:  # offsets from numpy, added to start as Python ints: start
+        rng = np.random.default_rng(seed)  # itself may be far beyond int64
+        return sorted(start + int(x) for x in rng.choice(span, samples, replace=False))
     # a span beyond any machine integer: Python's arbitrary-precision randrange;
     # with span > 2^62 >> samples a repeat is practically impossible, but is redrawn
     gen = random.Random(seed)
