@@ -12,6 +12,7 @@ from planner_helpers import make_cluster, make_job
 
 from hetsched.core.memory import UNMEASURED_FILL, fill_batch, no_group_reason
 from hetsched.core.problem import PlanningProblem
+from hetsched.core.report import RecordingReporter
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.planning.planner import plan_problem
 
@@ -49,8 +50,9 @@ def test_an_unmeasured_cap_does_not_block_a_pair_a_gpu_would_hold() -> None:
 
 
 def test_a_colocating_policy_says_why_it_formed_no_group() -> None:
-    notes: list[str] = []
-    plan = plan_problem(_problem(64), "naive-colocation", progress=notes.append)
+    rep = RecordingReporter()
+    plan = plan_problem(_problem(64), "naive-colocation", reporter=rep)
+    notes = [str(a[0]) for a in rep.hooks("note")]
     assert not any(s.group for jp in plan.jobs for s in jp.segments)
     assert plan.extra["no_group"].startswith("no pair of jobs fits")
     assert any("naive-colocation formed no co-location group: no pair" in n for n in notes)
