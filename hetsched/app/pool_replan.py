@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -221,4 +222,5 @@ def carry_checkpoints(checkpoint_dir: Path, old_id: str, new_id: str, jobs: list
             if s.exists():
                 tmp = dst / f".{job}{suffix}.tmp"
                 shutil.copyfile(s, tmp)
+                os.chmod(tmp, 0o600)  # the executors refuse a checkpoint others could write
                 tmp.replace(dst / f"{job}{suffix}")

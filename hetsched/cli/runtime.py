@@ -145,6 +145,8 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
     host memory, loaded layer by layer while the forward pass runs, kept on
     the GPU when the plan says they come back, zeroed before another job runs.
     If an executor dies, every executor exits with status 3 and one line.
+    Exit 2 for a bad plan or key file, 11 when the plan or key file is one
+    another user could have written.
     """
     from hetsched.runtime.executor.entry import run_local, run_rank, with_default_dirs
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hetsched.core.efficiency import GNSTracker, gns_from_norms
+from hetsched.io.files import atomic_write
 
 
 def request_path(checkpoint: str | Path) -> Path:
@@ -45,9 +45,8 @@ def write_request(path: str | Path, local_batches: list[int], seq: int | None = 
     if seq is None:
         old = read_request(p)
         seq = (old.seq if old else 0) + 1
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"seq": seq, "local_batches": [int(b) for b in local_batches]}))
-    os.replace(tmp, p)
+    text = json.dumps({"seq": seq, "local_batches": [int(b) for b in local_batches]})
+    atomic_write(p, text)  # 0600 in a 0700 folder, like the checkpoint beside it
     return seq
 
 

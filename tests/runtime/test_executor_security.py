@@ -145,6 +145,45 @@ def test_a_silent_connection_is_closed_by_the_handshake_timeout(coord: Any) -> N
     assert_still_serving(coord)
 
 
+def test_a_trickling_peer_cannot_stretch_the_handshake(coord: Any) -> None:
+    """One byte every half second: the handshake's 2 s is a deadline for all 64 bytes,
+    not for each byte, so the coordinator hangs up long before the proof could be
+    complete."""
+    import select
+
+    s = raw(coord)
+    assert s.recv(36, socket.MSG_WAITALL)[:4] == protocol.MAGIC
+    sent = 0
+    closed = False
+    while sent < 63 and not closed:
+        try:
+            s.send(b"x")
+        except OSError:
+            break
+        sent += 1
+        ready, _, _ = select.select([s], [], [], 0.5)
+        if ready:
+            try:
+                closed = s.recv(1) == b""
+            except ConnectionResetError:
+                closed = True
+    s.close()
+    assert sent < 20, sent
+    assert_still_serving(coord)
+
+
+def test_a_flood_of_silent_connections_does_not_lock_out_the_executors(coord: Any) -> None:
+    from hetsched.runtime.executor.coordinator import MAX_PENDING
+
+    flood = [raw(coord) for _ in range(MAX_PENDING + 16)]
+    try:
+        assert_still_serving(coord)  # it retries until the flood's handshakes time out
+    finally:
+        for f in flood:
+            f.close()
+    assert coord.refused >= 16
+
+
 def test_an_oversized_header_is_refused_before_it_is_read(coord: Any) -> None:
     """Even from a peer with the key: the length is bounded before anything is allocated,
     the pool job fails with one line, the process stays up."""

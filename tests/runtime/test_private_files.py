@@ -120,3 +120,20 @@ def test_a_bad_pool_checkpoint_is_one_line(tmp_path: Path) -> None:
     (ck / f"{job.name}.pt").chmod(0o666)
     with pytest.raises(UnsafeFileError, match="pool checkpoint"):
         JobServer(job, xp.plan_id, tmp_path / "ck", 0)
+
+
+def test_checkpoints_carried_to_a_replanned_plan_stay_private(tmp_path: Path,
+                                                              loose_umask: None) -> None:
+    from hetsched.app.pool_replan import carry_checkpoints
+    from hetsched.runtime.elastic import write_request
+
+    old = tmp_path / "ck" / "old"
+    atomic_write(old / "a.pt", "x")
+    atomic_write(old / "a.json", "{}")
+    carry_checkpoints(tmp_path / "ck", "old", "new", ["a"])
+    assert mode(tmp_path / "ck" / "new") == 0o700
+    assert mode(tmp_path / "ck" / "new" / "a.pt") == mode(tmp_path / "ck" / "new" / "a.json") \
+        == 0o600
+    check_private(tmp_path / "ck" / "new" / "a.pt", "pool checkpoint")  # the executor's check
+    write_request(tmp_path / "ck" / "job.pt.rescale.json", [2, 2])
+    assert mode(tmp_path / "ck" / "job.pt.rescale.json") == 0o600

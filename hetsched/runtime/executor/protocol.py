@@ -79,11 +79,22 @@ def _mac(key: bytes, side: bytes, a: bytes, b: bytes) -> bytes:
 _LEN = struct.Struct("!Q")
 
 
-def _exact(sock: socket.socket, n: int) -> bytes:
+def _until(sock: socket.socket, deadline: float | None) -> None:
+    """Before a receive: the time left to ``deadline`` as the socket's timeout (a peer
+    trickling one byte at a time cannot stretch a bounded step)."""
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        sock.settimeout(left)
+
+
+def _exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     buf = bytearray(n)
     mv = memoryview(buf)
     got = 0
     while got < n:
+        _until(sock, deadline)
         k = sock.recv_into(mv[got:])
         if k == 0:
             raise EOFError("connection closed")
@@ -96,6 +107,8 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        #: while set, every receive must finish by it (the handshake's join)
+        self.deadline: float | None = None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # a peer whose node vanished (no FIN ever comes) is noticed within ~1 minute
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -104,6 +117,7 @@ class Channel:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
 
     def settimeout(self, seconds: float | None) -> None:
+        self.deadline = None
         self.sock.settimeout(seconds)
 
     def close(self) -> None:
@@ -112,6 +126,7 @@ class Channel:
     def _read_into(self, mv: memoryview) -> None:
         got = 0
         while got < mv.nbytes:
+            _until(self.sock, self.deadline)
             n = self.sock.recv_into(mv[got:])
             if n == 0:
                 raise EOFError("connection closed")
@@ -221,7 +236,7 @@ def server_handshake(sock: socket.socket, key: bytes,
     ns = secrets.token_bytes(NONCE_BYTES)
     try:
         sock.sendall(MAGIC + ns)
-        got = _exact(sock, NONCE_BYTES + MAC_BYTES)
+        got = _exact(sock, NONCE_BYTES + MAC_BYTES, deadline)
         nc, mac = got[:NONCE_BYTES], got[NONCE_BYTES:]
         if not hmac.compare_digest(mac, _mac(key, b"C", ns, nc)):
             raise Refused("the peer does not know the pool job's key")
@@ -229,7 +244,7 @@ def server_handshake(sock: socket.socket, key: bytes,
     except (OSError, EOFError) as e:
         raise Refused(f"handshake not completed: {e or type(e).__name__}") from None
     ch = Channel(sock)
-    ch.settimeout(max(0.1, deadline - time.monotonic()))  # the join comes within it too
+    ch.deadline = deadline  # the join comes within it too
     return ch
 
 
