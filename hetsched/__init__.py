@@ -16,7 +16,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {"Cluster", "Job", "Plan", "ProfileRow", "ThroughputTable", "load_cluster",
+_API = {"Batch", "Cluster", "Job", "JobHandle", "Plan", "ProfileRow", "ThroughputTable",
+        "load_cluster",
         "load_jobs", "load_plan", "load_profiles", "plan", "save_plan", "submit"}
 _ERRORS = {"HetschedError", "InputError", "PlanningError"}
 

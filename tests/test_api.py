@@ -23,7 +23,7 @@ def test_docs_example_runs() -> None:
     assert lines[0].startswith("auto:") and "lower bound" in lines[0]
     assert len([x for x in lines if "JCT" in x and "start" in x]) == 6
     assert "6 sbatch scripts rendered" in r.stdout
-    assert lines[-1].startswith("refused: --policy: unknown policy 'no-such-policy'; valid: ")
+    assert lines[-1].startswith("refused: policy: unknown policy 'no-such-policy'; valid: ")
 
 
 def test_import_is_lazy() -> None:

@@ -44,7 +44,7 @@ def batch(n: int) -> PlanningProblem:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("n", "layout"), [(6, "per-gpu"), (60, "per-job"), (600, "per-job")])
+@pytest.mark.parametrize(("n", "layout"), [(6, "per-gpu"), (60, "per-job"), (600, "summary")])
 def test_gantt_is_readable_at_every_size(n: int, layout: str, artefacts: Path) -> None:
     plan = plan_problem(batch(n), "fifo")
     out = artefacts / f"gantt-{n}-jobs.png"
@@ -53,6 +53,14 @@ def test_gantt_is_readable_at_every_size(n: int, layout: str, artefacts: Path) -
     assert info["layout"] == layout
     # one row per job when there are many: every job is labelled
     assert info["rows"] == (n if layout == "per-job" else info["rows"])
+    if layout == "summary":  # one screen: a panel per GPU type and one of jobs over time
+        used = sorted({w.gpu_type for jp in plan.jobs for sg in jp.segments
+                       for w in sg.workers})
+        assert set(used) <= set(info["types"]) and info["rows"] == len(info["types"]) + 1
+        assert info["inches"][1] <= 11.0
+        jobs_png = artefacts / f"gantt-{n}-jobs-jobs.png"
+        assert info["jobs_file"] == str(jobs_png) and info["jobs_rows"] == n
+        assert jobs_png.read_bytes()[:8] == PNG
     size, unit = time_unit(plan.makespan_s)
     assert info["unit"] == unit and size > 1  # minutes or hours, not seconds
     ticks = [float(t.replace("\u2212", "-")) for t in info["xticks"] if t]
@@ -70,6 +78,9 @@ def test_bundled_example_draws_per_gpu_with_names(artefacts: Path, examples) -> 
                                         load_throughputs(examples["throughputs"])), "has")
     info = png_gantt(plan, artefacts / "gantt-example.png")
     assert info["layout"] == "per-gpu" and info["unit"] in ("min", "h")
+    # a name once per segment at most (not on every GPU row of it), where it fits
+    segments = sum(len(jp.segments) for jp in plan.jobs)
+    assert 0 < info["labels"] <= segments
 
 
 def test_predicted_vs_measured(artefacts: Path) -> None:
@@ -77,6 +88,11 @@ def test_predicted_vs_measured(artefacts: Path) -> None:
             {"job": "b", "predicted_iter_s": 0.30, "measured_iter_s": 0.45},
             {"job": "c", "predicted_iter_s": 0.05, "measured_iter_s": None}]
     info = png_predicted_vs_measured(rows, artefacts / "predicted-vs-measured.png")
-    assert info == {"points": 2, "within_10pct": 1}
+    assert info == {"points": 2, "within_10pct": 1, "labels": 2}
+    # points that sit on top of each other: one label, the others left out (and said)
+    close = [{"job": f"job-{k}", "predicted_iter_s": 0.10 + k * 1e-4,
+              "measured_iter_s": 0.11 + k * 1e-4} for k in range(5)]
+    info = png_predicted_vs_measured(close, artefacts / "pvm-close.png")
+    assert info["points"] == 5 and info["labels"] == 1
     empty = png_predicted_vs_measured([], artefacts / "pvm-empty.png")
     assert empty["points"] == 0 and (artefacts / "pvm-empty.png").read_bytes()[:8] == PNG

@@ -22,11 +22,25 @@ Why dependencies and not the alternatives (docs/slurm.md, "Plan order"):
 Dependencies need nothing running, start the next job within one scheduler
 pass of the previous one ending, and show in ``squeue`` (reason
 ``Dependency``) why a job waits.
+
+Why ``afterany`` and not ``afterok``: ``afterok`` is never satisfied when the
+predecessor fails, so the next job would wait for ever (reason
+``DependencyNeverSatisfied``), and on a site with ``kill_invalid_depend`` Slurm
+cancels it, which reads as a user's cancel. With ``afterany`` a failure frees
+the GPUs for the plan's next job on them, as a completion does, and the
+replan that follows the failure restores the order: after every replan each
+pending job waits for exactly what the new plan and the queue say
+(:func:`waits_for`): its plan predecessors, and any job that runs *now* on a
+GPU the plan gives it (the plan may not have expected that job there: a job
+the failure let start early, or one that outlived its prediction). So no
+pending job is left waiting on ``Resources`` behind a running job without a
+dependency on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hetsched.core.plan import Plan
 
@@ -72,3 +86,32 @@ def dependency_expr(preds: list[str], ids: Mapping[str, str]) -> str:
     """``afterany:ID:ID`` for the predecessors that have a Slurm id ('' when none)."""
     known = sorted({ids[p] for p in preds if ids.get(p)}, key=lambda i: (len(i), i))
     return "afterany:" + ":".join(known) if known else ""
+
+
+def waits_for(plan: Plan, running: Mapping[str, Sequence[Mapping[str, Any]]]
+              ) -> dict[str, list[str]]:
+    """What each job of ``plan`` must wait for now: its plan predecessors, plus the jobs
+    that run now (``running``: job -> its workers, ``{"node", "gpu"}``) on a GPU its first
+    segment takes. A running job never waits."""
+    held: dict[tuple[str, int], set[str]] = {}
+    for name, workers in running.items():
+        for rw in workers:
+            held.setdefault((str(rw.get("node")), int(rw.get("gpu", -1))), set()).add(name)
+    plan_preds = predecessors(plan)
+    out = {k: set(v) for k, v in plan_preds.items()}
+    for j in plan.jobs:
+        if not j.segments or j.name in running:
+            continue
+        for w in j.segments[0].workers:
+            out.setdefault(j.name, set()).update(held.get((w.node, w.gpu), set()) - {j.name})
+    # a predecessor that already runs no longer holds back what the plan put before it:
+    # wait for those too (the plan's order among the pending jobs stays)
+    for name, before in out.items():
+        todo = [p for p in before if p in running]
+        while todo:
+            for q in plan_preds.get(todo.pop(), []):
+                if q != name and q not in before:
+                    before.add(q)
+                    if q in running:
+                        todo.append(q)
+    return {k: sorted(v) for k, v in out.items() if v and k not in running}

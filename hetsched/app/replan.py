@@ -440,9 +440,11 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
             store.set_state(r.id, SUPERSEDED)
     client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
     result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
-    ids = {r.job: r.slurm_id for r in latest_rows(store).values() if r.slurm_id}
-    result.changes += update_dependencies(new_plan, result.kept + [j for j, _ in ip.updated],
-                                          ids, client)
+    latest = latest_rows(store).values()
+    ids = {r.job: r.slurm_id for r in latest if r.slurm_id}
+    result.changes += update_dependencies(  # every pending job: the new plan's order
+        new_plan, result.kept + [j for j, _ in ip.updated + result.submitted], ids, client,
+        {r.job: r.workers for r in latest})
 
 
 def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cycle: Any,

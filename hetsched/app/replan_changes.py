@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetsched.app.order import dependency_expr, predecessors
+from hetsched.app.order import dependency_expr, waits_for
 from hetsched.app.replan_inplace import component_order
 from hetsched.core.plan import Plan
 from hetsched.slurm.client import JobInfo, SlurmClient
@@ -184,11 +184,18 @@ def _dep_ids(info: JobInfo | None) -> set[str]:
 
 
 def update_dependencies(new_plan: Plan, kept: Sequence[str], ids: Mapping[str, str],
-                        client: SlurmClient) -> list[Change]:
-    """Rewrite, in place, the ``--dependency`` of kept pending jobs whose order changed."""
+                        client: SlurmClient,
+                        workers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+                        ) -> list[Change]:
+    """Rewrite, in place, the ``--dependency`` of pending jobs (``kept``: every pending job
+    of the new plan) whose order changed: the new plan's order, plus any job running now
+    on a GPU the plan gives it (``workers``: each job's recorded workers; app/order.py)."""
     infos = {j.leader: j for j in client.jobs() if not j.het_offset}
     active = {i for i, j in infos.items() if not j.finished}
-    preds = predecessors(new_plan)
+    run_ids = {i for i, j in infos.items() if j.state in ("RUNNING", "COMPLETING",
+                                                           "CONFIGURING")}
+    running = {n: w for n, w in (workers or {}).items() if ids.get(n) in run_ids}
+    preds = waits_for(new_plan, running)
     by_id = {v: k for k, v in ids.items()}
     out = []
     for name in kept:
@@ -196,7 +203,7 @@ def update_dependencies(new_plan: Plan, kept: Sequence[str], ids: Mapping[str, s
         info = infos.get(jid or "")
         if jid is None or info is None or info.state != "PENDING":
             continue
-        live = [p for p in preds.get(name, []) if ids.get(p) in active]
+        live = [p for p in preds.get(name, []) if ids.get(p) in active and ids.get(p) != jid]
         want = dependency_expr(live, ids)
         have = _dep_ids(info)
         if set(want.split(":")[1:]) == have:

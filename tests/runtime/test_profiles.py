@@ -136,7 +136,7 @@ def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
     for g, speed in (("fast", 2), ("slow", 1)):
         rows = {r.local_batch: r for r in res[g].rows if r.gpus == 1}
         # a CPU says nothing about GPU memory: no max_local_batch (the batch bound stays 16)
-        assert set(rows) == {4, 16} and rows[4].max_local_batch is None and res[g].cap == 16
+        assert set(rows) == {4, 16} and rows[4].max_local_batch is None and res[g].max_batch == 16
         assert rows[16].step_time_s == pytest.approx((0.01 + 0.032) / speed, rel=0.5)
         assert rows[4].sync_time_s is not None and rows[4].sync_time_s > 0
         # sync measured at 2 and 4 ranks: whole-iteration rows the model calibrates from
