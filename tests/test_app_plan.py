@@ -52,3 +52,18 @@ def test_replan_of_a_plan_without_settings_uses_the_config(monkeypatch) -> None:
     monkeypatch.setenv("HETSCHED_RESTART_COST", "3")
     s = how_planned(None, None)
     assert (s.mode, s.policy, s.restart_cost_s) == ("space", "auto", 3.0)
+
+
+def test_plan_budget_setting_reaches_auto(examples, tmp_path, monkeypatch) -> None:
+    """$HETSCHED_PLAN_BUDGET bounds `auto`: with no time at all, the first candidate runs
+    and every other is skipped for the budget (the plan says so)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("HETSCHED_SITE_CONFIG", str(tmp_path / "none.toml"))
+    res = CliRunner().invoke(main, ["plan", str(examples["jobs"]), "--cluster",
+                                    str(examples["cluster"]), "--throughputs",
+                                    str(examples["throughputs"]), "--format", "json"],
+                             env={"HETSCHED_PLAN_BUDGET": "0"})
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert len(d["candidates"]) == 1
+    assert d["skipped"] and all("plan_budget_s" in why for why in d["skipped"].values())

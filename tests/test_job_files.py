@@ -107,7 +107,7 @@ def test_replan_keeps_a_jobs_batch(tmp_path: Path) -> None:
 def test_replan_parses_each_stored_plan_once(tmp_path: Path, monkeypatch) -> None:
     """A pass reads a plan once however many of its jobs it looks at (a 600-job plan
     took 0.1 s a parse, once per job row)."""
-    import hetsched.app.replan as replan_mod
+    import hetsched.app.space_replan as replan_mod
 
     parsed: list[str] = []
     real = replan_mod.plan_from_dict

@@ -42,3 +42,26 @@ def test_an_upward_import_breaks_it(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "hetsched.runtime is not allowed to import hetsched.slurm" in r.stdout
     assert "hetsched.runtime.hetdp -> hetsched.slurm.client" in r.stdout
+
+
+def test_a_mode_importing_another_breaks_independence(tmp_path: Path) -> None:
+    """Sharing modes are adapters chosen in app/modes.py: space's submit importing pool's
+    breaks the independence contract."""
+    shutil.copytree(REPO / "hetsched", tmp_path / "hetsched", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    bad = tmp_path / "hetsched" / "app" / "space_submit.py"
+    bad.write_text(bad.read_text() + "\nimport hetsched.app.pool_submit  # noqa\n")
+    r = _lint(tmp_path)
+    assert r.returncode != 0
+    assert "BROKEN" in r.stdout and "hetsched.app.space_submit" in r.stdout
+
+
+def test_no_import_cycle_in_app() -> None:
+    """No two use-case modules import each other, directly or through others."""
+    grimp = pytest.importorskip("grimp")
+    g = grimp.build_graph("hetsched")
+    mods = sorted(m for m in g.modules if m.startswith("hetsched.app."))
+    cycles = [(a, b) for i, a in enumerate(mods) for b in mods[i + 1:]
+              if g.chain_exists(a, b) and g.chain_exists(b, a)]
+    assert cycles == []

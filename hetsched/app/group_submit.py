@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hetsched import config
 from hetsched.app.runnable import UnrunnableError
+from hetsched.app.submission import time_limit
 from hetsched.core.groups import GroupView, plan_groups
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
@@ -103,8 +104,6 @@ def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path:
                   log_dir: Path, partition: str | None, pin_nodes: bool,
                   sbatch: SbatchOptions) -> dict[str, tuple[int, Script]]:
     """Each group unit's script: the time limit from the group's span (``time_limit``)."""
-    from hetsched.app.submit import time_limit
-
     out: dict[str, tuple[int, Script]] = {}
     for name, u in units.items():
         view = u.group

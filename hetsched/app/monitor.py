@@ -160,7 +160,7 @@ class Monitor:
         Reads the ranks' report files from where the last cycle stopped: local
         files only, no Slurm command, so a cycle still runs one ``squeue``.
         """
-        from hetsched.app.submit import files_dir
+        from hetsched.app.submission import files_dir
         from hetsched.io.jobfiles import all_reports
         from hetsched.state.history import ingest_reports
 

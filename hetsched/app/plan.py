@@ -6,8 +6,10 @@ between them:
 
 * :func:`plan_settings` fills what the caller left out from the settings
   (``restart_cost_s``: ``--restart-cost``, else ``$HETSCHED_RESTART_COST`` / config,
-  else :data:`hetsched.config.DEFAULT_RESTART_COST_S`). The planner's own settings
-  (``plan_budget_s``, ``plan_workers``) are read in ``hetsched.planning``.
+  else :data:`hetsched.config.DEFAULT_RESTART_COST_S`). :func:`plan_jobs` passes the
+  time budget of ``auto`` (``plan_budget_s``); how many processes ``auto`` may use
+  (``plan_workers``) depends on the problem's size and is read where that is known
+  (``planning.select.default_workers``).
 * :func:`load_inputs` reads the cluster (a YAML, else the Slurm partition), the
   throughputs (a CSV, else the profile history) and the completed jobs' progress
   history (when the policy or a ``target_loss`` job needs it).
@@ -189,6 +191,7 @@ def plan_jobs(inputs: PlanInputs, settings: PlanSettings, *, skip_unplaceable: b
                           skip_unplaceable=skip_unplaceable, jobs_source=inputs.jobs_source,
                           warn=warn, reporter=reporter, progress_history=inputs.history,
                           epochs_done=epochs_done, prefer_gpus=prefer_gpus,
+                          budget_s=float(config.get("plan_budget_s")),
                           **settings.make_plan_kwargs())
 
 

@@ -1,6 +1,6 @@
 """``hetsched replan`` for a pool-mode plan: the rounds left, on the GPUs still up.
 
-``app.replan.replan`` hands over here when the active plan is a pool plan. A
+``app.replan.replan`` runs this pass when the active plan is a pool plan (app/modes.py). A
 pool plan runs as one hetjob; when it fails (an executor died: the step ends
 every executor, the job ends FAILED; a node died: NODE_FAIL) or cannot start
 (it waits for a node that went down), this:
@@ -39,7 +39,7 @@ from typing import Any
 
 from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
-from hetsched.app.replan import FAILED_STATES, ReplanResult, poll_reset_events
+from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, poll_reset_events
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hetsched.app.pool_submit import pool_dirs
-from hetsched.app.submit import files_dir
+from hetsched.app.submission import files_dir
 from hetsched.io.jobfiles import pool_sidecars
 from hetsched.io.pool_reports import JobProgress as ReportedJob
 from hetsched.io.pool_reports import PoolProgress as ReportedPool

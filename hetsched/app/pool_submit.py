@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
-from hetsched.app.submit import (
+from hetsched.app.submission import (
     SubmitError,
     SubmitResult,
-    _refuse_active_elsewhere,
     base_sbatch,
     check_plan,
     files_dir,
+    refuse_active_elsewhere,
     time_limit,
 )
 from hetsched.core.plan import Plan
@@ -190,7 +190,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                          partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
     jobs = [j for j in plan.jobs if j.segments]
     if not allow_active_elsewhere:
-        _refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})
+        refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})
     result = PoolSubmitResult(pid, plan_path, scripts={POOL_KEY: script})
     rows = {j.name: store.submission(pid, j.name, 0) for j in jobs}
     done = [r for r in rows.values() if r is not None and r.slurm_id and r.state != SUPERSEDED]

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.submit import base_sbatch, files_dir, time_limit
+from hetsched.app.submission import base_sbatch, files_dir, time_limit
 from hetsched.core.plan import JobPlan, Plan, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write

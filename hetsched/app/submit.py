@@ -1,186 +1,29 @@
-"""Submit a plan: each job's first segment becomes one heterogeneous Slurm job.
+"""Submit a plan, any mode: the plan's mode adapter does it (app/modes.py).
 
-Guarantees (see docs/slurm.md):
-
-* **All or nothing.** Every script is rendered before the first ``sbatch``;
-  if any ``sbatch`` fails, the jobs this call submitted are cancelled (and any
-  job carrying this call's tag that a lost reply left behind), their records
-  removed, and the error quotes Slurm's message.
-* **Idempotent.** A submission is keyed on (plan id, job, segment). The
-  intent is written to the store *before* ``sbatch`` and the id right after;
-  a re-run skips what has an id and, for an intent without one (a crash
-  between the two writes), first looks for the job in Slurm by its
-  ``--comment`` tag instead of submitting twice.
-* **In the plan's order.** Jobs are submitted by the start of their first
-  segment; a job that takes GPUs another job frees gets
-  ``--dependency=afterany:<that job>`` (app/order.py), so Slurm starts what
-  the plan starts, when the plan starts it.
-* **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
-  the sbatch in flight is recorded; then the jobs this call submitted are
-  cancelled and their records removed (exit 130 for SIGINT, 143 for SIGTERM):
-  all or nothing.
-* **Runnable.** A job with no command, no entrypoint and no built-in
-  workload (or a built-in with an absurd dataset) is refused before anything
-  is sent, naming each such job and why (``--skip-unplaceable``: the rest).
-* **Options.** Each job gets a time limit from its predicted duration (or
-  its ``slurm: time``), SIGUSR1 before it (``--signal``; the script
-  has the step checkpoint, then requeues), and the account/QoS/memory/constraint/extra
-  options of its spec, the jobs file, ``hetsched submit`` and the config.
-* Later segments are not submitted here: ``hetsched replan`` submits the next
-  segment when the current one ends, so Slurm always runs what the latest plan
-  says.
+Space mode: app/space_submit.py (each job's first segment one hetjob; module doc
+there lists the guarantees). Pool mode: app/pool_submit.py (one hetjob for the pool).
+What every mode shares: app/submission.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hetsched import config
-from hetsched.app.group_submit import Unit, render_groups, unit_order, unit_preds, units_of
-from hetsched.app.order import dependency_expr, plan_order, predecessors
-from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
+from hetsched.app.modes import mode_named
+from hetsched.app.submission import (  # noqa: F401 - the names callers use
+    SubmitError,
+    SubmitInterrupted,
+    SubmitResult,
+    base_sbatch,
+    check_plan,
+    files_dir,
+    time_limit,
+)
 from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
-from hetsched.core.spec import NAME_RE
-from hetsched.errors import HetschedError, InputError
-from hetsched.io.files import atomic_write, private_dir
-from hetsched.io.jobfiles import JobFiles, files_root, logs_dir, plan_copy
-from hetsched.io.layout import write_job_layout
-from hetsched.io.plan_json import dump_plan
-from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
-from hetsched.slurm.runner import CommandError
-from hetsched.slurm.templates import Script, render_hetjob
-from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
-
-#: hetsched's own states that mean "handed to Slurm and possibly still there"
-LIVE_STATES = ACTIVE_STATES | {SUBMITTING}
-
-
-class SubmitError(HetschedError):
-    """A submission failed; what this call had submitted was cancelled."""
-
-    exit_code = 3
-
-
-class SubmitInterrupted(HetschedError):
-    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled.
-    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
-
-    exit_code = 130
-
-    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + int(signum)
-
-
-@dataclass
-class SubmitResult:
-    plan_id: str
-    plan_path: Path | None
-    submitted: list[tuple[str, str]] = field(default_factory=list)  # (job, slurm id)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # already submitted
-    scripts: dict[str, Script] = field(default_factory=dict)  # job -> script
-    order: list[str] = field(default_factory=list)  # submit order (the plan's start order)
-    after: dict[str, list[str]] = field(default_factory=dict)  # job -> afterany jobs
-    unrunnable: list[tuple[str, str]] = field(default_factory=list)  # (job, why): not sent
-
-
-def files_dir(store: Store) -> Path:
-    """The files root beside the state file: every path of a job is under it
-    (io/jobfiles.py)."""
-    return files_root(store.path)
-
-
-def check_plan(plan: Plan, source: str = "plan") -> str:
-    """The plan's id, after the checks submission relies on beyond the file contract."""
-    pid = plan.plan_id or str(plan.to_dict()["plan_id"])
-    if not NAME_RE.match(pid):
-        raise InputError(source, f"plan_id {pid!r} is not valid", "plan_id")
-    return pid
-
-
-def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
-    """The options every job starts from: ``hetsched submit``'s over the config's."""
-    try:
-        site = SbatchOptions.parse(config.sbatch_defaults())
-    except SbatchOptionError as e:
-        raise InputError("config", str(e), f"sbatch_{e.key}") from None
-    return (cli or SbatchOptions()).over(site)
-
-
-def time_limit(duration_s: float) -> tuple[int, int]:
-    """(time limit in minutes, seconds of warning before it) for a predicted duration.
-
-    limit = duration x ``time_margin`` + ``time_pad_s`` (defaults 1.5 and 600 s),
-    rounded up to whole minutes; the warning (``signal_s``, default 300 s) is at
-    most half the limit so a short job is not signalled at its start.
-    """
-    limit_min = max(1, math.ceil((max(0.0, duration_s) * float(config.get("time_margin"))
-                                  + float(config.get("time_pad_s"))) / 60))
-    warn = int(min(float(config.get("signal_s")), limit_min * 30))
-    return limit_min, warn
-
-
-def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
-                partition: str | None, pin_nodes: bool = True,
-                only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
-                sbatch: SbatchOptions | None = None) -> dict[str, tuple[int, Script]]:
-    """Render every job's script (segment 0 unless ``segment_of`` says otherwise).
-
-    Each job's sbatch options are its spec's ``slurm:`` over ``sbatch`` (see
-    :func:`base_sbatch`); without a ``time`` the limit comes from the
-    segment's predicted duration (:func:`time_limit`).
-    """
-    out: dict[str, tuple[int, Script]] = {}
-    base = sbatch if sbatch is not None else base_sbatch()
-    for j in plan.jobs:
-        if only is not None and j.name not in only:
-            continue
-        seg = (segment_of or {}).get(j.name, 0)
-        if seg >= len(j.segments) or not j.segments[seg].workers:
-            continue  # nothing (left) to run for this job
-        own = j.spec.slurm if j.spec is not None and j.spec.slurm else SbatchOptions()
-        opts = own.over(base)
-        s = j.segments[seg]
-        limit, warn = time_limit(s.end_s - s.start_s)
-        if opts.time:
-            limit = time_minutes(opts.time)
-            warn = int(min(float(config.get("signal_s")), limit * 30))
-        out[j.name] = (seg, render_hetjob(
-            pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
-            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn))
-    return out
-
-
-def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
-                 partition: str | None, pin_nodes: bool = True, only: set[str] | None = None,
-                 segment_of: Mapping[str, int] | None = None,
-                 sbatch: SbatchOptions | None = None, source: str = "plan"
-                 ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
-    """Every unit's script: isolated jobs (``render_job_scripts``) and co-location groups, one
-    script per group (app/group_submit.py); and the units, and each job's unit."""
-    names = set()
-    for j in plan.jobs:
-        seg = (segment_of or {}).get(j.name, 0)
-        if (only is None or j.name in only) and seg < len(j.segments) \
-                and j.segments[seg].workers:
-            names.add(j.name)
-    units, unit_of = units_of(plan, pid, names, segment_of, source)
-    alone = {n for n, u in units.items() if u.group is None}
-    scripts = render_job_scripts(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
-                          pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
-                          sbatch=sbatch)
-    scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,
-                                 partition=partition, pin_nodes=pin_nodes,
-                                 sbatch=sbatch if sbatch is not None else base_sbatch()))
-    return scripts, units, unit_of
+from hetsched.core.sbatch import SbatchOptions
+from hetsched.slurm.client import SlurmClient
+from hetsched.state.store import Store
 
 
 def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
@@ -190,217 +33,18 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
            progress: Callable[[str], None] | None = None,
            sbatch: SbatchOptions | None = None, check_runnable: bool = True,
            skip_unrunnable: bool = False, files_base: Path | None = None) -> SubmitResult:
-    """Submit the first segment of each job of ``plan`` as a hetjob (see module doc).
+    """Submit ``plan`` as its mode does (app/modes.py).
 
     ``only`` restricts to some jobs (replan), ``segment_of`` picks another
-    segment per job. With ``dry_run`` nothing is written and Slurm is not
-    touched: the result carries the scripts (and the jobs that would fail), rendered
-    with the real paths of ``files_base`` (the state file's ``.files`` folder) so a
-    dry run fails where the submit would.
-    Jobs that would fail where they run (app/runnable.py) are refused, or
-    left out with ``skip_unrunnable``.
+    segment per job (space mode). With ``dry_run`` nothing is written and Slurm
+    is not touched: the result carries the scripts (and the jobs that would fail), rendered
+    with the real paths of ``files_base`` (the state file's ``.files`` folder) so a dry
+    run fails where the submit would.
+    Jobs that would fail where they run (app/runnable.py) are refused, or left
+    out with ``skip_unrunnable`` (space mode).
     """
-    if plan.mode == "pool":  # one hetjob for the whole pool: app/pool_submit.py
-        from hetsched.app.pool_submit import submit_pool
-
-        return submit_pool(plan, store, client, dry_run=dry_run, partition=partition,
-                           pin_nodes=pin_nodes, source=source,
-                           allow_active_elsewhere=allow_active_elsewhere, progress=progress,
-                           sbatch=sbatch, files_base=files_base)
-    pid = check_plan(plan, source)
-    preds = predecessors(plan)
-    bad = unrunnable(plan, only) if check_runnable else []
-    if bad and not dry_run and not skip_unrunnable:
-        raise UnrunnableError(source, f"{len(bad)} of {len(only or plan.jobs)} jobs would fail "
-                              f"where they run: {listing(bad)}; fix them, or pass "
-                              "--skip-unplaceable to submit the rest", "jobs")
-    if bad and not dry_run:
-        only = {j.name for j in plan.jobs if only is None or j.name in only} - {n for n, _ in bad}
-    if dry_run:
-        base = files_dir(store) if store is not None else (files_base or Path("hetsched-files"))
-        scripts, units, unit_of = render_units(
-            plan, pid, plan_path=plan_copy(base, pid), log_dir=logs_dir(base),
-            partition=partition, pin_nodes=pin_nodes, only=only, segment_of=segment_of,
-            sbatch=sbatch, source=source)
-        upreds = unit_preds(preds, units)
-        return SubmitResult(pid, None, scripts={k: v[1] for k, v in scripts.items()},
-                            order=unit_order(plan_order(plan, set(unit_of)), unit_of),
-                            after={k: v for k, v in upreds.items() if k in scripts},
-                            unrunnable=bad)
-    if store is None or client is None:
-        raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
-    base = files_dir(store)
-    plan_path, logs = plan_copy(base, pid), logs_dir(base)
-    # render everything first: a bad value fails before anything reaches Slurm
-    scripts, units, unit_of = render_units(
-        plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
-        pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
-    check_node_types(plan, client, set(unit_of), partition, pin_nodes)
-    if not allow_active_elsewhere:
-        _refuse_active_elsewhere(store, client, pid, set(unit_of))
-    private_dir(logs)
-    if not plan_path.exists():
-        atomic_write(plan_path, dump_plan(plan) + "\n")
-    store.add_plan(plan.to_dict(), source=source)
-    order = unit_order(plan_order(plan, set(unit_of)), unit_of)
-    upreds = unit_preds(preds, units)
-    result = SubmitResult(pid, plan_path, scripts={k: v[1] for k, v in scripts.items()},
-                          order=order, after={k: v for k, v in upreds.items() if k in scripts},
-                          unrunnable=bad)
-
-    _submit_in_order(plan, store, client, scripts, units, upreds, result, base, progress, pin_nodes)
-    if result.submitted:
-        store.add_event("submitted", detail=json.dumps(
-            {"plan_id": pid, "jobs": dict(result.submitted)}), handled=True)
-    return result
-
-
-def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
-                     scripts: Mapping[str, tuple[int, Script]], units: Mapping[str, Unit],
-                     preds: Mapping[str, list[str]], result: SubmitResult, base: Path,
-                     progress: Callable[[str], None] | None, pin_nodes: bool = True) -> None:
-    """The sbatch loop, unit by unit (a job, or a group's one job): in the plan's order,
-    with dependencies, all or nothing."""
-    pid, order = result.plan_id, result.order
-    # crash recovery: intents without an id may have reached Slurm
-    intents = {m: store.submission(pid, *m) for u in order for m in units[u].members}
-    orphans = [s for s in intents.values()
-               if s is not None and s.slurm_id is None and s.state == SUBMITTING]
-    found = _find_tagged(client, pid) if orphans else {}
-    # the ids the plan's order refers to: queued jobs of any plan, then this call's
-    ids = {s.job: s.slurm_id for s in store.submissions()
-           if s.slurm_id and s.state in LIVE_STATES}
-
-    mine: list[tuple[int, str, str]] = []  # (submission row, job, slurm id) of this call
-    with deferred_signals() as caught:
-        for i, name in enumerate(order):
-            seg, script = scripts[name]
-            unit = units[name]
-            prev = [intents[m] for m in unit.members]
-            if all(p is not None and p.slurm_id and p.state != SUPERSEDED for p in prev):
-                for (job, _), p in zip(unit.members, prev, strict=True):
-                    assert p is not None and p.slurm_id
-                    result.skipped.append((job, p.slurm_id))
-                    ids[job] = p.slurm_id
-                continue
-            if unit.comment in found and any(p in orphans for p in prev):
-                for (job, _), p in zip(unit.members, prev, strict=True):
-                    if p is not None:
-                        store.set_submitted(p.id, found[unit.comment])
-                    result.skipped.append((job, found[unit.comment]))
-                    ids[job] = found[unit.comment]
-                continue
-            files = JobFiles(base, pid, name, seg)
-            path = files.script
-            atomic_write(path, script.text)
-            write_job_layout(files, plan, pin_nodes, alone=unit.group is None)
-            with store.tx():  # every member's intent, or none
-                subs = [store.begin_submission(
-                    pid, job, k, script.sha256, str(path),
-                    [w.to_dict() for w in plan.job(job).segments[k].workers])
-                    for job, k in unit.members]
-            dep = dependency_expr(preds.get(name, []), ids)
-            try:
-                jid = client.submit(path, extra_args=[f"--dependency={dep}"] if dep else ())
-            except CommandError as e:
-                _rollback(store, client, pid, mine, [s.id for s in subs], name)
-                done = ", ".join(j for _, j, _ in mine)
-                raise SubmitError(
-                    f"sbatch failed for {'group' if unit.group else 'job'} {name!r} ({i + 1} "
-                    f"of {len(order)}): {e}; "
-                    + (f"cancelled what this run had submitted ({done}); " if mine else "")
-                    + "nothing from this run remains queued") from None
-            for sub in subs:
-                store.set_submitted(sub.id, jid)
-                ids[sub.job] = jid
-                mine.append((sub.id, sub.job, jid))
-                result.submitted.append((sub.job, jid))
-            if progress:
-                what = (f"group {unit.group.group} ({', '.join(unit.group.jobs)})"
-                        if unit.group else name)
-                progress(f"submitted {what} as Slurm job {jid}" + (f" ({dep})" if dep else ""))
-            if caught:
-                _rollback(store, client, pid, mine, [], None)
-                raise SubmitInterrupted(
-                    f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
-                    f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
-                    "nothing from this run remains queued", caught[0])
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[list[int]]:
-    """Hold SIGINT/SIGTERM until the sbatch in flight is recorded (main thread only).
-
-    The yielded list receives the signals caught; the submit loop checks it
-    after each job and rolls the batch back, so an interrupt never leaves a
-    partial batch. Outside the main thread (where Python cannot install
-    handlers) signals are left alone.
-    """
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    old = {s: signal.getsignal(s) for s in sigs}
-    for s in sigs:
-        signal.signal(s, lambda num, _frame: caught.append(num))
-    try:
-        yield caught
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _refuse_active_elsewhere(store: Store, client: SlurmClient, pid: str,
-                             names: set[str]) -> None:
-    """A job queued under another plan must be changed by replan, not submitted twice.
-
-    The store may be stale (no poll since the job ended), so candidates are
-    checked against one squeue before refusing.
-    """
-    cands = [s for s in store.submissions()
-             if s.plan_id != pid and s.job in names and s.state in LIVE_STATES]
-    if not cands:
-        return
-    live = {j.leader for j in client.jobs() if not j.finished}
-    for sub in cands:
-        if sub.slurm_id in live or (sub.slurm_id is None and sub.state == SUBMITTING):
-            raise InputError(
-                "plan", f"job {sub.job!r} is already queued under plan {sub.plan_id} "
-                f"(Slurm job {sub.slurm_id}); use `hetsched replan` to change it",
-                f"job {sub.job!r}")
-
-
-def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:
-    """Slurm jobs (active) whose comment tags them as this plan's: tag -> leader id."""
-    out: dict[str, str] = {}
-    for j in client.jobs():
-        if j.comment.startswith(f"hetsched:{pid}:") and not j.finished:
-            out.setdefault(j.comment, j.leader)
-    return out
-
-
-def _rollback(store: Store, client: SlurmClient, pid: str,
-              mine: list[tuple[int, str, str]], failed_rows: list[int],
-              failed_job: str | None) -> None:
-    """Cancel this call's jobs (and any tagged job a lost reply left), drop their rows."""
-    ids = {jid for _, _, jid in mine}
-    jobs = {n for _, n, _ in mine} | ({failed_job} if failed_job else set())
-    try:
-        tagged = _find_tagged(client, pid)
-    except CommandError:
-        tagged = {}
-    for tag, jid in tagged.items():
-        # a failed sbatch whose reply was lost may still have created a job
-        if tag.split(":")[2:3] and tag.split(":")[2] in jobs:
-            ids.add(jid)
-    if ids:
-        client.cancel(sorted(ids))
-    with store.tx():
-        for row, _, _ in mine:
-            store.delete_submission(row)
-        for row in failed_rows:
-            store.delete_submission(row)
-    store.add_event("submit-rollback", detail=json.dumps({"plan_id": pid,
-                                                          "cancelled": sorted(ids)}),
-                    handled=True)
+    return mode_named(plan.mode).submit(
+        plan, store, client, dry_run=dry_run, partition=partition, pin_nodes=pin_nodes,
+        only=only, segment_of=segment_of, source=source,
+        allow_active_elsewhere=allow_active_elsewhere, progress=progress, sbatch=sbatch,
+        check_runnable=check_runnable, skip_unrunnable=skip_unrunnable, files_base=files_base)

@@ -249,9 +249,9 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
         client = _client()
         c0 = client.runner.total()
         jobs = batch_status(st, client, all_batches=all_batches)
-        from hetsched.app.pool_status import active_pool_progress
+        from hetsched.app.modes import active_mode
 
-        pool = active_pool_progress(st)  # a pool plan: per job rounds, tasks, JCTs
+        pool = active_mode(st).progress(st)  # a pool plan: per job rounds, tasks, JCTs
         if png_out:
             from dataclasses import asdict
 

@@ -29,7 +29,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               reporter: BaseReporter | None = None,
               progress_history: tuple[Any, Any] | None = None,
               epochs_done: dict[str, float] | None = None,
-              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None) -> Plan:
+              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None,
+              budget_s: float | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
     ``mode='pool'`` plans task-level sharing of the whole pool instead
@@ -43,7 +44,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     each ``JobPlan.epochs_done``), and the plan records it (``length_prediction``).
     ``prefer_gpus`` (replan: job -> the (node, GPU index) it holds or waits for in
     Slurm) makes space mode keep those GPUs for a job given the same per-type counts
-    (planning/space/placer.py).
+    (planning/space/placer.py). ``budget_s``: seconds space mode's ``auto`` may spend
+    (default: setting ``plan_budget_s``; app/plan.py passes it).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """
@@ -63,11 +65,11 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
                          reporter=rep, restart_cost_s=restart_cost_s)
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
-                            restart_cost_s=restart_cost_s, reporter=rep)
+                            restart_cost_s=restart_cost_s, reporter=rep, budget_s=budget_s)
     elif mode == "auto":  # space or pool, whichever predicts less weighted JCT
         plan = _plan_either(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, task_iterations=task_iterations,
-                            reporter=rep)
+                            reporter=rep, budget_s=budget_s)
     else:
         raise PlanningError(f"unknown mode {mode!r}; expected space, pool or auto")
     plan.settings = settings
@@ -81,7 +83,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
 
 def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] | None, *,
                  static: bool, restart_cost_s: float, task_iterations: int | None,
-                 reporter: BaseReporter) -> Plan:
+                 reporter: BaseReporter, budget_s: float | None = None) -> Plan:
     """``--mode auto``: plan both modes (``policy`` where it exists, else auto) and keep the better.
 
     The plan says what each mode predicted (``mode_candidates``) and why a mode
@@ -98,7 +100,7 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
             if m == "space":
                 plans[m] = plan_problem(problem, pol, params if pol == policy else None,
                                         static=static, restart_cost_s=restart_cost_s,
-                                        reporter=reporter)
+                                        reporter=reporter, budget_s=budget_s)
             elif static:
                 skipped[m] = "--static applies to space mode"
             else:

@@ -145,7 +145,7 @@ def test_write_request_is_atomic_and_numbered(tmp_path: Path) -> None:
 
 def test_replan_writes_a_rescale_request_when_gpus_stay(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from hetsched.app.replan import _rescale_in_place
+    from hetsched.app.space_replan import _rescale_in_place
 
     ckpt = tmp_path / "b1" / "r18.pt"  # the running job's checkpoint (io/jobfiles.py)
     old = [{"node": "n0", "gpu_type": "v100", "gpu": 0, "local_batch": 64},

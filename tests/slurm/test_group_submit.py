@@ -17,7 +17,7 @@ import pytest
 from group_helpers import group_job, group_plan
 
 from hetsched.app.cancel import cancel_jobs
-from hetsched.app.replan_changes import decide
+from hetsched.app.replan_changes import decide_changes
 from hetsched.app.submit import submit
 from hetsched.core.plan import Plan
 from hetsched.errors import InputError
@@ -105,7 +105,7 @@ def test_replan_moves_a_group_whole(tmp_path: Path) -> None:
                   start_s=100.0),
         group_job("d", "mlp", (8,), dataset_size=64, slots=(("t4-1", "t4", 0),), group=None),
     ])
-    dec = decide(moved, rows, failed=frozenset(), running=frozenset({"RUNNING"}),
+    dec = decide_changes(moved, rows, failed=frozenset(), running=frozenset({"RUNNING"}),
                  keep_end_s={}, restart_cost_s=0.0)
     assert dec.to_submit == {"a", "b"}
     assert sorted(r.job for r in dec.to_cancel) == ["a", "b"]

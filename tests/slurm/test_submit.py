@@ -68,7 +68,7 @@ def test_crash_between_sbatch_and_record(testbed: Testbed, client: CliSlurmClien
     plan = contract_plan("crash1", {"c1": [[("t4-1", "t4", 4)]], "c2": [[("t4-1", "t4", 4)]]})
     with open_store(tmp_path / "state.db") as st:
         # what a crash leaves: the intent recorded and the job in Slurm, no id stored
-        from hetsched.app.submit import check_plan, render_job_scripts
+        from hetsched.app.space_submit import check_plan, render_job_scripts
         pid = check_plan(plan)
         st.add_plan(plan.to_dict())
         _, script = render_job_scripts(plan, pid, plan_path=tmp_path / "p.json", log_dir=tmp_path,

@@ -1,0 +1,404 @@
+"""Space mode's replan pass: bring Slurm in line with a fresh plan after reset events.
+
+(``hetsched replan`` itself, the lock and the log: app/replan.py; the pass a mode runs:
+app/modes.py.)
+
+Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
+
+* **Lock.** A lock file (filelock: ``flock``) serialises runs; a second run exits at once
+  with code 75 (or waits ``--wait`` seconds). The kernel drops the lock when a
+  run dies, so a crash never leaves it stuck.
+* **Idempotent and quiet.** It polls once (see monitor.py); without unhandled
+  reset events it does nothing and prints nothing. Events are marked handled
+  only after Slurm was brought in line, so a failed run is retried next time.
+* **What changes.** The work not yet done (pending jobs, the remainder of
+  running jobs estimated from their elapsed time, new jobs from the spool
+  directory) is planned again by ``hetsched.app.plan.plan_jobs`` on the
+  partition as Slurm reports it now. A pending job whose first-segment workers
+  change is resubmitted (the new hetjob first, then the old one cancelled); a
+  running job is left alone unless the new plan resizes it (a different GPU
+  count), in which case it is resubmitted in its new shape and resumes from
+  its checkpoint. A job that failed is resubmitted, at most ``max_failures``
+  times. Completed jobs are done; a job the user cancelled (``scancel`` or
+  ``hetsched cancel``) is final.
+
+Exit codes (also in docs/slurm.md): 0 ok (changed or not), 1 unexpected
+error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state
+file unusable (docs/reliability.md), 75 another replan holds the lock.
+
+Size: one use case whose steps (poll, work left, plan, decide, apply) read top to
+bottom here; the decision and the change table are already in replan_changes.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetsched import config
+from hetsched.app.plan import PlanInputs, how_planned, plan_jobs
+from hetsched.app.replan_changes import (
+    Decision,
+    after_in_place,
+    decide_changes,
+    update_dependencies,
+)
+from hetsched.app.replan_inplace import update_in_place
+from hetsched.app.replan_pass import (
+    FAILED_STATES,
+    RUNNING_STATES,
+    ReplanResult,
+    latest_rows,
+    poll_reset_events,
+)
+from hetsched.app.runnable import split_placeable
+from hetsched.app.space_submit import submit_space
+from hetsched.app.submission import files_dir
+from hetsched.core.plan import JobPlan, Plan
+from hetsched.core.spec import Job
+from hetsched.errors import InputError
+from hetsched.io.files import private_dir
+from hetsched.io.jobfiles import BATCHES_KEY, JobFiles, batch_of
+from hetsched.io.plan_json import plan_from_dict
+from hetsched.io.specs import load_jobs
+from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.inventory import load_inventory
+from hetsched.state.history import epochs_reported, progress_points
+from hetsched.state.store import (
+    CANCELLED,
+    GAVE_UP,
+    SUPERSEDED,
+    Store,
+    Submission,
+)
+
+_log = logging.getLogger("hetsched.replan")
+
+
+def _elastic_in_place(store: Store, new_plan: Plan, rows: dict[str, Submission], dec: Any,
+                      result: ReplanResult, log: Callable[[str], None], dry_run: bool) -> None:
+    """Running elastic jobs that keep their GPUs are rescaled in place, not restarted."""
+    for jp in new_plan.jobs:
+        cur = rows.get(jp.name)
+        if cur is not None and cur.state in RUNNING_STATES and jp.segments and jp.spec \
+                and jp.spec.elastic and _rescale_in_place(
+                    jp.name, [w.to_dict() for w in jp.segments[0].workers], cur.workers, log,
+                    dry_run, JobFiles.of(files_dir(store), new_plan, jp.name).checkpoint):
+            dec.to_submit.discard(jp.name)
+            dec.to_cancel[:] = [c for c in dec.to_cancel if c.job != jp.name]
+            result.kept += [] if jp.name in result.kept else [jp.name]
+
+
+def _rescale_in_place(name: str, new: list[dict[str, Any]], old: list[dict[str, Any]],
+                      log: Callable[[str], None], dry_run: bool, checkpoint: Path) -> bool:
+    """An elastic running job on the same GPUs switches shares at a step (runtime/elastic.py).
+
+    True when its GPUs stay (it is then kept, not restarted); the rescale
+    request is written when its batches differ.
+    """
+    from hetsched.core.plan import worker_groups
+    from hetsched.runtime.elastic import request_path, write_request
+
+    if sorted((w["node"], w["gpu_type"]) for w in new) != \
+            sorted((w["node"], w["gpu_type"]) for w in old):
+        return False
+    batches = [b for _, _, bs in worker_groups(new) for b in bs]
+    if batches != [b for _, _, bs in worker_groups(old) for b in bs] and not dry_run:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)  # before its first save
+        seq = write_request(request_path(checkpoint), batches)
+        log(f"job {name}: rescale in place to {batches} (request {seq})")
+    return True
+
+
+def held_gpus(rows: dict[str, Submission], names: set[str]) -> dict[str, list[tuple[str, int]]]:
+    """The placement hint for the planner: each queued job's GPUs in Slurm now.
+
+    Running jobs first, then pending ones in submission order (the placer's
+    priority when two hints overlap). With it a job the new plan gives the
+    same per-type counts keeps its nodes, so its Slurm job is left alone.
+    """
+    live = [r for n, r in rows.items() if n in names and r.slurm_id and r.workers
+            and (r.state in RUNNING_STATES or r.state == "PENDING")]
+    live.sort(key=lambda r: (r.state not in RUNNING_STATES, r.id))
+    return {r.job: [(str(w["node"]), int(w["gpu"])) for w in r.workers] for r in live}
+
+
+class StoredPlans:
+    """The store's plans, each read and parsed once per pass (typed; None if absent or no
+    longer valid): a pass asks for the same plan once per job row."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._plans: dict[str, Plan | None] = {}
+        self._jobs: dict[str, dict[str, JobPlan]] = {}
+
+    def get(self, plan_id: str | None) -> Plan | None:
+        if not plan_id:
+            return None
+        if plan_id not in self._plans:
+            plan = self._plans[plan_id] = _stored_plan(self.store, plan_id)
+            self._jobs[plan_id] = {j.name: j for j in plan.jobs} if plan is not None else {}
+        return self._plans[plan_id]
+
+    def job(self, plan_id: str | None, name: str) -> JobPlan | None:
+        """Job ``name`` of plan ``plan_id``, or None."""
+        return self._jobs.get(plan_id or "", {}).get(name) if self.get(plan_id) else None
+
+
+def _stored_plan(store: Store, plan_id: str | None) -> Plan | None:
+    """A plan from the store, typed; None if absent or no longer valid."""
+    raw = store.plan(plan_id) if plan_id else None
+    if raw is None:
+        return None
+    try:
+        return plan_from_dict(raw, f"stored plan {plan_id}")
+    except InputError:
+        return None
+
+
+def batches_of(plans: StoredPlans, rows: dict[str, Submission], names: list[str]
+               ) -> dict[str, str]:
+    """Each continuing job's batch (io/jobfiles.py), from the plan it was last submitted
+    with: a replanned job keeps its checkpoint and reports."""
+    out = {}
+    for name in names:
+        row = rows.get(name)
+        if row is not None:
+            plan = plans.get(row.plan_id)
+            out[name] = batch_of(plan if plan is not None else {"plan_id": row.plan_id}, name)
+    return out
+
+
+def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
+                 partition: str | None = None, spool: str | Path | None = None,
+                 force: bool = False, dry_run: bool = False, max_failures: int = 2,
+                 log: Callable[[str], None] = lambda _m: None,
+                 online: bool | None = None) -> ReplanResult:
+    """One space-mode replan pass (see module doc). The caller holds the lock.
+
+    ``online`` (default: setting ``replan_online``): started jobs keep their
+    decided GPU count and types (pinned in the new plan, never resized).
+    """
+    online = bool(config.get("replan_online")) if online is None else online
+    active = store.active_plan()
+    cycle, pending_events, reason = poll_reset_events(store, client, partition, spool, log)
+    if not pending_events and not force:
+        return ReplanResult("unchanged", "no reset events")
+    rows = latest_rows(store)
+    now = time.time()
+    result = ReplanResult("replanned", reason)
+    plans = StoredPlans(store)
+    jobs, keep_end_s, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
+                                               dry_run=dry_run, max_failures=max_failures,
+                                               log=log, online=online)
+    spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
+                            given_up=result.given_up, user_cancelled=result.user_cancelled,
+                            gave_up_now=result.gave_up_now)
+
+    old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
+    settings = how_planned(plans.get(old_id), policy)
+    cluster = load_inventory(client, partition).cluster
+    # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
+    # the rest is replanned: one such job must never wedge replanning
+    jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
+    if not jobs:
+        if not dry_run:
+            store.mark_handled([e["id"] for e in pending_events])
+        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
+        return result
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
+                         settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
+                         epochs_done=done_epochs)
+    new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
+    batches = batches_of(plans, rows, [j.name for j in new_plan.jobs])
+    if batches:
+        new_plan.extra[BATCHES_KEY] = batches
+    new_plan.plan_id = None  # a fresh content hash: unique per replan
+    new = new_plan.to_dict()
+    new_plan.plan_id = new["plan_id"]
+    result.new_plan_id = new["plan_id"]
+    result.plan = new
+
+    dec = decide_changes(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
+                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    result.kept = dec.kept
+    result.changes = dec.changes
+    _elastic_in_place(store, new_plan, rows, dec, result, log, dry_run)
+    to_submit, to_cancel = dec.to_submit, dec.to_cancel
+    if dry_run:
+        result.status = "dry-run"
+        result.submitted = [(n, "(dry-run)") for n in sorted(to_submit)]
+        result.cancelled = [(r.job, r.slurm_id or "?") for r in to_cancel]
+        result.updated = [(r.job, r.slurm_id or "?") for r in dec.to_update]
+        return result
+
+    _apply(store, client, new_plan, dec, result, partition, reason=reason, old_id=old_id)
+    store.mark_handled([e["id"] for e in pending_events])
+    _retire_spool(spool_files)
+    if not result.changed:
+        result.status = "unchanged"
+        result.reason = f"{reason}; plan unchanged for queued jobs"
+    return result
+
+
+def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: ReplanResult,
+           partition: str | None, *, reason: str, old_id: str | None) -> None:
+    """Bring Slurm in line with ``new_plan`` inside a recorded replan (failures recorded)."""
+    new_id = new_plan.plan_id
+    rid = store.begin_replan(reason, old_id)
+    try:
+        _bring_in_line(store, client, new_plan, dec, result, partition)
+    except BaseException as e:
+        store.finish_replan(rid, f"failed: {e}"[:500], new_id)
+        raise
+    store.finish_replan(rid, "ok", new_id, [i for _, i in result.cancelled],
+                        [i for _, i in result.submitted])
+
+
+def _retire_spool(spool_files: list[Path]) -> None:
+    """Move the jobs files taken from the spool to its done/ folder."""
+    for p in spool_files:
+        done_dir = p.parent / "done"
+        private_dir(done_dir)
+        with contextlib.suppress(OSError):
+            p.rename(done_dir / p.name)
+
+
+def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], known: set[str],
+                log: Callable[[str], None]) -> list[Path]:
+    """Append the new jobs of spooled jobs files to ``jobs``; the files taken."""
+    spool_files: list[Path] = []
+    for e in pending_events:
+        if e["kind"] == "spool-new" and e["detail"]:
+            p = Path(e["detail"])
+            if not p.exists():
+                continue
+            for j in load_jobs(p):
+                if j.name in known:
+                    log(f"spool {p}: job {j.name!r} already known; ignored")
+                    continue
+                jobs.append(dataclasses.replace(j, arrival_s=0.0))
+                known.add(j.name)
+            spool_files.append(p)
+    return spool_files
+
+
+def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,
+                   result: ReplanResult, *, dry_run: bool,
+                   log: Callable[[str], None]) -> list[Job]:
+    """The jobs that can be placed now; the others wait (recorded, said): never a wedge."""
+    jobs, waiting = split_placeable(jobs, cluster, table)
+    for job, why in waiting:
+        log(f"job {job.name}: waits, cannot be placed now: {why}")
+        result.waiting.append((job.name, why))
+        if not dry_run:
+            store.add_event("job-waiting", job=job.name, detail=why, handled=True)
+    return jobs
+
+
+def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decision,
+                   result: ReplanResult, partition: str | None) -> None:
+    """Update in place, submit, cancel what ``dec`` says (replan_changes.py).
+
+    In-place updates come first: one Slurm refuses is resubmitted in the same
+    pass, and the plan they point at is stored before any row names it.
+    """
+    store.add_plan(new_plan.to_dict(), source="replan")
+    ip = update_in_place(store, client, new_plan,
+                         [(r, new_plan.job(r.job)) for r in dec.to_update])
+    rows = {r.job: r for r in dec.to_update}
+    after_in_place(dec, rows, ip.started, ip.refused)
+    result.updated = ip.updated
+    if dec.to_submit:
+        # new hetjobs first: if this fails, the old ones are still queued
+        res = submit_space(new_plan, store, client, only=dec.to_submit, partition=partition,
+                     source="replan", allow_active_elsewhere=True, check_runnable=False)
+        result.submitted = res.submitted + res.skipped
+    else:
+        store.add_plan(new_plan.to_dict(), source="replan")
+    # marked before scancel, so no monitor reads hetsched's cancel as a user's
+    with store.tx():
+        for r in dec.to_cancel:
+            store.set_state(r.id, SUPERSEDED)
+    client.cancel([r.slurm_id for r in dec.to_cancel if r.slurm_id])
+    result.cancelled = [(r.job, r.slurm_id or "") for r in dec.to_cancel]
+    latest = latest_rows(store).values()
+    ids = {r.job: r.slurm_id for r in latest if r.slurm_id}
+    result.changes += update_dependencies(  # every pending job: the new plan's order
+        new_plan, result.kept + [j for j, _ in ip.updated + result.submitted], ids, client,
+        {r.job: r.workers for r in latest})
+
+
+def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cycle: Any,
+               result: ReplanResult,
+               *, now: float, dry_run: bool, max_failures: int,
+               log: Callable[[str], None], online: bool = False
+               ) -> tuple[list[Job], dict[str, float], dict[str, float]]:
+    """The jobs to plan again (the rest of running ones), per running job the
+    seconds left where it runs, and per ``target_loss`` job the epochs it has run in
+    all (its length is predicted again from there): its own epoch reports where the
+    store has them, else the epochs its plan says it ran before (``epochs_done``) plus
+    its planned epochs times the share of its planned time that has passed; done,
+    cancelled and given-up jobs go to ``result``."""
+    jobs: list[Job] = []
+    done_epochs: dict[str, float] = {}
+    measured = epochs_reported(store)  # the jobs' own epoch reports beat the estimate
+    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
+    for name, row in rows.items():
+        if row.state == "COMPLETED":
+            result.done.append(name)
+            continue
+        if row.state == CANCELLED:  # the user's cancel is final
+            result.user_cancelled.append(name)
+            continue
+        if row.state == GAVE_UP:
+            result.given_up.append(name)
+            continue
+        if row.state in FAILED_STATES:
+            fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
+            if fails > max_failures:
+                result.given_up.append(name)
+                why = (f"failed {fails} times ({row.state}), more than --max-failures "
+                       f"{max_failures}; not resubmitted")
+                log(f"job {name}: gave up: {why}")
+                result.gave_up_now.append(name)
+                if not dry_run:
+                    store.set_state(row.id, GAVE_UP)
+                    store.add_event("job-given-up", job=name, slurm_id=row.slurm_id,
+                                    detail=why, handled=True)
+                continue
+        plan = plans.get(row.plan_id)
+        jp = plans.job(row.plan_id, name)
+        if jp is None or jp.spec is None or (plan is not None and plan.mode == "pool"):
+            log(f"job {name}: no usable spec in plan {row.plan_id} (or a pool plan's job: "
+                "replanned with its pool plan); left as is")
+            continue
+        job = jp.spec
+        frac = 1.0
+        if row.state in RUNNING_STATES:
+            starts = [c.start_time for c in cycle.infos.get(name, []) if c.start_time]
+            planned = jp.end_s - jp.start_s
+            if starts and planned > 0:
+                frac = max(0.05, 1.0 - (now - min(starts)) / planned)
+            keep_end_s[name] = frac * planned  # where it runs now
+            if online and row.workers:  # online: a started job's decision is stable
+                keep_end_s[name] = 0.0  # moving it never "pays"
+                k = len(row.workers)
+                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
+                    sorted({str(w["gpu_type"]) for w in row.workers})))
+        if job.epochs_predicted:  # its length is predicted again from what it has run
+            ran = measured.get(name, jp.epochs_done + job.epochs * (1.0 - frac))
+            if ran > 0:
+                done_epochs[name] = ran
+        jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
+    return jobs, keep_end_s, done_epochs

@@ -1,0 +1,139 @@
+"""What submitting a plan means in every mode (app/modes.py): the result, the errors,
+the files root, the plan checks, the sbatch options and time limit every job gets, the
+refusal of a job queued under another plan, and interrupt-safe sbatch loops.
+
+The modes' own submission: app/space_submit.py (a hetjob per job or co-location
+group), app/pool_submit.py (one hetjob for the pool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsched import config
+from hetsched.core.plan import Plan
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
+from hetsched.core.spec import NAME_RE
+from hetsched.errors import HetschedError, InputError
+from hetsched.io.jobfiles import files_root
+from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
+from hetsched.slurm.templates import Script
+from hetsched.state.store import SUBMITTING, Store
+
+#: hetsched's own states that mean "handed to Slurm and possibly still there"
+LIVE_STATES = ACTIVE_STATES | {SUBMITTING}
+
+
+class SubmitError(HetschedError):
+    """A submission failed; what this call had submitted was cancelled."""
+
+    exit_code = 3
+
+
+class SubmitInterrupted(HetschedError):
+    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled.
+    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
+
+
+@dataclass
+class SubmitResult:
+    plan_id: str
+    plan_path: Path | None
+    submitted: list[tuple[str, str]] = field(default_factory=list)  # (job, slurm id)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # already submitted
+    scripts: dict[str, Script] = field(default_factory=dict)  # job -> script
+    order: list[str] = field(default_factory=list)  # submit order (the plan's start order)
+    after: dict[str, list[str]] = field(default_factory=dict)  # job -> afterany jobs
+    unrunnable: list[tuple[str, str]] = field(default_factory=list)  # (job, why): not sent
+
+
+def files_dir(store: Store) -> Path:
+    """The files root beside the state file: every path of a job is under it
+    (io/jobfiles.py)."""
+    return files_root(store.path)
+
+
+def check_plan(plan: Plan, source: str = "plan") -> str:
+    """The plan's id, after the checks submission relies on beyond the file contract."""
+    pid = plan.plan_id or str(plan.to_dict()["plan_id"])
+    if not NAME_RE.match(pid):
+        raise InputError(source, f"plan_id {pid!r} is not valid", "plan_id")
+    return pid
+
+
+def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
+    """The options every job starts from: ``hetsched submit``'s over the config's."""
+    try:
+        site = SbatchOptions.parse(config.sbatch_defaults())
+    except SbatchOptionError as e:
+        raise InputError("config", str(e), f"sbatch_{e.key}") from None
+    return (cli or SbatchOptions()).over(site)
+
+
+def time_limit(duration_s: float) -> tuple[int, int]:
+    """(time limit in minutes, seconds of warning before it) for a predicted duration.
+
+    limit = duration x ``time_margin`` + ``time_pad_s`` (defaults 1.5 and 600 s),
+    rounded up to whole minutes; the warning (``signal_s``, default 300 s) is at
+    most half the limit so a short job is not signalled at its start.
+    """
+    limit_min = max(1, math.ceil((max(0.0, duration_s) * float(config.get("time_margin"))
+                                  + float(config.get("time_pad_s"))) / 60))
+    warn = int(min(float(config.get("signal_s")), limit_min * 30))
+    return limit_min, warn
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """Hold SIGINT/SIGTERM until the sbatch in flight is recorded (main thread only).
+
+    The yielded list receives the signals caught; the submit loop checks it
+    after each job and rolls the batch back, so an interrupt never leaves a
+    partial batch. Outside the main thread (where Python cannot install
+    handlers) signals are left alone.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda num, _frame: caught.append(num))
+    try:
+        yield caught
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def refuse_active_elsewhere(store: Store, client: SlurmClient, pid: str,
+                             names: set[str]) -> None:
+    """A job queued under another plan must be changed by replan, not submitted twice.
+
+    The store may be stale (no poll since the job ended), so candidates are
+    checked against one squeue before refusing.
+    """
+    cands = [s for s in store.submissions()
+             if s.plan_id != pid and s.job in names and s.state in LIVE_STATES]
+    if not cands:
+        return
+    live = {j.leader for j in client.jobs() if not j.finished}
+    for sub in cands:
+        if sub.slurm_id in live or (sub.slurm_id is None and sub.state == SUBMITTING):
+            raise InputError(
+                "plan", f"job {sub.job!r} is already queued under plan {sub.plan_id} "
+                f"(Slurm job {sub.slurm_id}); use `hetsched replan` to change it",
+                f"job {sub.job!r}")
