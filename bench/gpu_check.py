@@ -58,7 +58,7 @@ def probe_vs_run(dev: str) -> list[Row]:
                    ("transformer", 64)])
     rows = []
     for w, b in cases:
-        r = one(w, b, 100, 2, dev, 1)
+        r = one(w, b, 100, 3, dev, 1)
         rows.append((f"probe vs run: {w} b={b}",
                      f"probe {r['probe'] * 1e3:.3g} ms, run {r['run'] * 1e3:.3g} ms, "
                      f"ratio {r['ratio']:.3f}", "run/probe 0.90-1.10",
