@@ -214,6 +214,9 @@ def main() -> None:
         torch.cuda.set_device(0)
         name = torch.cuda.get_device_name(0)
     else:
+        # the probe, the runs and the executors size their threads by cpu_threads(),
+        # which honours it (two OpenMP threads on a shared two-core VM stall at barriers)
+        os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
         name = "CPU"
     t_start = time.perf_counter()
