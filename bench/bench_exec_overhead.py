@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    # the probe and the executors size their threads by cpu_threads(), which honours it
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
     import torch
 
     torch.set_num_threads(a.threads)

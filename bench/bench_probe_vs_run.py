@@ -12,8 +12,9 @@ once, ``OMP_NUM_THREADS`` threads) alternates ``repeats`` times between
   after the first ``WARMUP_STEPS`` steps, divided by the steps).
 
 The probe times as many steps as the run's steady state has (``steps`` minus
-the warm-up): with a few milliseconds per step, ten steps are within the
-reach of one scheduler hiccup of a shared machine. It prints the medians and
+the warm-up), at least ``--steps`` and enough for about one second (a quick
+5-step probe sizes it): with a few milliseconds per step, ten steps are within
+the reach of one scheduler hiccup of a shared machine. It prints the medians and
 run / probe (target: within 10 %, i.e. 0.9-1.1).
 Alternating in one process puts both under the same load of a shared machine.
 On a GPU (``--device cuda``) the same, with the data path of runtime/step.py.
@@ -21,7 +22,7 @@ On a GPU (``--device cuda``) the same, with the data path of runtime/step.py.
 Usage::
 
     python bench/bench_probe_vs_run.py [--device cpu|cuda] [--workloads mlp,cnn,transformer]
-        [--batches 16,64] [--steps 200] [--repeats 3] [--threads 1] [--json]
+        [--batches 16,64] [--steps 100] [--repeats 3] [--threads 1] [--json]
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ w, b, steps, repeats, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 
 dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
 if dev.type == "cuda":
     torch.cuda.set_device(dev)
+# at least ~1 s of steady state per measurement: a scheduler hiccup of a shared
+# machine is then a few per cent of it, not the whole measurement
+t = probe(w, "bench", [b], steps=5, device=device, sync=False).rows[0].step_time_s
+steps = int(min(4000, max(steps, 1.0 / max(t, 1e-6))))
 pr, rn, firsts = [], [], []
 with tempfile.TemporaryDirectory() as tmp:
     for k in range(repeats):
         # the same number of timed steps as the run's steady state
-        res = probe(w, "bench", [b], steps=steps - WARMUP_STEPS, device=device, sync=False)
+        res = probe(w, "bench", [b], steps=steps - WARMUP_STEPS, device=device, sync=False,
+                    dataset_size=b * steps)  # the run's data set: gathers read as much memory
         pr.append(res.rows[0].step_time_s)
         rep = f"{tmp}/r{k}.jsonl"
         cfg = TrainConfig(job="j", workload=w, dataset_size=b * steps, epochs=1,
@@ -60,7 +66,7 @@ with tempfile.TemporaryDirectory() as tmp:
         done = [json.loads(x) for x in open(rep) if '"done"' in x][-1]
         rn.append(done["steady_step_s"])
         firsts.append(done.get("start_to_first_step_s"))
-print(json.dumps({"probe": statistics.median(pr), "run": statistics.median(rn),
+print(json.dumps({"probe": statistics.median(pr), "run": statistics.median(rn), "steps": steps,
                   "probe_all": pr, "run_all": rn, "start_to_first_step_s": firsts[0]}))
 """
 
@@ -80,10 +86,10 @@ def one(workload: str, batch: int, steps: int, repeats: int, device: str, thread
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["workload     batch   probe step ms   run steady step ms   run/probe"]
+    lines = ["workload     batch   steps   probe step ms   run steady step ms   run/probe"]
     for r in rows:
-        lines.append(f"{r['workload']:<12} {r['batch']:>5}   {r['probe'] * 1e3:>13.3f}   "
-                     f"{r['run'] * 1e3:>18.3f}   {r['ratio']:>9.3f}")
+        lines.append(f"{r['workload']:<12} {r['batch']:>5}   {r['steps']:>5}   "
+                     f"{r['probe'] * 1e3:>13.3f}   {r['run'] * 1e3:>18.3f}   {r['ratio']:>9.3f}")
     return lines
 
 
@@ -92,7 +98,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--workloads", default="mlp,cnn,transformer")
     ap.add_argument("--batches", default="16,64")
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=100, help="at least this many steps")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")

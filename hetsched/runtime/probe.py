@@ -119,8 +119,10 @@ def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
 def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: str | None = None,
           warmup: int = WARMUP_STEPS, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
-          seed: int = 0, sync_gpus: Sequence[int] = (2, 4)) -> ProbeResult:
-    """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format."""
+          seed: int = 0, sync_gpus: Sequence[int] = (2, 4),
+          dataset_size: int | None = None) -> ProbeResult:
+    """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format.
+    ``dataset_size``: build the workload's data set at the job's size (default 256)."""
     t_start = time.perf_counter()
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     dev = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
@@ -131,7 +133,8 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     sweep = sorted({int(b) for b in batches if int(b) >= 1})
     if not sweep:
         raise ValueError("no local batch sizes to probe")
-    size = max(max(sweep), 256)
+    # the job's data set size when known (its gather reads from as much memory)
+    size = max(max(sweep), dataset_size or 256)
     wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
     wl.model.to(dev)
     feeder = Feeder(wl.dataset, dev)  # built once: the data set may move to the GPU
