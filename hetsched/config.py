@@ -70,7 +70,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("master_port", "HETSCHED_MASTER_PORT", "",
             "rendezvous port (default: derived from the job and step id)"),
     Setting("plan_budget_s", "HETSCHED_PLAN_BUDGET", 20.0,
-            "seconds auto may spend: a candidate predicted to need more is skipped", float),
+            "work auto may spend, in reference seconds of counted work (never a clock): "
+            "a candidate predicted to need more is skipped", float),
     Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0.0,
             "processes auto runs candidates in on large problems (0 = one per core)", float),
     Setting("replan_online", "HETSCHED_REPLAN_ONLINE", 0.0,

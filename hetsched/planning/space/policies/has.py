@@ -84,6 +84,17 @@ def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
 
 #: reference seconds per job row matched or scored by a CategorySolver (auto's work count)
 ROW_S = 2e-5
+#: reference seconds per transportation LP (P3 above TRANSPORT_MIN_SLOTS job slots)
+LP_S = 6e-3
+
+
+def predicted_search_s(gpus: int, jobs: float, categories: int) -> float:
+    """Predicted counted work of one event's CategorySolver: every category matched twice
+    (raw and normalised) and scored, plus the 64 re-matched; matchings on more than
+    TRANSPORT_MIN_SLOTS GPUs are transportation LPs."""
+    matches = 2 * categories + 64
+    rows = (2 * matches) * jobs
+    return rows * ROW_S + (matches * LP_S if gpus > TRANSPORT_MIN_SLOTS else 0.0)
 
 
 def _categories_at_most(gpus: int, jobs: int, cap: int) -> int:
@@ -106,8 +117,10 @@ class CategorySolver:
         self.p, self.snap, self.rows, self.matching, self.trim = p, snap, rows, matching, trim
         self.refill = refill
         self.jobs = [int(snap.jobs[r]) for r in rows]
-        #: job rows matched or scored so far (auto's counted work, planning/select.py)
+        #: job rows matched or scored so far, and transportation LPs solved (auto's counted
+        #: work, planning/select.py)
         self.rows_done = 0
+        self.lps_done = 0
         free = snap.free
         usable = np.array([int((free * p.allowed[i]).sum()) for i in self.jobs])
         self.lo = np.array([int(p.lo[i]) for i in self.jobs])
@@ -116,6 +129,10 @@ class CategorySolver:
         self._tab: dict[str, np.ndarray] = {}
         self._best_sub: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._lp: dict[bool, TransportLP] = {}
+
+    def work_s(self) -> float:
+        """What this solver counted, in reference seconds (auto's budget)."""
+        return self.rows_done * ROW_S + self.lps_done * LP_S
 
     def feasible(self, sizes: tuple[int, ...]) -> bool:
         s = np.asarray(sizes)
@@ -161,6 +178,7 @@ class CategorySolver:
             if normalized not in self._lp:
                 self._lp[normalized] = TransportLP(np.isfinite(tab[:, 1, :]), self.snap.free)
             X = self._lp[normalized].solve(V, sizes)
+            self.lps_done += 1
         else:
             X = match_counts(V, sizes, self.snap.free)
         return X if X is not None else np.zeros((J, self.p.T), dtype=int)
@@ -375,7 +393,7 @@ class HAS(Policy):
         for n in active:
             cats = _categories_at_most(int(problem.K), int(n), 20000)
             cats = cats if cats <= 20000 else 64
-            out += cls.EVENT_S + cls.JOB_S * n + (4 * cats + 2 * 64) * n * ROW_S
+            out += cls.EVENT_S + cls.JOB_S * n + predicted_search_s(int(problem.K), n, cats)
         return out
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
@@ -401,7 +419,7 @@ class HAS(Policy):
         if not cats:
             cats = [solver.repair(tuple(int(v) for v in solver.lo))]
         A, obj = solver.solve(cats)
-        self.work_s += solver.rows_done * ROW_S
+        self.work_s += solver.work_s()
         best = int(np.argmin(obj))
         if np.isfinite(obj[best]):
             return solver.expand(A[best])

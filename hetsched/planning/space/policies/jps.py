@@ -18,7 +18,11 @@ from hetsched.core.plan import jain
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
 from hetsched.planning.space.policies.common import admit, smith_priority
-from hetsched.planning.space.policies.has import MATCHINGS, ROW_S, CategorySolver
+from hetsched.planning.space.policies.has import (
+    MATCHINGS,
+    CategorySolver,
+    predicted_search_s,
+)
 from hetsched.planning.space.policies.sampling import latency_order, sample_categories
 
 
@@ -57,8 +61,8 @@ class JPS(Policy):
     def predict_work(cls, problem: PlanningProblem, active: list[int],
                      horizon_s: float = 0.0) -> float:
         """Per event: the default 40 samples matched twice and scored, plus the re-matching."""
-        n = np.asarray(active, dtype=float)
-        return float(len(n) * cls.EVENT_S + n.sum() * (cls.JOB_S + (4 * 40 + 2 * 64) * ROW_S))
+        return float(sum(cls.EVENT_S + cls.JOB_S * n + predicted_search_s(int(problem.K), n, 40)
+                         for n in active))
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -73,7 +77,7 @@ class JPS(Policy):
         cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
             solver.total, S, self.alpha, self.samples, self.seed)))
         A, obj = solver.solve(cats)
-        self.work_s += solver.rows_done * ROW_S
+        self.work_s += solver.work_s()
         ok = np.isfinite(obj)
         if not ok.any():  # no sampled category can hold the batches: minimal sets
             return minimal
