@@ -136,7 +136,7 @@ def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
 
     monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "fast=2,slow=1")
     monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.05,0.01")
-    res = {g: probe("mlp", g, [4, 16], warmup=1, steps=2, device="cpu") for g in ("fast", "slow")}
+    res = {g: probe("mlp", g, [4, 16], warmup=2, steps=3, device="cpu") for g in ("fast", "slow")}
     for g, speed in (("fast", 2), ("slow", 1)):
         rows = {r.local_batch: r for r in res[g].rows if r.gpus == 1}
         # a CPU says nothing about GPU memory: no max_local_batch (the batch bound stays 16)
