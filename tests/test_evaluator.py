@@ -228,4 +228,10 @@ def test_lower_bound_fluid_part_counts_sharing() -> None:
     # each job needs 100 steps x 0.64 s = 64 s; one finishes at 64, the other at 128
     assert lower_bound(p) == pytest.approx(64.0 + 128.0)
     for name in POLICIES:
-        assert simulate(p, make_policy(name)).weighted_jct_s == pytest.approx(192.0)
+        got = simulate(p, make_policy(name)).weighted_jct_s
+        if name == "naive-colocation":
+            # the baseline time-slices both on the GPU whenever memory allows (both end
+            # at 128 s): worse, never better than the bound
+            assert got == pytest.approx(256.0)
+        else:
+            assert got == pytest.approx(192.0), name
