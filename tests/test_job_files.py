@@ -131,3 +131,22 @@ def test_replan_parses_each_stored_plan_once(tmp_path: Path, monkeypatch) -> Non
         monkeypatch.setattr(replan_mod, "plan_from_dict", counting)
         res = replan(st, slurm, table, policy="fifo", force=True)
     assert res.new_plan_id and len(parsed) == len(set(parsed)) == 1
+
+
+def test_replan_of_a_mode_auto_plan_stays_in_its_mode(tmp_path: Path) -> None:
+    """`--mode auto` picked space for this batch: replan plans it in space mode again (its
+    jobs are space-mode Slurm jobs), whatever auto would pick now."""
+    slurm = MemorySlurm(nodes_spec=(("v100-1", "v100", 4), ("v100-2", "v100", 4)))
+    table = ThroughputTable([ProfileRow("mlp", "v100", b, 0.01 + 0.001 * b)
+                             for b in (4, 8, 16)])
+    body = json.loads(_plan("auto1", 8000).to_json())
+    body["settings"] = {"mode": "auto", "policy": "jps", "params": {"samples": 5}}
+    with open_store(tmp_path / "s.db") as st:
+        submit(plan_from_dict(body, "test"), st, slurm)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        res = replan(st, slurm, table, force=True)
+        assert res.plan is not None and res.plan["mode"] == "space"
+        assert res.plan["settings"]["mode"] == "space"
+        assert (res.plan["settings"]["policy"], res.plan["settings"]["params"]) == (
+            "jps", {"samples": 5})

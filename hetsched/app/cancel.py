@@ -24,7 +24,7 @@ import getpass
 import json
 from dataclasses import dataclass, field
 
-from hetsched.app.replan import latest_rows
+from hetsched.app.replan_pass import latest_rows
 from hetsched.errors import InputError
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.runner import CommandError

@@ -1,5 +1,5 @@
-"""Sharing modes as adapters: what ``submit``, ``status`` and ``replan`` do for a plan of
-each mode, behind one interface, chosen in one place (:func:`mode_named`).
+"""Sharing modes as adapters: what ``submit``, ``status``, ``cancel`` and ``replan`` do for
+a plan of each mode, behind one interface, chosen in one place (:func:`mode_named`).
 
 * **space** (app/space_submit.py, app/space_replan.py): each job's segment is one
   hetjob; a co-location group's jobs are one job together (app/group_submit.py: a
@@ -19,16 +19,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from hetsched.app.cancel import CancelResult
 from hetsched.app.replan_pass import ReplanResult
 from hetsched.app.submission import SubmitResult
 from hetsched.core.plan import Plan
-from hetsched.errors import HetschedError
+from hetsched.errors import HetschedError, InputError
 from hetsched.slurm.client import SlurmClient
 from hetsched.state.store import Store
 
 
 class Mode(Protocol):
-    """What a sharing mode does for ``submit``, ``status`` and ``replan``."""
+    """What a sharing mode does for ``submit``, ``status``, ``cancel`` and ``replan``."""
 
     name: str
 
@@ -55,6 +56,11 @@ class Mode(Protocol):
         """What ``status`` shows beyond Slurm's view of each job (None: nothing)."""
         ...
 
+    def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
+               reason: str = "", user: str | None = None) -> CancelResult:
+        """A user's cancel of ``jobs`` (None: every active job), final and recorded."""
+        ...
+
 
 class SpaceMode:
     name = "space"
@@ -73,6 +79,14 @@ class SpaceMode:
 
     def progress(self, store: Store) -> Any | None:
         return None  # Slurm's view and the job reports say it all (app/status.py)
+
+    def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
+               reason: str = "", user: str | None = None) -> CancelResult:
+        """Each job is its own Slurm job, but a co-location group's are one (cancelled
+        together or not at all: app/cancel.py)."""
+        from hetsched.app.cancel import cancel_jobs
+
+        return cancel_jobs(store, client, jobs, reason=reason, user=user)
 
 
 class PoolMode:
@@ -103,6 +117,24 @@ class PoolMode:
         from hetsched.app.pool_status import active_pool_progress
 
         return active_pool_progress(store)
+
+    def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
+               reason: str = "", user: str | None = None) -> CancelResult:
+        """The pool's jobs run in one hetjob: cancelling some would end them all, so the
+        active plan's jobs are cancelled together (``--all``, or every one named)."""
+        from hetsched.app.cancel import CANCELLABLE, cancel_jobs
+        from hetsched.app.replan_pass import latest_rows
+
+        active = store.active_plan() or {}
+        pool = sorted(n for n, r in latest_rows(store).items()
+                      if r.plan_id == active.get("plan_id") and r.state in CANCELLABLE)
+        left = sorted(set(pool) - set(jobs)) if jobs is not None else []
+        if jobs is not None and set(jobs) & set(pool) and left:
+            raise InputError("hetsched cancel", "the pool plan's jobs run in one hetjob; "
+                             f"cancelling {', '.join(sorted(set(jobs) & set(pool)))} would "
+                             f"end {', '.join(left)} too: cancel them together "
+                             "(hetsched cancel --all)", "JOB")
+        return cancel_jobs(store, client, jobs, reason=reason, user=user)
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (SpaceMode(), PoolMode())}

@@ -65,7 +65,9 @@ def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:
     A plan made with ``--static --restart-cost 10 --policy jps --param
     samples=80`` (or ``--mode pool``) is replanned the same way. Plans from
     before settings were recorded fall back to their policy label and the
-    configured restart cost.
+    configured restart cost. A batch stays in the mode it runs in: a plan asked
+    for with ``--mode auto`` is replanned in the mode auto chose (its jobs are
+    that mode's Slurm jobs), with ``auto`` for a policy that mode does not have.
     """
     if old is not None and old.settings is not None:
         s = old.settings
@@ -75,6 +77,12 @@ def how_planned(old: Plan | None, policy: str | None) -> PlanSettings:
                           policy="auto" if label.startswith("auto") else label)
     if policy is not None and policy != s.policy:
         s = dataclasses.replace(s, policy=policy, params={})
+    if old is not None and s.mode != old.mode:
+        from hetsched.planning import registry
+
+        keep = s.policy == "auto" or s.policy in registry.policies(old.mode)
+        s = dataclasses.replace(s, mode=old.mode, policy=s.policy if keep else "auto",
+                                params=s.params if keep else {})
     return s
 
 

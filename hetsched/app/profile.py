@@ -24,7 +24,7 @@ from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, private_dir
-from hetsched.io.jobfiles import logs_dir
+from hetsched.io.jobfiles import logs_dir, probes_dir
 from hetsched.io.profiles import parse_csv, write_csv
 from hetsched.state.history import (
     BUILTIN_WORKLOADS,
@@ -135,7 +135,7 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     outs = []
     for sp in specs:
-        base = files / "probes" / f"{_safe(sp.workload)}-{_safe(sp.gpu_type)}-{stamp}"
+        base = probes_dir(files) / f"{_safe(sp.workload)}-{_safe(sp.gpu_type)}-{stamp}"
         extra = ["--warmup", str(warmup), "--steps", str(steps),
                  "--time-limit", f"{time_limit_s:g}"]
         if sp.entrypoint:

@@ -39,6 +39,8 @@ from hetsched.app.replan_pass import (  # noqa: F401 - the names callers use
 from hetsched.app.submission import files_dir
 from hetsched.errors import HetschedError
 from hetsched.io.files import private_dir
+from hetsched.io.jobfiles import replan_lock as replan_lock_path
+from hetsched.io.jobfiles import replan_log
 from hetsched.slurm.client import SlurmClient
 from hetsched.state.store import Store
 
@@ -82,11 +84,11 @@ def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
 
 
 def default_lock(store: Store) -> Path:
-    return files_dir(store) / "replan.lock"
+    return replan_lock_path(files_dir(store))
 
 
 def default_log(store: Store) -> Path:
-    return files_dir(store) / "replan.log"
+    return replan_log(files_dir(store))
 
 
 def file_logger(path: str | Path) -> Callable[[str], None]:

@@ -81,8 +81,8 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
     if group is not None:
         if checkpoint or report:
             raise InputError("hetsched run", "--checkpoint and --report name one job's "
-                             "files; a group's jobs use $HETSCHED_CHECKPOINT_DIR/JOB.pt and "
-                             "$HETSCHED_REPORT_DIR/JOB.jsonl")
+                             "files; a group's jobs use their own (CHECKPOINTS/BATCH/JOB.pt, "
+                             "REPORTS/BATCH/JOB.jsonl: see --checkpoint, --report)")
         from hetsched.runtime.job import run_group_job
 
         res = run_group_job(plan_path, group, local=local, overrides={

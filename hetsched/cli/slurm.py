@@ -340,12 +340,13 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
     input (unknown job), 3 scancel failed, 4 Slurm did not answer (nothing
     changed), 6-10 state file unusable (`hetsched --help` lists every code).
     """
-    from hetsched.app.cancel import cancel_jobs
+    from hetsched.app.modes import active_mode
 
     if bool(jobs) == all_jobs:
         raise InputError("hetsched cancel", "give job names or --all (not both)", "JOB")
     with _store(state_path) as st:
-        res = cancel_jobs(st, _client(), None if all_jobs else list(jobs), reason=reason)
+        res = active_mode(st).cancel(st, _client(), None if all_jobs else list(jobs),
+                                     reason=reason)
     for name, state in res.not_active:
         click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
     for name, jid in res.cancelled:

@@ -10,6 +10,8 @@ Beside the state file, in ``STATE.files/`` (the *files root*)::
     pool/PLAN.json                a pool plan's sidecar: its report and checkpoint folders
     checkpoints/BATCH/JOB.pt      a job's checkpoint ($HETSCHED_CHECKPOINT_DIR for checkpoints/)
     reports/BATCH/JOB.jsonl       a job's reports    ($HETSCHED_REPORT_DIR for reports/)
+    probes/                       ``hetsched profile``'s probe scripts and results
+    replan.lock, replan.log       ``hetsched replan``'s lock and log
 
 PLAN is the plan a submission belongs to, SEG its segment. BATCH is the id of
 the plan the job was first submitted with (:func:`batch_of`): a replan's plan
@@ -89,6 +91,18 @@ def pool_sidecar(root: Path, plan_id: str) -> Path:
 def pool_sidecars(root: Path) -> list[Path]:
     """Every pool plan's sidecar under ``root``, in name order."""
     return sorted((root / "pool").glob("*.json"))
+
+
+def probes_dir(root: Path) -> Path:
+    return root / "probes"
+
+
+def replan_lock(root: Path) -> Path:
+    return root / "replan.lock"
+
+
+def replan_log(root: Path) -> Path:
+    return root / "replan.log"
 
 
 def logs_dir(root: Path) -> Path:
