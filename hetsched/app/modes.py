@@ -23,7 +23,7 @@ from hetsched.app.cancel import CancelResult
 from hetsched.app.replan_pass import ReplanResult
 from hetsched.app.submission import SubmitResult
 from hetsched.core.plan import Plan
-from hetsched.errors import HetschedError, InputError
+from hetsched.errors import HetschedError
 from hetsched.slurm.client import SlurmClient
 from hetsched.state.store import Store
 
@@ -120,20 +120,11 @@ class PoolMode:
 
     def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
                reason: str = "", user: str | None = None) -> CancelResult:
-        """The pool's jobs run in one hetjob: cancelling some would end them all, so the
-        active plan's jobs are cancelled together (``--all``, or every one named)."""
-        from hetsched.app.cancel import CANCELLABLE, cancel_jobs
-        from hetsched.app.replan_pass import latest_rows
+        """The pool's jobs run in one hetjob: one job is dropped (marked cancelled; the
+        pool's Slurm job goes on and the next replan restarts the pool without it), and
+        the Slurm job is cancelled once every live job of the pool is (app/cancel.py)."""
+        from hetsched.app.cancel import cancel_jobs
 
-        active = store.active_plan() or {}
-        pool = sorted(n for n, r in latest_rows(store).items()
-                      if r.plan_id == active.get("plan_id") and r.state in CANCELLABLE)
-        left = sorted(set(pool) - set(jobs)) if jobs is not None else []
-        if jobs is not None and set(jobs) & set(pool) and left:
-            raise InputError("hetsched cancel", "the pool plan's jobs run in one hetjob; "
-                             f"cancelling {', '.join(sorted(set(jobs) & set(pool)))} would "
-                             f"end {', '.join(left)} too: cancel them together "
-                             "(hetsched cancel --all)", "JOB")
         return cancel_jobs(store, client, jobs, reason=reason, user=user)
 
 

@@ -10,7 +10,7 @@ from pool_slurm_helpers import pool_plan
 
 from hetsched.app.modes import active_mode, mode_named
 from hetsched.app.submit import submit
-from hetsched.errors import HetschedError, InputError
+from hetsched.errors import HetschedError
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import CANCELLED, open_store
 
@@ -25,7 +25,7 @@ def test_the_plans_mode_picks_the_adapter(tmp_path: Path) -> None:
         assert active_mode(st).name == "space"  # nothing submitted yet
 
 
-def test_pool_plan_is_submitted_whole_and_cancelled_whole(tmp_path: Path) -> None:
+def test_pool_plan_is_submitted_whole_and_its_jobs_dropped_one_by_one(tmp_path: Path) -> None:
     plan = pool_plan(NODES, prefix="m")
     names = sorted(j.name for j in plan.jobs)
     slurm = MemorySlurm(nodes_spec=NODES)
@@ -36,10 +36,9 @@ def test_pool_plan_is_submitted_whole_and_cancelled_whole(tmp_path: Path) -> Non
         assert len({jid for _, jid in res.submitted}) == 1  # one hetjob
         mode = active_mode(st)
         assert mode.name == "pool"
-        with pytest.raises(InputError, match="one hetjob"):
-            mode.cancel(st, slurm, [names[0]])  # would end the others too
-        assert slurm.count("scancel") == 0
-        done = mode.cancel(st, slurm, names, reason="test")
-        assert sorted(j for j, _ in done.cancelled) == names
+        one = mode.cancel(st, slurm, [names[0]], reason="test")  # dropped: the pool goes on
+        assert [j for j, _ in one.dropped] == [names[0]] and slurm.count("scancel") == 0
+        done = mode.cancel(st, slurm, names[1:], reason="test")  # the last live ones: all
+        assert sorted(j for j, _ in one.dropped + done.cancelled) == names
         assert {s.state for s in st.submissions()} == {CANCELLED}
         assert slurm.count("scancel") == 1
