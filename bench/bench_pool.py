@@ -146,8 +146,8 @@ def planning_time(n_jobs: int = 200, k: int = 160) -> dict[str, Any]:
         plan = plan_pool(p, pol)
         out[f"{pol}_s"] = round(time.perf_counter() - t0, 3)
         out[f"{pol}_json_mb"] = round(len(plan.to_json()) / 1e6, 2)
-        out[f"{pol}_tasks"] = plan.tasks["total_tasks"] if plan.tasks else 0
-        out[f"{pol}_stored_rows"] = plan.tasks["stored_rows"] if plan.tasks else 0
+        out[f"{pol}_tasks"] = (plan.tasks.total_tasks or 0) if plan.tasks else 0
+        out[f"{pol}_stored_rows"] = (plan.tasks.stored_rows or 0) if plan.tasks else 0
     return out
 
 

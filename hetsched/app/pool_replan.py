@@ -27,7 +27,6 @@ size); otherwise replan stops with one clear line.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -41,6 +40,7 @@ from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
 from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, poll_reset_events
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import PoolJobTasks
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
 from hetsched.io.files import private_dir
@@ -138,14 +138,14 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
                result: ReplanResult, log: Callable[[str], None]
                ) -> tuple[list[Job], dict[str, int]]:
     """The unfinished jobs with only their remaining iterations, and their completed rounds."""
-    meta = (old.tasks or {}).get("jobs", {})
+    meta = old.tasks.jobs if old.tasks is not None else {}
     done = completed_rounds(old, dirs.checkpoint_dir)
     pid = old.plan_id or ""
     finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
     jobs: list[Job] = []
     for jp in old.jobs:
-        m, k = meta.get(jp.name, {}), done.get(jp.name, 0)
-        if jp.name in finished or k >= int(m.get("rounds", 0)):
+        m, k = meta.get(jp.name), done.get(jp.name, 0)
+        if jp.name in finished or m is None or k >= m.rounds:
             result.done.append(jp.name)
         elif any(s.state == CANCELLED for s in store.submissions(pid, jp.name)):
             result.user_cancelled.append(jp.name)  # dropped by `hetsched cancel`: final
@@ -164,8 +164,8 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     """Plan the remaining work the old plan's way, its rounds numbered as before."""
     from hetsched.app.plan import PlanInputs, plan_jobs
 
-    meta = (old.tasks or {}).get("jobs", {})
-    sizes = {j.name: int(meta[j.name]["iterations_per_task"]) for j in jobs}
+    meta = old.tasks.jobs if old.tasks is not None else {}
+    sizes = {j.name: meta[j.name].iterations_per_task for j in jobs}
     if len(set(sizes.values())) != 1:
         raise PoolReplanError(
             f"pool replan: the jobs left have different task sizes "
@@ -184,11 +184,9 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     return new_plan
 
 
-def _remaining(spec: Job, meta: dict[str, Any], rounds_done: int) -> Job:
+def _remaining(spec: Job, meta: PoolJobTasks, rounds_done: int) -> Job:
     """The job with only the iterations after its first ``rounds_done`` rounds."""
-    n, rounds = int(meta["iterations_per_task"]), int(meta["rounds"])
-    total = (rounds - 1) * n + int(meta["last_round_iterations"])
-    left = total - rounds_done * n
+    left = meta.iterations - rounds_done * meta.iterations_per_task
     return dataclasses.replace(spec, arrival_s=0.0, epochs=left / spec.steps_per_epoch)
 
 
@@ -199,17 +197,18 @@ def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None
     grows by the offset and its task size is the old one, so round ``r`` stands
     for global steps ``r*N ...`` as in the old plan.
     """
-    tasks = copy.deepcopy(plan.tasks or {})
-    for g in tasks.get("gpus", []):
-        for run in g.get("runs", []):
-            for row in run["tasks"]:
-                row[1] = int(row[1]) + offsets.get(str(row[0]), 0)
-    for name, m in tasks.get("jobs", {}).items():
-        k = offsets.get(name, 0)
-        m["rounds"] = int(m["rounds"]) + k
-        if name in sizes:
-            m["iterations_per_task"] = sizes[name]
-    plan.tasks = tasks
+    tasks = plan.tasks
+    if tasks is None:
+        return
+    tasks.gpus = [dataclasses.replace(g, runs=tuple(
+        dataclasses.replace(run, rows=tuple(
+            dataclasses.replace(row, round=row.round + offsets.get(row.job, 0))
+            for row in run.rows))
+        for run in g.runs)) for g in tasks.gpus]
+    tasks.jobs = {name: dataclasses.replace(
+        m, rounds=m.rounds + offsets.get(name, 0),
+        iterations_per_task=sizes.get(name, m.iterations_per_task))
+        for name, m in tasks.jobs.items()}
 
 
 def carry_checkpoints(checkpoint_dir: Path, old_id: str, new_id: str, jobs: list[str]) -> None:

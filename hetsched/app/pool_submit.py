@@ -107,17 +107,16 @@ def task_sequences(plan: Plan) -> list[str]:
     ``job r3.t1`` is task 1 of round 3; ``[a r0.t0, b r0.t1] x40 (+1 round)`` is
     that pattern repeated 40 times, rounds advancing by 1 each time.
     """
-    tasks = plan.tasks or {}
-    by_key = {(str(g["node"]), int(g["gpu"])): g for g in tasks.get("gpus", [])}
+    tasks = plan.tasks
     out = ["task sequence per GPU (JOB rROUND.tTASK; [...] xK: the pattern K times)"]
     for g in pool_gpus(tasks):
-        runs = by_key[(g.node, g.index)].get("runs", [])
+        assert tasks is not None  # pool_gpus raised otherwise
         parts = []
-        for run in runs:
-            rows = ", ".join(f"{r[0]} r{r[1]}.t{r[2]}" for r in run["tasks"])
-            k = int(run.get("repeat", 1))
+        for run in tasks.gpu(g.node, g.index).runs:
+            rows = ", ".join(f"{r.job} r{r.round}.t{r.task}" for r in run.rows)
+            k = run.repeat
             if k > 1:
-                step = int(run.get("round_step", 0))
+                step = run.round_step or 0
                 parts.append(f"[{rows}] x{k} (+{step} round{'s' if step != 1 else ''})")
             else:
                 parts.append(rows)

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import PoolTasks, TaskRow
 from hetsched.errors import InputError
 
 #: the width of a console that is not a terminal: no line is ever wrapped or cut
@@ -286,12 +287,10 @@ def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
 JOB_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 
-def _pool_rows(plan: Plan) -> list[tuple[str, list[list[Any]]]]:
+def _pool_rows(plan: Plan) -> list[tuple[str, list[TaskRow]]]:
     """(GPU label, expanded task rows) per GPU of a pool plan."""
-    from hetsched.planning.pool.compact import expand_runs
-
-    tasks = plan.tasks or {}
-    return [(f"{g['node']}/{g['gpu']}", expand_runs(g["runs"])) for g in tasks.get("gpus", [])]
+    gpus = plan.tasks.gpus if plan.tasks is not None else []
+    return [(f"{g.node}/{g.gpu}", g.rows()) for g in gpus]
 
 
 def text_gantt_pool(plan: Plan, width: int = 72, max_gpus: int = 48) -> Text:
@@ -314,12 +313,12 @@ def text_gantt_pool(plan: Plan, width: int = 72, max_gpus: int = 48) -> Text:
     for lbl, tasks in rows[:max_gpus]:
         busy: list[dict[str, float]] = [{} for _ in range(width)]
         for r in tasks:
-            a = (float(r[3]) - t0) / span * width
-            b = (float(r[4]) - t0) / span * width
+            a = (float(r.start_s) - t0) / span * width
+            b = (float(r.end_s) - t0) / span * width
             for x in range(max(0, int(a)), min(width, int(b) + 1)):
                 cover = min(b, x + 1) - max(a, x)
                 if cover > 0:
-                    busy[x][r[0]] = busy[x].get(r[0], 0.0) + cover
+                    busy[x][r.job] = busy[x].get(r.job, 0.0) + cover
         out.append(f"{lbl[:label_w]:<{label_w}} |", style="bold")
         for cell in busy:
             if not cell:
@@ -339,21 +338,20 @@ def text_gantt_pool(plan: Plan, width: int = 72, max_gpus: int = 48) -> Text:
 
 def pool_summary_table(plan: Plan) -> Table:
     """Pool-specific facts: task sizes, compaction, memory plan, bound method."""
-    tasks = plan.tasks or {}
+    tasks = plan.tasks if plan.tasks is not None else PoolTasks({}, [])
     tab = Table(show_header=False, box=None)
     tab.add_column(style="bold")
     tab.add_column()
-    jobs = tasks.get("jobs", {})
-    its = sorted({v["iterations_per_task"] for v in jobs.values()})
-    tab.add_row("tasks", f"{tasks.get('total_tasks', 0):,} ({tasks.get('stored_rows', 0):,} "
+    its = sorted({v.iterations_per_task for v in tasks.jobs.values()})
+    tab.add_row("tasks", f"{tasks.total_tasks or 0:,} ({tasks.stored_rows or 0:,} "
                          "rows stored after pattern compaction)")
     if its:
         tab.add_row("iterations per task", f"{its[0]}" if len(its) == 1
                     else f"{its[0]}..{its[-1]} (per job)")
-    mem = tasks.get("memory", {})
-    if mem:
-        tab.add_row("memory plan", f"{mem.get('warm_starts', 0):,} warm starts, "
-                                   f"{mem.get('model_loads', 0):,} model loads")
+    mem = tasks.memory
+    if mem is not None:
+        tab.add_row("memory plan", f"{mem.warm_starts:,} warm starts, "
+                                   f"{mem.model_loads:,} model loads")
     bound = plan.params.get("bound")
     if bound:
         tab.add_row("lower bound from", f"{bound} relaxation (alpha = {plan.params.get('alpha')})")
@@ -384,12 +382,12 @@ def png_gantt_pool(plan: Plan, path: str | Path) -> None:
         bars: dict[str, list[tuple[float, float]]] = {}
         cur: list[Any] | None = None
         for r in tasks:  # merge back-to-back tasks of one job into one bar
-            if cur is not None and cur[0] == r[0] and float(r[3]) - cur[2] < 1e-6:
-                cur[2] = float(r[4])
+            if cur is not None and cur[0] == r.job and float(r.start_s) - cur[2] < 1e-6:
+                cur[2] = float(r.end_s)
                 continue
             if cur is not None:
                 bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
-            cur = [r[0], float(r[3]), float(r[4])]
+            cur = [r.job, float(r.start_s), float(r.end_s)]
         if cur is not None:
             bars.setdefault(cur[0], []).append((cur[1], cur[2] - cur[1]))
         for job, spans in bars.items():

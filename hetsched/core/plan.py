@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.config import DEFAULT_RESTART_COST_S
+from hetsched.core.pool_tasks import PoolTasks
 from hetsched.core.spec import Job
 
 PLAN_VERSION = 1
@@ -149,8 +150,8 @@ class Plan:
     fairness_ref: dict[str, float] = field(default_factory=dict)  # job -> equal-share JCT
     candidates: dict[str, float] = field(default_factory=dict)  # auto: policy -> objective
     mode: str = "space"
-    #: pool mode only: per-GPU task sequences (hetsched.planning.pool.evaluator.tasks_section)
-    tasks: dict[str, Any] | None = None
+    #: pool mode only: each job's rounds and each GPU's task sequence (core.pool_tasks)
+    tasks: PoolTasks | None = None
     #: how the plan was asked for (set by make_plan; replan reuses it)
     settings: PlanSettings | None = None
     #: the id of a plan read from a file (None: the content hash of to_dict)
@@ -238,7 +239,7 @@ class Plan:
         if self.candidates:
             body["candidates"] = {k: round(v, 6) for k, v in self.candidates.items()}
         if self.tasks is not None:
-            body["tasks"] = self.tasks
+            body["tasks"] = self.tasks.to_dict()
         if self.settings is not None:
             body["settings"] = self.settings.to_dict()
         body.update({k: v for k, v in self.extra.items() if k not in body})

@@ -27,7 +27,7 @@ from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segmen
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, read_text
-from hetsched.io.pool_tasks import check_pool_tasks
+from hetsched.io.pool_tasks import parse_pool_tasks
 from hetsched.io.specs import parse_job
 
 #: plan files larger than this are refused before parsing (a 10,000-job plan is ~20 MB)
@@ -177,16 +177,17 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
                             epochs_done=j.epochs_done))
     if m.mode == "pool" and not m.tasks:
         raise InputError(source, "a pool-mode plan needs its 'tasks' section", "tasks")
-    if m.mode == "pool":
-        check_pool_tasks(m.tasks, source, seen)  # bounded before anything expands it
+    # checked, bounded and typed before anything expands it; kept as read for a space plan
+    tasks = parse_pool_tasks(m.tasks, source, seen) if m.mode == "pool" else None
     return Plan(policy=m.policy, jobs=jobs, lower_bound_s=m.lower_bound.weighted_jct_s,
                 params=dict(m.params), static=m.static, restart_cost_s=m.restart_cost_s,
                 planning_time_s=m.planning_time_s or 0.0, cluster=dict(m.cluster),
-                candidates=dict(m.candidates or {}), mode=m.mode, tasks=m.tasks,
+                candidates=dict(m.candidates or {}), mode=m.mode, tasks=tasks,
                 settings=PlanSettings(**m.settings.model_dump()) if m.settings else None,
                 plan_id=m.plan_id,
                 objective_read=dict(m.objective) or None,
-                extra={k: v for k, v in (m.model_extra or {}).items()},
+                extra={**({"tasks": m.tasks} if tasks is None and m.tasks is not None else {}),
+                       **(m.model_extra or {})},
                 lower_bound_extra=dict(m.lower_bound.model_extra or {}))
 
 

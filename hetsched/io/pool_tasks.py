@@ -1,10 +1,11 @@
-"""The ``tasks`` section of a pool plan, checked and bounded when the plan is loaded.
+"""The ``tasks`` section of a pool plan, checked, bounded and typed when the plan is loaded.
 
 Every number against :data:`hetsched.core.limits.POOL`, every job name against the
 plan, every row's round and task inside its job's, and the tasks the runs stand
 for counted (``repeat`` times the run's rows) before anything is expanded, so a
 hostile or damaged plan is one line (exit 2) in ``exec``, ``submit`` and
-``submit --dry-run`` alike, never a MemoryError or a traceback.
+``submit --dry-run`` alike, never a MemoryError or a traceback. What comes out is the typed
+:class:`~hetsched.core.pool_tasks.PoolTasks`; nothing after this parses the section again.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetsched.core import limits
+from hetsched.core.pool_tasks import (
+    COLUMNS,
+    GpuTasks,
+    PoolJobTasks,
+    PoolTasks,
+    TaskRun,
+    memory_from_dict,
+    row_from_list,
+)
 from hetsched.errors import InputError
 
-#: the columns of a run's rows (planning.pool.compact.COLUMNS)
-ROW_COLUMNS = ("job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict")
+#: the columns of a run's rows
+ROW_COLUMNS = COLUMNS
 JOB_FIELDS = ("tasks_per_round", "rounds", "iterations_per_task", "last_round_iterations",
               "local_batch")
 
@@ -40,12 +50,18 @@ def _list(v: Any, src: str, where: str) -> list[Any]:
     return v
 
 
-def check_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> None:
-    """Raise InputError (one line: file, field, what is valid) unless ``tasks`` is a
-    well-formed, bounded pool ``tasks`` section for a plan with jobs ``plan_jobs``."""
+#: the section's keys :class:`PoolTasks` models (the others are kept in ``extra``)
+_KNOWN = ("format", "columns", "switch_s", "jobs", "total_tasks", "stored_rows", "memory",
+          "gpus")
+
+
+def parse_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> PoolTasks:
+    """The typed ``tasks`` section of a plan with jobs ``plan_jobs``; InputError (one
+    line: file, field, what is valid) unless it is well-formed and bounded."""
     t = _mapping(tasks, src, "tasks")
     jobs = _mapping(t.get("jobs"), src, "tasks.jobs")
     shape: dict[str, tuple[int, int]] = {}
+    typed_jobs: dict[str, PoolJobTasks] = {}
     for name, d in jobs.items():
         where = f"tasks.jobs.{str(name)[:80]}"
         if name not in plan_jobs:
@@ -58,12 +74,16 @@ def check_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> None:
         if "model_memory_gb" in d:
             _num(d["model_memory_gb"], "model_memory_gb", src, where)
         shape[str(name)] = (int(d["rounds"]), int(d["tasks_per_round"]))
+        typed_jobs[str(name)] = PoolJobTasks(
+            int(d["tasks_per_round"]), int(d["rounds"]), int(d["iterations_per_task"]),
+            int(d["last_round_iterations"]), int(d["local_batch"]), d.get("model_memory_gb"))
     gpus = _list(t.get("gpus"), src, "tasks.gpus")
     if len(gpus) > limits.MAX_TOTAL_GPUS:
         raise InputError(src, f"{len(gpus)} GPUs; the limit is {limits.MAX_TOTAL_GPUS}",
                          "tasks.gpus")
     total = 0
     seen: set[tuple[str, int]] = set()
+    typed_gpus: list[GpuTasks] = []
     for gi, g in enumerate(gpus):
         where = f"tasks.gpus[{gi}]"
         g = _mapping(g, src, where)
@@ -81,6 +101,7 @@ def check_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> None:
         _num(g.get("tasks", 0), "tasks", src, where)
         if "memory_gb" in g:
             _num(g["memory_gb"], "memory_gb", src, where)
+        runs: list[TaskRun] = []
         for ri, run in enumerate(_list(g.get("runs", []), src, f"{where}.runs")):
             rw = f"{where}.runs[{ri}]"
             run = _mapping(run, src, rw)
@@ -94,6 +115,24 @@ def check_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> None:
                                  " tasks (hetsched's limit)", rw)
             for k, row in enumerate(rows):
                 _row(row, src, f"{rw}.tasks[{k}]", shape, int(repeat), int(step))
+            runs.append(TaskRun(tuple(row_from_list(r) for r in rows), int(repeat),
+                                run.get("period_s"), run.get("round_step")))
+        typed_gpus.append(GpuTasks(g["node"], int(g["gpu"]), g["gpu_type"], tuple(runs),
+                                   int(g.get("tasks", 0)), g.get("memory_gb")))
+    switch = t.get("switch_s")
+    columns = t.get("columns")
+    return PoolTasks(
+        typed_jobs, typed_gpus,
+        format=str(t["format"]) if isinstance(t.get("format"), str) else None,
+        columns=tuple(str(c) for c in columns) if isinstance(columns, list) else None,
+        switch_s=switch if isinstance(switch, (int, float)) else None,
+        total_tasks=_opt_int(t.get("total_tasks")), stored_rows=_opt_int(t.get("stored_rows")),
+        memory=memory_from_dict(t.get("memory")),
+        extra={k: v for k, v in t.items() if k not in _KNOWN})
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _row(row: Any, src: str, where: str, shape: Mapping[str, tuple[int, int]], repeat: int,

@@ -19,12 +19,12 @@ versus one job for the whole pool).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import PoolTasks
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.slurm.templates import (
     Component,
@@ -61,23 +61,22 @@ def pool_gpu_id(node: str, index: int) -> str:
     return f"{node}-g{int(index)}"
 
 
-def pool_gpus(tasks: Mapping[str, Any] | None, source: str = "plan") -> list[PoolGpu]:
+def pool_gpus(tasks: PoolTasks | None, source: str = "plan") -> list[PoolGpu]:
     """The plan's GPUs with tasks, in the step's task order (component by component).
 
     Components are (GPU type, node) groups in first-seen order of the plan's
     ``tasks.gpus``; within one, GPUs in plan order. Raises TemplateValueError
     when the plan has no tasks section or no GPU with tasks.
     """
-    if not tasks or not isinstance(tasks.get("gpus"), list):
+    if tasks is None:
         raise TemplateValueError(source, "a pool-mode plan needs its 'tasks' section "
                                  "(per-GPU task sequences); plan again with --mode pool",
                                  "tasks")
     groups: dict[tuple[str, str], list[PoolGpu]] = {}
-    for g in tasks["gpus"]:
-        n = int(g.get("tasks", 0))
-        if n <= 0:
+    for g in tasks.gpus:
+        if g.tasks <= 0:
             continue
-        gpu = PoolGpu(str(g["node"]), int(g["gpu"]), str(g["gpu_type"]), n)
+        gpu = PoolGpu(g.node, int(g.gpu), g.gpu_type, g.tasks)
         groups.setdefault((gpu.gpu_type, gpu.node), []).append(gpu)
     out = [g for grp in groups.values() for g in grp]
     if not out:

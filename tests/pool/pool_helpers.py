@@ -65,16 +65,16 @@ def check_plan(pp: PoolProblem, plan: Plan, tol: float = 1e-4) -> float:
     seen: set[tuple[int, int, int]] = set()
     round_start: dict[tuple[int, int], float] = defaultdict(lambda: float("inf"))
     round_done: dict[tuple[int, int], float] = defaultdict(lambda: float("-inf"))
-    for g in tasks["gpus"]:
-        rows = expand_runs(g["runs"])
-        assert len(rows) == g["tasks"]
-        t = tidx[g["gpu_type"]]
+    for g in tasks.gpus:
+        rows = [row.to_list() for row in expand_runs(list(g.runs))]
+        assert len(rows) == g.tasks
+        t = tidx[g.gpu_type]
         prev_end = float("-inf")
         for job, r, k, start, end, sync_end, mem, _ in sorted(rows, key=lambda x: x[3]):
             i = jidx[job]
             assert (i, r, k) not in seen, "task scheduled twice"
             seen.add((i, r, k))
-            assert start >= prev_end - tol, f"overlap on {g['node']}/{g['gpu']}"
+            assert start >= prev_end - tol, f"overlap on {g.node}/{g.gpu}"
             prev_end = end
             assert start >= p.arrival[i] - tol, "task before arrival"
             n = pp.last[i] if r == pp.R[i] - 1 else pp.N[i]

@@ -51,8 +51,8 @@ def test_pool_chooses_parallelism_and_closes_the_gap_to_space(four_types) -> Non
 
 
 def _tasks(plan) -> list[dict]:  # noqa: ANN001
-    sec = plan.tasks or {}
-    return [{"node": g["node"], "gpu": g["gpu"]} for g in sec.get("gpus", []) if g.get("tasks")]
+    gpus = plan.tasks.gpus if plan.tasks is not None else []
+    return [{"node": g.node, "gpu": g.gpu} for g in gpus if g.tasks]
 
 
 def test_requested_gpus_is_kept(four_types) -> None:

@@ -28,7 +28,7 @@ def test_policy_plans_are_valid(policy: str, p, n) -> None:  # type: ignore[no-u
     assert obj == pytest.approx(plan.weighted_jct_s, rel=1e-6, abs=1e-4)
     d = plan.to_dict()
     assert d["objective"]["weighted_jct_s"] == pytest.approx(obj, rel=1e-6, abs=1e-4)
-    assert evaluate_tasks_section(pp, d["tasks"]).objective == pytest.approx(obj, rel=1e-6,
+    assert evaluate_tasks_section(pp, plan.tasks).objective == pytest.approx(obj, rel=1e-6,
                                                                              abs=1e-4)
     assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
     # the foundation's keys keep their meaning: JCT = end - arrival, workers listed

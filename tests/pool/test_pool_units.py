@@ -93,11 +93,12 @@ def test_compact_runs_round_trip() -> None:
                          np.array([r[5] for r in rows]), [True] * len(rows),
                          [[] for _ in rows])
     assert count_rows(runs) == len(rows)
-    assert sum(len(r["tasks"]) for r in runs) == 3  # one 2-row pattern x 50 + the tail
+    assert sum(len(r.rows) for r in runs) == 3  # one 2-row pattern x 50 + the tail
     back = expand_runs(runs)
     for (j, r, k, s, e, se), b in zip(rows, back, strict=True):
-        assert (j, r, k) == (b[0], b[1], b[2])
-        assert abs(s - b[3]) < 1e-5 and abs(e - b[4]) < 1e-5 and abs(se - b[5]) < 1e-5
+        assert (j, r, k) == (b.job, b.round, b.task)
+        assert abs(s - b.start_s) < 1e-5 and abs(e - b.end_s) < 1e-5
+        assert abs(se - b.sync_end_s) < 1e-5
 
 
 def test_cli_pool_json_has_foundation_keys_and_tasks() -> None:

@@ -120,15 +120,16 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
         if n["tasks"] == 6:
             raise RuntimeError("executor killed (test)")
 
-    gpus = [f"{g['node']}-g{g['gpu']}" for g in (old.tasks or {})["gpus"]]
+    assert old.tasks is not None
+    gpus = [g.id for g in old.tasks.gpus]
     res = run_threads(str(plan), {"checkpoint_dir": str(ck), "seed": SEED,
                                             "on_task": stop_after_some})
     assert not all(isinstance(r, dict) for r in res) and len(res) == len(gpus)
     done = completed_rounds(old, ck)
-    meta = (old.tasks or {})["jobs"]
-    assert 0 < sum(done.values()) < sum(int(m["rounds"]) for m in meta.values()), done
+    meta = old.tasks.jobs
+    assert 0 < sum(done.values()) < sum(m.rounds for m in meta.values()), done
     left = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs
-            if j.spec is not None and done[j.name] < int(meta[j.name]["rounds"])]
+            if j.spec is not None and done[j.name] < meta[j.name].rounds]
     new = plan_jobs(left, load_cluster(tmp_path / "cluster.yaml"),
                     load_throughputs(tmp_path / "tp.csv"), mode="pool", task_iterations=1)
     offsets = {j.name: done[j.name] for j in left}

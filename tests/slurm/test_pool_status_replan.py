@@ -17,16 +17,23 @@ from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulat
 from hetsched.app.pool_replan import _remaining, renumber
 from hetsched.app.pool_status import ingest_pool_reports, progress
 from hetsched.app.pool_submit import PoolDirs, _write_sidecar
+from hetsched.core.pool_tasks import TaskRun, row_from_list
 from hetsched.core.spec import Cluster
 from hetsched.core.throughput import ThroughputTable
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import read_pool_reports, report_path
 from hetsched.io.reports import ReportWriter
 from hetsched.io.specs import parse_cluster
-from hetsched.planning.pool.compact import expand_runs
 from hetsched.state.store import open_store
 
 NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def expand_runs(runs: list[dict]) -> list[list]:
+    """A plan file's runs of one GPU, expanded to stored rows (the core type's expansion)."""
+    return [row.to_list() for run in runs
+            for row in TaskRun(tuple(row_from_list(r) for r in run["tasks"]), run["repeat"],
+                               run.get("period_s"), run.get("round_step")).expand()]
 
 
 def _write_tasks(report_dir: Path, body: dict, upto: dict[str, int], t0: float = 1000.0,
@@ -73,19 +80,20 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
     from hetsched.planning.planner import make_plan
 
     old = pool_plan(NODES, prefix="rn", task_iterations=5)
-    meta = old.tasks["jobs"]  # type: ignore[index]
+    assert old.tasks is not None
+    meta = old.tasks.jobs
     done = {"rna": 2, "rnb": 1, "rnc": 0}
     jobs = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs]  # type: ignore[arg-type]
     for j in jobs:  # exactly the iterations after the completed rounds
         m = meta[j.name]
-        total = (m["rounds"] - 1) * m["iterations_per_task"] + m["last_round_iterations"]
-        assert j.iterations == pytest.approx(total - done[j.name] * m["iterations_per_task"])
+        total = (m.rounds - 1) * m.iterations_per_task + m.last_round_iterations
+        assert j.iterations == pytest.approx(total - done[j.name] * m.iterations_per_task)
     new = make_plan(jobs, _cluster(), ThroughputTable(emulated_rows()), policy="hare",
                     mode="pool", task_iterations=5)
     renumber(new, done, {n: 5 for n in done})
     body = new.to_dict()
     for name, m in body["tasks"]["jobs"].items():
-        assert m["rounds"] == meta[name]["rounds"]  # the job's whole life
+        assert m["rounds"] == meta[name].rounds  # the job's whole life
         rows = [r for g in body["tasks"]["gpus"] for r in expand_runs(g["runs"])
                 if r[0] == name]
         assert sorted({int(r[1]) for r in rows}) == list(range(done[name], m["rounds"]))
@@ -93,7 +101,7 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
     exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
     xp = exec_plan(plan_from_dict(body, "replanned"))
     for name, j in xp.jobs.items():
-        assert j.rounds == meta[name]["rounds"] and j.iterations == 5
+        assert j.rounds == meta[name].rounds and j.iterations == 5
         assert min(t.round for g in xp.gpus.values() for t in g.tasks if t.job == name) \
             == done[name]
 
@@ -143,7 +151,7 @@ def test_replan_refuses_mixed_task_sizes_in_one_line(
             "  - {name: %(p)sb, workload: mlp, dataset_size: 160, epochs: 1, "
             "global_batch: 16}\n")
     plan = pool_plan(NODES, jobs, prefix="mx", task_iterations=None)
-    sizes = {m["iterations_per_task"] for m in plan.tasks["jobs"].values()}  # type: ignore[index]
+    sizes = {m.iterations_per_task for m in plan.tasks.jobs.values()}  # type: ignore[union-attr]
     assert len(sizes) == 2
     body = plan.to_dict()
     with open_store(tmp_path / "state.db") as st:

@@ -8,6 +8,7 @@ was given, the store's rows, idempotence and the rollback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_dry_run_prints_one_hetjob_and_each_gpus_tasks(tmp_path: Path) -> None:
     # each GPU's task sequence, compact: every task of the plan appears once
     lines = [ln for ln in out.splitlines() if ln.startswith("# GPU ")]
     assert len(lines) == len(gpus)
-    assert sum(int(ln.split(", ")[1].split()[0]) for ln in lines) == plan.tasks["total_tasks"]
+    assert sum(int(ln.split(", ")[1].split()[0]) for ln in lines) == plan.tasks.total_tasks  # type: ignore[union-attr]
     assert "nothing submitted" in res.stderr
     assert not state.exists()
     # the printed script is itself a valid shell script
@@ -95,12 +96,13 @@ def test_task_sequences_are_compact_and_complete() -> None:
                      task_iterations=5)
     seqs = task_sequences(plan)
     assert seqs[0].startswith("task sequence per GPU")
-    for g, line in zip(plan.tasks["gpus"], seqs[1:], strict=True):
-        rows = expand_runs(g["runs"])
+    assert plan.tasks is not None
+    for g, line in zip(plan.tasks.gpus, seqs[1:], strict=True):
+        rows = expand_runs(list(g.runs))
         # rows stored as runs: the line is shorter than the expanded sequence
-        assert f"({g['gpu_type']}, {len(rows)} tasks)" in line
+        assert f"({g.gpu_type}, {len(rows)} tasks)" in line
         assert line.count(" r") <= len(rows)
-        if any(int(r["repeat"]) > 1 for r in g["runs"]):
+        if any(r.repeat > 1 for r in g.runs):
             assert " x" in line and line.count(" r") < len(rows)
 
 
@@ -213,9 +215,8 @@ def test_failed_sbatch_rolls_back(testbed: Testbed, client: CliSlurmClient, clea
     # a node the partition has with a GPU type it lacks: sbatch refuses the job
     plan = pool_plan([("a100-1", "a100", 1), ("v100-1", "v100", 1)], prefix="rb1")
     assert plan.tasks is not None
-    for g in plan.tasks["gpus"]:
-        if g["node"] == "v100-1":
-            g["gpu_type"] = "h100"
+    plan.tasks.gpus = [dataclasses.replace(g, gpu_type="h100") if g.node == "v100-1" else g
+                       for g in plan.tasks.gpus]
     with open_store(tmp_path / "state.db") as st:
         with pytest.raises(SubmitError) as ei:
             submit(plan, st, client, partition="gpu")

@@ -13,14 +13,14 @@ Expanding the runs gives back the rows to within ``TIME_TOL`` seconds.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from hetsched.core.pool_tasks import COLUMNS, TaskRow, TaskRun
 
 MAX_PATTERN = 8
 #: absolute tolerance (s) for "same time shift"; rows are written rounded to 1 us
 TIME_TOL = 2e-6
-COLUMNS = ["job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict"]
+__all__ = ["COLUMNS", "compress_rows", "count_rows", "expand_runs"]
 
 
 def _r6(x: float) -> float:
@@ -29,7 +29,7 @@ def _r6(x: float) -> float:
 
 def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.ndarray,
                   end: np.ndarray, sync_end: np.ndarray, keep: list[bool],
-                  evict: list[list[str]]) -> list[dict[str, Any]]:
+                  evict: list[list[str]]) -> list[TaskRun]:
     """Runs for one GPU's rows (already in start order)."""
     n = len(job)
     rnd_l = [int(x) for x in rnd]
@@ -66,7 +66,7 @@ def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.n
             k += 1
         return k, d, period
 
-    runs: list[dict[str, Any]] = []
+    runs: list[TaskRun] = []
     i = 0
     while i < n:
         best = (1, 1, 0, 0.0)  # (repeat, L, round_step, period)
@@ -77,31 +77,18 @@ def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.n
             if k >= 2 and k * L > best[0] * best[1]:
                 best = (k, L, d, period)
         k, L, d, period = best
-        rows = [[job[e], rnd_l[e], task_l[e], _r6(st_l[e]), _r6(en_l[e]), _r6(se_l[e]),
-                 "keep" if keep[e] else "evict", list(evict[e])] for e in range(i, i + L)]
-        run: dict[str, Any] = {"repeat": k, "tasks": rows}
-        if k > 1:
-            run["period_s"] = round(period, 9)
-            run["round_step"] = d
-        runs.append(run)
+        rows = tuple(TaskRow(job[e], rnd_l[e], task_l[e], _r6(st_l[e]), _r6(en_l[e]),
+                             _r6(se_l[e]), bool(keep[e]), tuple(evict[e]))
+                     for e in range(i, i + L))
+        runs.append(TaskRun(rows, k, round(period, 9), d) if k > 1 else TaskRun(rows, 1))
         i += k * L
     return runs
 
 
-def expand_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
+def expand_runs(runs: list[TaskRun]) -> list[TaskRow]:
     """The rows a list of runs stands for, in order."""
-    out: list[list[Any]] = []
-    for run in runs:
-        k = int(run["repeat"])
-        period = float(run.get("period_s", 0.0))
-        d = int(run.get("round_step", 0))
-        for rep in range(k):
-            sh = rep * period
-            for row in run["tasks"]:
-                out.append([row[0], int(row[1]) + rep * d, int(row[2]), row[3] + sh, row[4] + sh,
-                            row[5] + sh, row[6], row[7]])
-    return out
+    return [r for run in runs for r in run.expand()]
 
 
-def count_rows(runs: list[dict[str, Any]]) -> int:
-    return sum(int(r["repeat"]) * len(r["tasks"]) for r in runs)
+def count_rows(runs: list[TaskRun]) -> int:
+    return sum(len(run) for run in runs)

@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.plan import JobPlan, Plan, Segment, Worker
-from hetsched.planning.pool.compact import COLUMNS, compress_rows, count_rows, expand_runs
+from hetsched.core.pool_tasks import GpuTasks, PoolJobTasks, PoolMemory, PoolTasks
+from hetsched.planning.pool.compact import compress_rows, count_rows, expand_runs
 from hetsched.planning.pool.memory import plan_gpu_memory
 from hetsched.planning.pool.problem import PoolProblem
-
-TASKS_FORMAT = "hetsched-pool-runs/1"
 
 
 class InvalidSchedule(ValueError):
@@ -135,7 +134,7 @@ def evaluate(pp: PoolProblem, s: TaskSchedule, tol: float | None = None) -> Eval
 # Plan output
 
 
-def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> dict[str, Any]:
+def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> PoolTasks:
     """The plan's ``tasks`` section: per GPU the compact ordered task sequence and memory plan."""
     p = pp.base
     names = [j.name for j in p.jobs]
@@ -143,7 +142,7 @@ def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> dict[str,
     order = np.lexsort((s.start, s.gpu))
     g_sorted = np.asarray(s.gpu)[order]
     bounds = np.searchsorted(g_sorted, np.arange(pp.K + 1))
-    out_gpus: list[dict[str, Any]] = []
+    out_gpus: list[GpuTasks] = []
     loads = warm = 0
     for g in range(pp.K):
         idx = order[bounds[g]:bounds[g + 1]]
@@ -158,23 +157,16 @@ def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> dict[str,
             np.asarray(s.start)[idx], ev.end[idx], ev.sync_end[idx], mp.keep,
             [[names[o] for o in e] for e in mp.evict_others])
         gg = gpus[g]
-        out_gpus.append({"node": gg.node, "gpu": gg.index, "gpu_type": gg.gpu_type,
-                         "memory_gb": float(pp.gpu_mem_gb[g]), "tasks": len(idx), "runs": runs})
-    return {
-        "format": TASKS_FORMAT,
-        "columns": COLUMNS,
-        "switch_s": pp.switch_s,
-        "jobs": {names[i]: {"tasks_per_round": int(pp.P[i]), "rounds": int(pp.R[i]),
-                            "iterations_per_task": int(pp.N[i]),
-                            "last_round_iterations": int(pp.last[i]),
-                            "local_batch": int(pp.slice_b[i]),
-                            "model_memory_gb": round(float(pp.mem_gb[i]), 6)}
-                 for i in range(pp.S)},
-        "total_tasks": len(s),
-        "stored_rows": sum(sum(len(r["tasks"]) for r in g["runs"]) for g in out_gpus),
-        "memory": {"model_loads": loads, "warm_starts": warm},
-        "gpus": out_gpus,
-    }
+        out_gpus.append(GpuTasks(gg.node, gg.index, gg.gpu_type, tuple(runs), len(idx),
+                                 float(pp.gpu_mem_gb[g])))
+    return PoolTasks(
+        jobs={names[i]: PoolJobTasks(int(pp.P[i]), int(pp.R[i]), int(pp.N[i]),
+                                     int(pp.last[i]), int(pp.slice_b[i]),
+                                     round(float(pp.mem_gb[i]), 6))
+              for i in range(pp.S)},
+        gpus=out_gpus, switch_s=pp.switch_s, total_tasks=len(s),
+        stored_rows=sum(g.stored_rows() for g in out_gpus),
+        memory=PoolMemory(loads, warm))
 
 
 def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: float,
@@ -212,34 +204,35 @@ def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: flo
     return plan
 
 
-def schedule_from_tasks(pp: PoolProblem, tasks: dict[str, Any]) -> tuple[TaskSchedule, np.ndarray,
-                                                                          np.ndarray]:
+def schedule_from_tasks(pp: PoolProblem, tasks: PoolTasks) -> tuple[TaskSchedule, np.ndarray,
+                                                                     np.ndarray]:
     """Expand a plan's ``tasks`` section back into a schedule (plus its stated end times)."""
     p = pp.base
     jindex = {j.name: i for i, j in enumerate(p.jobs)}
     gindex = {(g.node, g.index): k for k, g in enumerate(p.cluster.gpus)}
     job, rnd, task, gpu, start, end, sync_end = [], [], [], [], [], [], []
-    for gd in tasks["gpus"]:
-        g = gindex[(gd["node"], int(gd["gpu"]))]
-        rows = expand_runs(gd["runs"])
-        if len(rows) != int(gd["tasks"]) or count_rows(gd["runs"]) != len(rows):
-            raise InvalidSchedule(f"GPU {gd['node']}/{gd['gpu']}: runs expand to {len(rows)} "
-                                  f"tasks, the section says {gd['tasks']}")
+    for gd in tasks.gpus:
+        g = gindex[(gd.node, int(gd.gpu))]
+        runs = list(gd.runs)
+        rows = expand_runs(runs)
+        if len(rows) != gd.tasks or count_rows(runs) != len(rows):
+            raise InvalidSchedule(f"GPU {gd.node}/{gd.gpu}: runs expand to {len(rows)} "
+                                  f"tasks, the section says {gd.tasks}")
         for r in rows:
-            job.append(jindex[r[0]])
-            rnd.append(r[1])
-            task.append(r[2])
+            job.append(jindex[r.job])
+            rnd.append(r.round)
+            task.append(r.task)
             gpu.append(g)
-            start.append(r[3])
-            end.append(r[4])
-            sync_end.append(r[5])
+            start.append(r.start_s)
+            end.append(r.end_s)
+            sync_end.append(r.sync_end_s)
     sched = TaskSchedule(np.array(job, dtype=np.int64), np.array(rnd, dtype=np.int64),
                          np.array(task, dtype=np.int64), np.array(gpu, dtype=np.int64),
                          np.array(start, dtype=float), policy="plan")
     return sched, np.array(end, dtype=float), np.array(sync_end, dtype=float)
 
 
-def evaluate_tasks_section(pp: PoolProblem, tasks: dict[str, Any],
+def evaluate_tasks_section(pp: PoolProblem, tasks: PoolTasks,
                            tol: float = 1e-4) -> Evaluation:
     """Re-evaluate a plan from its ``tasks`` section alone, checking its stated times.
 

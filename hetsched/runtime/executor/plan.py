@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import TASKS_FORMAT
 from hetsched.errors import InputError
 from hetsched.runtime.sampler import split_counts
 
-TASKS_FORMAT = "hetsched-pool-runs/1"
+__all__ = ["TASKS_FORMAT", "ExecGpu", "ExecJob", "ExecPlan", "ExecTask", "exec_plan", "gpu_id"]
 
 
 def gpu_id(node: str, index: int) -> str:
@@ -108,49 +109,34 @@ class ExecPlan:
         return list(self.gpus)
 
 
-def expand_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
-    """The rows a GPU's runs stand for (the same expansion as
-    ``planning.pool.compact.expand_runs``; the runtime layer may not import planning)."""
-    out: list[list[Any]] = []
-    for run in runs:
-        period = float(run.get("period_s", 0.0))
-        step = int(run.get("round_step", 0))
-        for rep in range(int(run["repeat"])):
-            for row in run["tasks"]:
-                out.append([row[0], int(row[1]) + rep * step, int(row[2]),
-                            float(row[3]) + rep * period, float(row[4]) + rep * period,
-                            row[6], list(row[7])])
-    return out
-
-
 def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
     """The executor's view of a pool plan; one clear line (InputError) for anything else."""
     tasks = plan.tasks
-    if plan.mode != "pool" or not isinstance(tasks, dict):
+    if plan.mode != "pool" or tasks is None:
         raise InputError(source, f"is a {plan.mode}-mode plan; `hetsched exec` runs pool plans "
                          "(make one with `hetsched plan --mode pool`); use `hetsched run`",
                          "mode")
-    if tasks.get("format") != TASKS_FORMAT:
-        raise InputError(source, f"tasks format {tasks.get('format')!r} is not "
+    if tasks.format != TASKS_FORMAT:
+        raise InputError(source, f"tasks format {tasks.format!r} is not "
                          f"{TASKS_FORMAT!r}", "tasks.format")
     specs = {j.name: (j.spec.to_dict() if j.spec is not None else {}) for j in plan.jobs}
     jobs: dict[str, ExecJob] = {}
-    for name, d in tasks["jobs"].items():
+    for name, d in tasks.jobs.items():
         spec = specs.get(name, {})
         for key in ("workload", "dataset_size", "global_batch"):
             if spec.get(key) in (None, ""):
                 raise InputError(source, f"the job spec has no {key!r}", f"job {name!r}")
-        jobs[name] = ExecJob(name, spec, int(d["tasks_per_round"]), int(d["rounds"]),
-                             int(d["iterations_per_task"]), int(d["last_round_iterations"]),
-                             int(d["local_batch"]), float(d.get("model_memory_gb", 0.0)))
+        jobs[name] = ExecJob(name, spec, d.tasks_per_round, d.rounds, d.iterations_per_task,
+                             d.last_round_iterations, d.local_batch,
+                             float(d.model_memory_gb or 0.0))
     gpus: dict[str, ExecGpu] = {}
-    for g in tasks["gpus"]:
-        rows = [ExecTask(str(r[0]), r[1], r[2], r[3], r[4], r[5] == "keep", tuple(r[6]))
-                for r in expand_runs(g["runs"])]
+    for g in tasks.gpus:
+        rows = [ExecTask(r.job, r.round, r.task, float(r.start_s), float(r.end_s), r.keep,
+                         r.evict) for r in g.rows()]
         for t in rows:
             if t.job not in jobs:
                 raise InputError(source, f"task of unknown job {t.job!r}", "tasks.gpus")
-        gid = gpu_id(g["node"], g["gpu"])
-        gpus[gid] = ExecGpu(gid, str(g["node"]), int(g["gpu"]), str(g["gpu_type"]).lower(),
-                            float(g.get("memory_gb", 0.0)), tuple(rows))
+        gid = gpu_id(g.node, g.gpu)
+        gpus[gid] = ExecGpu(gid, g.node, int(g.gpu), g.gpu_type.lower(),
+                            float(g.memory_gb or 0.0), tuple(rows))
     return ExecPlan(str(plan.plan_id or plan.to_dict()["plan_id"]), jobs, gpus)
