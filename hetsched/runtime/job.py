@@ -14,6 +14,7 @@ from typing import Any
 
 from hetsched import config
 from hetsched.core.plan import worker_groups
+from hetsched.core.spec import Job
 from hetsched.errors import InputError
 from hetsched.io.files import check_private
 from hetsched.io.jobfiles import JobFiles, files_root
@@ -23,15 +24,16 @@ from hetsched.runtime.environment import JobEnvironment
 from hetsched.runtime.launcher import RankEnv, from_env, local_batches_for, spawn_local
 
 
-def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[dict[str, Any],
+def load_plan_job(plan_path: str, job: str, segment: int = 0) -> tuple[Job,
                                                                         list[dict[str, Any]]]:
-    """The job's spec and the segment's workers in rank order (the template's order)."""
+    """The job's spec (validated when the plan was loaded) and the segment's workers in
+    rank order (the template's order)."""
     spec, ordered, _ = _plan_job(plan_path, job, segment)
     return spec, ordered
 
 
 def _plan_job(plan_path: str, job: str, segment: int = 0
-              ) -> tuple[dict[str, Any], list[dict[str, Any]], JobFiles]:
+              ) -> tuple[Job, list[dict[str, Any]], JobFiles]:
     """:func:`load_plan_job` and the job's files (checkpoint, report: io/jobfiles.py)."""
     check_private(plan_path, "plan")
     plan = load_plan(plan_path)
@@ -47,8 +49,15 @@ def _plan_job(plan_path: str, job: str, segment: int = 0
     ordered: list[dict[str, Any]] = []
     for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
-    return ((j.spec.to_dict() if j.spec is not None else {}), ordered,
+    return (_spec(j.spec, plan_path, job), ordered,
             JobFiles.in_step(plan_path, plan, job, segment))
+
+
+def _spec(spec: Job | None, source: str, job: str) -> Job:
+    """The job's typed spec (every loaded plan has one; a plan built in memory may not)."""
+    if spec is None:
+        raise InputError(source, "the plan has no spec for this job", f"job {job!r}")
+    return spec
 
 
 #: seconds a rank waits for the layout file to match its allocation: a replan
@@ -95,7 +104,7 @@ def read_job_layout(path: str, job: str, env: Mapping[str, str], *,
         sleep(1.0)
 
 
-def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_size: int,
+def build_config(spec: Job, workers: list[dict[str, Any]], world_size: int,
                  job: str, env: Mapping[str, str], overrides: Mapping[str, Any],
                  files: JobFiles | None = None) -> Any:
     """A TrainConfig from the plan's spec, the environment and command-line overrides;
@@ -104,31 +113,28 @@ def build_config(spec: Mapping[str, Any], workers: list[dict[str, Any]], world_s
     from hetsched.runtime.trainer import TrainConfig
 
     batches = local_batches_for(world_size, env, [w["local_batch"] for w in workers])
-    gb = spec.get("global_batch")
-    elastic = spec.get("elastic")
-    if elastic:  # the planner chose this segment's batch within the job's range
-        lo, hi = int(elastic.get("min_batch", gb)), int(elastic.get("max_batch", gb))
+    gb = spec.global_batch
+    elastic = spec.elastic
+    if elastic is not None:  # the planner chose this segment's batch within the job's range
+        lo, hi = elastic.min_batch, elastic.max_batch
         if not lo <= sum(batches) <= hi:
             raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, outside "
                              f"the job's elastic range [{lo}, {hi}]", f"job {job!r}")
-    elif gb is not None and int(gb) != sum(batches):
+    elif gb != sum(batches):
         raise InputError("plan", f"local batches {batches} sum to {sum(batches)}, the job's "
                          f"global_batch is {gb}", f"job {job!r}")
     jenv = JobEnvironment.from_env(env)
     gpu_types = list(jenv.gpu_types) or [w["gpu_type"] for w in workers]
-    for key in ("workload", "dataset_size", "epochs"):
-        if spec.get(key) in (None, ""):
-            raise InputError("plan", f"the job spec has no {key!r}", f"job {job!r}")
     cfg = TrainConfig(
-        job=job, workload=str(spec["workload"]), dataset_size=int(spec["dataset_size"]),
-        epochs=float(spec["epochs"]), local_batches=batches,
-        entrypoint=spec.get("entrypoint") or jenv.entrypoint or None,
+        job=job, workload=spec.workload, dataset_size=spec.dataset_size,
+        epochs=float(spec.epochs), local_batches=batches,
+        entrypoint=spec.entrypoint or jenv.entrypoint or None,
         gpu_types=[t.lower() for t in gpu_types],
         seed=int(overrides.get("seed") or 0),
         checkpoint=str(overrides.get("checkpoint") or files.checkpoint),
         report=str(overrides.get("report") or files.report),
-        lr_scaling=str((spec.get("elastic") or {}).get("lr_scaling", "none")),
-        base_batch=int(gb) if gb is not None else None,
+        lr_scaling=elastic.lr_scaling if elastic is not None else "none",
+        base_batch=gb,
         report_every=max(1, int(config.get("report_every"))),
     )
     for k in ("checkpoint_every", "max_steps", "device", "save_params", "report_every"):
@@ -196,10 +202,10 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
             raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")
         return {"ranks": len(workers), "exit_codes": codes}
     renv = jenv.rank
-    cmd = spec.get("command")
-    if cmd and not spec.get("entrypoint"):
+    cmd = spec.command
+    if cmd and not spec.entrypoint:
         batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
-        argv = [str(a) for a in cmd] if isinstance(cmd, list) else [str(cmd)]
+        argv = [str(a) for a in cmd]
         exec_command(argv, renv, batches[renv.rank], batches)
     cfg = build_config(spec, workers, renv.world_size, job, env, overrides, files)
     from hetsched.runtime.trainer import train
@@ -243,7 +249,7 @@ def build_group_config(plan_path: str, group: str, world_size: int | None,
         per_job = dict(overrides)
         for key in ("save_params", "trace_dir", "checkpoint", "report"):
             per_job.pop(key, None)
-        cfg = build_config(spec.to_dict() if spec is not None else {}, workers, world, m.job,
+        cfg = build_config(_spec(spec, plan_path, m.job), workers, world, m.job,
                            job_env, per_job, JobFiles.in_step(plan_path, plan, m.job))
         if overrides.get("save_params_dir"):
             cfg.save_params = str(Path(str(overrides["save_params_dir"])) / f"{m.job}.pt")

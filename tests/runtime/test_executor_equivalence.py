@@ -27,7 +27,7 @@ SGD_JOBS = JOBS.replace("workload: tiny-transformer", "workload: cnn")
 
 def reference(job: ExecJob, seed: int) -> torch.Tensor:
     """One process, one optimizer step per round on all of the round's samples."""
-    wl = load_workload(str(job.spec["workload"]), dataset_size=job.dataset_size, seed=seed)
+    wl = load_workload(str(job.spec.workload), dataset_size=job.dataset_size, seed=seed)
     opt = wl.optimizer(wl.model.parameters())
     for r in range(job.rounds):
         parts = []

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 
 from group_helpers import group_job, group_plan, write_plan  # noqa: E402
 
+from hetsched.core.spec import Job  # noqa: E402
 from hetsched.runtime.job import (  # noqa: E402
     _local_group_main,
     _local_rank_main,
@@ -65,8 +66,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         d = tmp / f"alone-{name}"
         workers = [{"gpu_type": "v100", "node": n, "local_batch": b}
                    for n, b in zip(("n1", "n2"), batches, strict=True)]
-        spec = {"workload": workload, "dataset_size": size, "epochs": EPOCHS,
-                "global_batch": sum(batches)}
+        spec = Job(name=name, workload=workload, dataset_size=size, epochs=EPOCHS,
+                   global_batch=sum(batches))
         cfg = build_config(spec, workers, 2, name, {}, _overrides(
             d, checkpoint=str(d / "ck.pt"), report=str(d / "rep.jsonl"),
             save_params=str(d / "params.pt")))

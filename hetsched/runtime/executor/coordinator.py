@@ -83,7 +83,7 @@ class JobServer:
         from hetsched.runtime.workloads import load_workload
 
         self.job = job
-        wl = load_workload(str(job.spec["workload"]), entrypoint=job.spec.get("entrypoint"),
+        wl = load_workload(job.spec.workload, entrypoint=job.spec.entrypoint,
                            dataset_size=1, seed=seed)
         self.model = wl.model
         self.flat, self.names = state.flatten_params(self.model)

@@ -12,10 +12,10 @@ is split in proportion (:func:`hetsched.runtime.sampler.split_counts`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import TASKS_FORMAT
+from hetsched.core.spec import Job
 from hetsched.errors import InputError
 from hetsched.runtime.sampler import split_counts
 
@@ -28,10 +28,11 @@ def gpu_id(node: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class ExecJob:
-    """One job of the pool plan: its spec and round structure."""
+    """One job of the pool plan: its spec (validated when the plan was loaded) and round
+    structure."""
 
     name: str
-    spec: dict[str, Any]
+    spec: Job
     tasks_per_round: int
     rounds: int
     iterations: int  # per full round
@@ -41,11 +42,11 @@ class ExecJob:
 
     @property
     def global_batch(self) -> int:
-        return int(self.spec["global_batch"])
+        return self.spec.global_batch
 
     @property
     def dataset_size(self) -> int:
-        return int(self.spec["dataset_size"])
+        return self.spec.dataset_size
 
     def round_iterations(self, r: int) -> int:
         return self.last_iterations if r == self.rounds - 1 else self.iterations
@@ -119,13 +120,12 @@ def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
     if tasks.format != TASKS_FORMAT:
         raise InputError(source, f"tasks format {tasks.format!r} is not "
                          f"{TASKS_FORMAT!r}", "tasks.format")
-    specs = {j.name: (j.spec.to_dict() if j.spec is not None else {}) for j in plan.jobs}
+    specs = {j.name: j.spec for j in plan.jobs}
     jobs: dict[str, ExecJob] = {}
     for name, d in tasks.jobs.items():
-        spec = specs.get(name, {})
-        for key in ("workload", "dataset_size", "global_batch"):
-            if spec.get(key) in (None, ""):
-                raise InputError(source, f"the job spec has no {key!r}", f"job {name!r}")
+        spec = specs.get(name)
+        if spec is None:
+            raise InputError(source, "the plan has no spec for this job", f"job {name!r}")
         jobs[name] = ExecJob(name, spec, d.tasks_per_round, d.rounds, d.iterations_per_task,
                              d.last_round_iterations, d.local_batch,
                              float(d.model_memory_gb or 0.0))
