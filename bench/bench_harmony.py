@@ -92,7 +92,7 @@ def jct_rows(table: ThroughputTable, limit: int, scale: float, seeds: int) -> di
         chosen = str(row["auto"]["policy"]).removeprefix("auto:")  # type: ignore[index]
         t0 = time.perf_counter()
         plan = plan_problem(p, "harmony-jct", {"base": chosen}, restart_cost_s=60.0)
-        fb = plan.extra["fallback"]
+        fb = plan.notes.fallback
         row["harmony-jct"] = {"avg_jct_s": plan.avg_jct_s, "makespan_s": plan.makespan_s,
                               "base": chosen, "kept": fb["kept"],
                               "own_weighted_jct_s": fb["own_weighted_jct_s"],

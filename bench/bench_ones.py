@@ -120,7 +120,7 @@ def evaluate(n: int, k: int, load: float, seeds: int,
         for seed, r in enumerate(runs):
             if eff:
                 plan = plan_problem(el, "ones", {"seed": seed}, restart_cost_s=60.0)
-                kept.append((plan.avg_jct_s, plan.extra["fixed_start"]["kept"]))
+                kept.append((plan.avg_jct_s, plan.notes.fixed_start["kept"]))
             else:
                 own = r["avg_jct_s"] < rows["auto"]["avg_jct_s"]
                 kept.append((r["avg_jct_s"] if own else rows["auto"]["avg_jct_s"],

@@ -133,7 +133,7 @@ def space_vs_pool(name: str, n_jobs: int, mix: dict[str, int], load: str) -> dic
         if tag == "seed":
             out["seed_order"] = plan.params.get("order")
         if tag == "keep":
-            out["kept"] = plan.extra["pool_vs_space"]["kept"]
+            out["kept"] = plan.notes.pool_vs_space["kept"]
             out["bound"] = plan.lower_bound_s
     return out
 

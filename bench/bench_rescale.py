@@ -50,7 +50,6 @@ sys.path.insert(0, str(ROOT))
 from hetsched.core.plan import Plan  # noqa: E402
 from hetsched.core.spec import Cluster, Elastic, Job, Node  # noqa: E402
 from hetsched.core.throughput import ProfileRow, ThroughputTable  # noqa: E402
-from hetsched.io.jobfiles import BATCHES_KEY  # noqa: E402
 from hetsched.io.reports import iter_records  # noqa: E402
 from hetsched.planning.planner import make_plan  # noqa: E402
 from hetsched.runtime.elastic import request_path, write_request  # noqa: E402
@@ -122,7 +121,7 @@ def restart(report: Path, req: Path, env: dict[str, str], work: Path,
     resc = [r for r in records(report, "rescale") if not r.get("in_place")][-1]
     seen = len(records(report, "steps"))
     plan = plan_on(3, 24)
-    plan.extra[BATCHES_KEY] = {JOB: batch}  # the same job, continued: its checkpoint
+    plan.notes.batches = {JOB: batch}  # the same job, continued: its checkpoint
     p = work / "plan3.json"
     p.write_text(plan.to_json())
     old = slurm_ids(work)

@@ -81,7 +81,7 @@ def _one(n_jobs: int, n_gpus: int, policy: str, workers: int, q: Any) -> None:
         q.put({"seconds": round(dt, 3), "policy": plan.policy,
                "weighted_jct_s": round(plan.weighted_jct_s, 1),
                "lower_bound_s": round(plan.lower_bound_s, 1),
-               "skipped": plan.extra.get("skipped", {}),
+               "skipped": plan.notes.skipped or {},
                "candidates": {k: round(v, 1) for k, v in plan.candidates.items()}})
     except Exception as e:  # noqa: BLE001 - recorded, the curve goes on
         q.put({"seconds": round(time.perf_counter() - t0, 3),

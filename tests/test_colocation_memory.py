@@ -54,7 +54,7 @@ def test_a_colocating_policy_says_why_it_formed_no_group() -> None:
     plan = plan_problem(_problem(64), "naive-colocation", reporter=rep)
     notes = [str(a[0]) for a in rep.hooks("note")]
     assert not any(s.group for jp in plan.jobs for s in jp.segments)
-    assert plan.extra["no_group"].startswith("no pair of jobs fits")
+    assert plan.notes.no_group.startswith("no pair of jobs fits")
     assert any("naive-colocation formed no co-location group: no pair" in n for n in notes)
     assert "no_group" in plan.to_dict()
 

@@ -28,7 +28,7 @@ def test_never_worse_than_its_isolated_base(p: PlanningProblem, base: str) -> No
     check_plan(p, best)
     assert best.weighted_jct_s <= iso.weighted_jct_s + 1e-9
     assert best.weighted_jct_s == pytest.approx(min(own.weighted_jct_s, iso.weighted_jct_s))
-    assert best.extra["fallback"]["kept"] in ("own", "base")
+    assert best.notes.fallback["kept"] in ("own", "base")
 
 
 def _waiting_comm_beside_running_comp() -> PlanningProblem:
@@ -50,7 +50,7 @@ def test_grouping_a_waiting_comm_job_with_a_running_comp_job_helps() -> None:
     plan = plan_problem(p, "harmony-jct")
     check_plan(p, plan)
     assert check_groups(p, plan) > 0
-    assert plan.extra["fallback"]["kept"] == "own"
+    assert plan.notes.fallback["kept"] == "own"
     assert plan.weighted_jct_s < 0.9 * iso.weighted_jct_s
     end = {j.name: j.segments[-1].end_s for j in plan.jobs}
     iso_end = {j.name: j.segments[-1].end_s for j in iso.jobs}

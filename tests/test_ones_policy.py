@@ -206,11 +206,11 @@ def test_ones_is_never_worse_than_the_best_fixed_batch_plan(inst: Instance, seed
             pass
     plan = plan_problem(p, "ones", {"seed": seed, "population": 6}, restart_cost_s=60.0,
                         budget_s=1e9, workers=1)
-    info = plan.extra["fixed_start"]
+    info = plan.notes.fixed_start
     assert plan.weighted_jct_s <= min(fixed.values()) * (1 + 1e-9)
     assert plan.weighted_jct_s == min(info["own_weighted_jct_s"], info["fixed_weighted_jct_s"])
     assert plan.policy == "ones"
     pure = plan_problem(p, "ones", {"seed": seed, "population": 6, "keep_fixed": False},
                         restart_cost_s=60.0, workers=1)
-    assert "fixed_start" not in pure.extra  # the paper's search alone, by parameter
+    assert pure.notes.fixed_start is None  # the paper's search alone, by parameter
     assert pure.weighted_jct_s == info["own_weighted_jct_s"]

@@ -16,7 +16,7 @@ import pytest
 from hetsched.app.plan import how_planned
 from hetsched.core.plan import PlanSettings
 from hetsched.errors import InputError
-from hetsched.io.plan_json import json_schema, load_plan, plan_from_dict
+from hetsched.io.plan_json import NOTE_KEYS, json_schema, load_plan, plan_from_dict
 from hetsched.io.profiles import load_throughputs
 from hetsched.io.specs import load_cluster, load_jobs
 from hetsched.planning.planner import make_plan
@@ -106,6 +106,8 @@ def test_pool_plan_is_never_submitted_as_space_hetjobs(plan_files: dict[str, Pat
     (lambda d: d["jobs"][0]["segments"][0].update(colour=1), "colour", "Extra inputs"),
     (lambda d: d.update(mode="pool", tasks=None), "tasks", "needs its 'tasks' section"),
     (lambda d: d.update(jobs=[]), "jobs", "at least 1 item"),
+    (lambda d: d.update(batches={"a": 5}), "batches.a", "valid string"),
+    (lambda d: d.update(no_group=["x"]), "no_group", "valid string"),
 ])
 def test_bad_plans_get_one_line(plan_files: dict[str, Path], mutate, where: str,
                                 what: str) -> None:
@@ -116,6 +118,24 @@ def test_bad_plans_get_one_line(plan_files: dict[str, Path], mutate, where: str,
     msg = str(e.value)
     assert msg.startswith("p.json") and where in msg and what in msg, msg
     assert "\n" not in msg
+
+
+def test_notes_are_typed_fields_and_written_back(plan_files: dict[str, Path]) -> None:
+    """The plan file's notes (replan_of, batches, skipped, ...) load as PlanNotes fields,
+    not an open bag, and write back as the same top-level keys; unknown keys stay extra."""
+    d = json.loads(plan_files["space"].read_text())
+    first = d["jobs"][0]["name"]
+    d.update(replan_of="0123456789abcdef", replanned_at=12.5,
+             batches={first: "fedcba9876543210"}, no_group="no pair fits", custom={"k": 1})
+    plan = plan_from_dict(d, "p.json")
+    assert plan.notes.replan_of == "0123456789abcdef" and plan.notes.replanned_at == 12.5
+    assert plan.notes.batches == {first: "fedcba9876543210"}
+    assert plan.notes.no_group == "no pair fits"
+    assert "batches" not in plan.extra and plan.extra["custom"] == {"k": 1}
+    assert plan.to_dict() == d
+    # every note is a declared, typed property of the published schema
+    props = json_schema()["properties"]
+    assert all(k in props for k in NOTE_KEYS)
 
 
 def test_non_finite_numbers_are_refused(plan_files: dict[str, Path], tmp_path: Path) -> None:

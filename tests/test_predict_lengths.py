@@ -84,8 +84,8 @@ def test_every_policy_and_the_evaluator_plan_the_prediction(policy: str) -> None
     spec = {j.name: j.spec for j in pred.jobs}
     assert spec["tl"].epochs_predicted and spec["tl"].epochs < PRIOR_EPOCHS
     assert spec["ep"].epochs == 6
-    assert pred.extra["length_prediction"]["predictor_points"] == 3 * RUN_EPOCHS
-    assert "length_prediction" not in prior.extra
+    assert pred.notes.length_prediction["predictor_points"] == 3 * RUN_EPOCHS
+    assert prior.notes.length_prediction is None
     assert {j.name: j.spec for j in prior.jobs}["tl"].epochs == PRIOR_EPOCHS
     # the evaluator simulated the shorter job: it ends sooner than with the prior
     end = {j.name: j.end_s for j in pred.jobs}["tl"]

@@ -176,9 +176,10 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), forced)
     new_plan.settings = settings  # the request, as the old plan made it
     renumber(new_plan, offsets, sizes)
-    new_plan.extra.update({"replan_of": old.plan_id, "replanned_at": round(time.time(), 3),
-                           "resume": {n: {"plan_id": old.plan_id, "rounds_done": k}
-                                      for n, k in offsets.items()}})
+    new_plan.notes.replan_of = old.plan_id
+    new_plan.notes.replanned_at = round(time.time(), 3)
+    new_plan.notes.resume = {n: {"plan_id": old.plan_id, "rounds_done": k}
+                             for n, k in offsets.items()}
     new_plan.plan_id = None
     new_plan.plan_id = str(new_plan.to_dict()["plan_id"])
     return new_plan

@@ -123,7 +123,7 @@ def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
                                    "the other jobs", e.where) from None
         raise
     if skipped:
-        plan.extra["skipped_unplaceable"] = [{"job": j.name, "why": w} for j, w in skipped]
+        plan.notes.skipped_unplaceable = [{"job": j.name, "why": w} for j, w in skipped]
     return plan
 
 

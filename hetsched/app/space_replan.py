@@ -63,7 +63,7 @@ from hetsched.core.plan import JobPlan, Plan
 from hetsched.core.spec import Job
 from hetsched.errors import InputError
 from hetsched.io.files import private_dir
-from hetsched.io.jobfiles import BATCHES_KEY, JobFiles, batch_of
+from hetsched.io.jobfiles import JobFiles, batch_of
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import SlurmClient
@@ -218,10 +218,10 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
                          settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
                          epochs_done=done_epochs)
-    new_plan.extra.update({"replan_of": old_id, "replanned_at": round(now, 3)})
+    new_plan.notes.replan_of, new_plan.notes.replanned_at = old_id, round(now, 3)
     batches = batches_of(plans, rows, [j.name for j in new_plan.jobs])
     if batches:
-        new_plan.extra[BATCHES_KEY] = batches
+        new_plan.notes.batches = batches
     new_plan.plan_id = None  # a fresh content hash: unique per replan
     new = new_plan.to_dict()
     new_plan.plan_id = new["plan_id"]

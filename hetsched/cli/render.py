@@ -194,10 +194,10 @@ def summary_table(plan: Plan) -> Table:
         proved = "proved" if opd.get("bound_proved") else "not proved for this variant"
         tab.add_row("opd alpha", f"{opd['alpha']} (paper's bound 4*alpha = "
                     f"{opd.get('competitive_bound')}, {proved})")
-    if plan.extra.get("no_group"):
-        tab.add_row("co-location", f"no group formed: {plan.extra['no_group']}")
-    skipped = plan.extra.get("skipped")
-    if isinstance(skipped, dict) and skipped:
+    if plan.notes.no_group:
+        tab.add_row("co-location", f"no group formed: {plan.notes.no_group}")
+    skipped = plan.notes.skipped
+    if skipped:
         tab.add_row("auto skipped", "\n".join(f"{k}: {v}" for k, v in skipped.items()))
     return tab
 

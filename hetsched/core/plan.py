@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hetsched.config import DEFAULT_RESTART_COST_S
@@ -129,6 +129,50 @@ class JobPlan:
         }
 
 
+@dataclass
+class PlanNotes:
+    """What planning and replan say about a plan beside its jobs: named, typed keys of the
+    plan file's top level (docs/formats.md), each left out of the file while None.
+
+    Policy-specific facts (``ones``, ``opd``, ``harmony_jct``, ...) stay in ``Plan.extra``.
+    """
+
+    #: replan: each job the plan continues -> its batch (the plan it was first submitted
+    #: with; io.jobfiles names its checkpoint and reports by it)
+    batches: dict[str, str] | None = None
+    #: replan: the plan this one replaces, and when (epoch seconds)
+    replan_of: str | None = None
+    replanned_at: float | None = None
+    #: pool replan: job -> {"plan_id", "rounds_done"}, the rounds carried over
+    resume: dict[str, dict[str, Any]] | None = None
+    #: auto: candidate policy -> why it made no plan (over budget, failed)
+    skipped: dict[str, str] | None = None
+    #: auto: candidate policy -> its predicted counted work (s)
+    predicted_work_s: dict[str, float] | None = None
+    #: --mode auto: mode -> weighted JCT of its plan; mode -> why it made none
+    mode_candidates: dict[str, float] | None = None
+    mode_skipped: dict[str, str] | None = None
+    #: submit --skip-unrunnable: the jobs left out and why
+    skipped_unplaceable: list[dict[str, str]] | None = None
+    #: a co-location policy formed no group: why
+    no_group: str | None = None
+    #: target_loss jobs: the progress predictor's history and each job's predicted length
+    length_prediction: dict[str, Any] | None = None
+    #: a plan compared with a fixed start / a base policy / the space plan: both values
+    #: and which was kept
+    fixed_start: dict[str, Any] | None = None
+    fallback: dict[str, Any] | None = None
+    pool_vs_space: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    def merged_under(self, other: PlanNotes) -> PlanNotes:
+        """These notes, with ``other``'s where these have none."""
+        return PlanNotes(**{**other.to_dict(), **self.to_dict()})
+
+
 def jain(xs: list[float]) -> float:
     """Jain's fairness index: 1 when all equal, 1/n at worst."""
     if not xs:
@@ -160,7 +204,10 @@ class Plan:
     #: (recomputing from rounded times would drift in the last digit; it has no
     #: equal-share references for fairness)
     objective_read: dict[str, Any] | None = None
-    #: top-level and lower-bound keys of a plan file this version does not model, kept as read
+    #: what planning and replan say about the plan (replan_of, batches, skipped, ...)
+    notes: PlanNotes = field(default_factory=lambda: PlanNotes())
+    #: policy-specific facts (``Plan.extra["opd"]``) and top-level keys of a plan file this
+    #: version does not model, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     lower_bound_extra: dict[str, Any] = field(default_factory=dict)
 
@@ -242,6 +289,7 @@ class Plan:
             body["tasks"] = self.tasks.to_dict()
         if self.settings is not None:
             body["settings"] = self.settings.to_dict()
+        body.update({k: v for k, v in self.notes.to_dict().items() if k not in body})
         body.update({k: v for k, v in self.extra.items() if k not in body})
         body["plan_id"] = self.plan_id or plan_id(body)
         body["planning_time_s"] = round(self.planning_time_s, 6)

@@ -15,7 +15,7 @@ Beside the state file, in ``STATE.files/`` (the *files root*)::
 
 PLAN is the plan a submission belongs to, SEG its segment. BATCH is the id of
 the plan the job was first submitted with (:func:`batch_of`): a replan's plan
-carries it on (``extra["batches"]``), so a job moved by replan resumes from
+carries it on (``notes.batches``, the plan file's ``batches``), so a job moved by replan resumes from
 its checkpoint and keeps adding to its reports, while a later batch that reuses
 the job's name starts afresh and ``status`` shows only its own measurements.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from hetsched import config
 
-#: plan.extra key: job -> its batch, for the jobs a replan's plan continues
+#: the plan file's key of ``PlanNotes.batches``: job -> its batch, for the jobs a replan's plan continues
 BATCHES_KEY = "batches"
 
 
@@ -56,13 +56,14 @@ def report_root(root: Path | None = None) -> Path:
 
 def batch_of(plan: Any, job: str) -> str:
     """The batch ``job`` of ``plan`` belongs to: the id of the plan it was first submitted
-    with. A replan's plan names it for the jobs it continues (``extra["batches"]``); a job
+    with. A replan's plan names it for the jobs it continues (``notes.batches``); a job
     first submitted with ``plan`` belongs to ``plan``'s own id."""
-    if isinstance(plan, Mapping):  # a stored plan's JSON: its extra keys are top-level
-        extra, pid = plan, plan.get("plan_id")
+    if isinstance(plan, Mapping):  # a stored plan's JSON: its notes are top-level keys
+        batches, pid = plan.get(BATCHES_KEY), plan.get("plan_id")
     else:
-        extra, pid = getattr(plan, "extra", None) or {}, getattr(plan, "plan_id", None)
-    return str((extra.get(BATCHES_KEY) or {}).get(job) or pid or "")
+        notes = getattr(plan, "notes", None)
+        batches, pid = getattr(notes, "batches", None), getattr(plan, "plan_id", None)
+    return str((batches or {}).get(job) or pid or "")
 
 
 def files_root_of(plan_path: str | Path) -> Path:

@@ -15,6 +15,7 @@ what would be valid.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,7 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core import limits
-from hetsched.core.plan import PLAN_VERSION, JobPlan, Plan, PlanSettings, Segment, Worker
+from hetsched.core.plan import (
+    PLAN_VERSION,
+    JobPlan,
+    Plan,
+    PlanNotes,
+    PlanSettings,
+    Segment,
+    Worker,
+)
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, read_text
@@ -126,6 +135,38 @@ class PlanModel(_Open):
     tasks: dict[str, Any] | None = None
     plan_id: Name | None = None
     planning_time_s: float | None = None
+    # what planning and replan say about the plan (core.plan.PlanNotes)
+    batches: dict[str, Name] | None = Field(None, description=(
+        "replan: each job the plan continues -> its batch (the plan it was first submitted "
+        "with; its checkpoint and reports are kept under it)"))
+    replan_of: Name | None = Field(None, description="replan: the plan this one replaces")
+    replanned_at: float | None = Field(None, description="replan: when (epoch seconds)")
+    resume: dict[str, dict[str, Any]] | None = Field(None, description=(
+        "pool replan: job -> {plan_id, rounds_done}, the rounds carried over"))
+    skipped: dict[str, str] | None = Field(None, description=(
+        "auto: candidate policy -> why it made no plan"))
+    predicted_work_s: dict[str, float] | None = Field(None, description=(
+        "auto: candidate policy -> its predicted counted work (s)"))
+    mode_candidates: dict[str, float] | None = Field(None, description=(
+        "--mode auto: mode -> weighted JCT of its plan"))
+    mode_skipped: dict[str, str] | None = Field(None, description=(
+        "--mode auto: mode -> why it made no plan"))
+    skipped_unplaceable: list[dict[str, str]] | None = Field(None, description=(
+        "submit --skip-unrunnable: the jobs left out and why"))
+    no_group: str | None = Field(None, description=(
+        "a co-location policy formed no group: why"))
+    length_prediction: dict[str, Any] | None = Field(None, description=(
+        "target_loss jobs: the progress predictor's history and predicted lengths"))
+    fixed_start: dict[str, Any] | None = Field(None, description=(
+        "ones: the plan compared with a fixed start, both values and which was kept"))
+    fallback: dict[str, Any] | None = Field(None, description=(
+        "the plan compared with its base policy's, both values and which was kept"))
+    pool_vs_space: dict[str, Any] | None = Field(None, description=(
+        "pool: the plan compared with the space plan, both values and which was kept"))
+
+
+#: the plan file's top-level keys that are :class:`PlanNotes` fields
+NOTE_KEYS = tuple(f.name for f in dataclasses.fields(PlanNotes))
 
 
 def json_schema() -> dict[str, Any]:
@@ -185,6 +226,7 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
                 candidates=dict(m.candidates or {}), mode=m.mode, tasks=tasks,
                 settings=PlanSettings(**m.settings.model_dump()) if m.settings else None,
                 plan_id=m.plan_id,
+                notes=PlanNotes(**{k: getattr(m, k) for k in NOTE_KEYS}),
                 objective_read=dict(m.objective) or None,
                 extra={**({"tasks": m.tasks} if tasks is None and m.tasks is not None else {}),
                        **(m.model_extra or {})},

@@ -76,7 +76,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     for jp in plan.jobs:  # carried into the plan, so the next replan adds to it
         jp.epochs_done = max(0.0, float((epochs_done or {}).get(jp.name, 0.0)))
     if predicted is not None:
-        plan.extra["length_prediction"] = predicted
+        plan.notes.length_prediction = predicted
     rep.planning_done(plan.policy, plan.weighted_jct_s, plan.planning_time_s)
     return plan
 
@@ -116,9 +116,9 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
         raise PlanningError("--mode auto: neither mode produced a plan: "
                             + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     best = min(plans.values(), key=lambda pl: pl.weighted_jct_s)
-    best.extra["mode_candidates"] = {m: round(pl.weighted_jct_s, 6) for m, pl in plans.items()}
+    best.notes.mode_candidates = {m: round(pl.weighted_jct_s, 6) for m, pl in plans.items()}
     if skipped:
-        best.extra["mode_skipped"] = skipped
+        best.notes.mode_skipped = skipped
     return best
 
 
@@ -146,8 +146,8 @@ def plan_problem(problem: PlanningProblem, policy: str = "auto",
                 s.group is not None for jp in plan.jobs for s in jp.segments):
             from hetsched.core.memory import no_group_reason  # say why sharing never paid
 
-            plan.extra["no_group"] = no_group_reason(problem)
-            rep.note(f"{cls.name} formed no co-location group: {plan.extra['no_group']}")
+            plan.notes.no_group = no_group_reason(problem)
+            rep.note(f"{cls.name} formed no co-location group: {plan.notes.no_group}")
         return plan
     if params:
         raise PlanningError("--param applies to one policy; 'auto' runs each with its defaults")
@@ -173,10 +173,11 @@ def _or_fixed(plan: Plan, fixed: Plan) -> Plan:
         fixed.params = {**plan.params, "kept": fixed.policy}
         fixed.policy = plan.policy
         fixed.extra.update({k: v for k, v in plan.extra.items() if k not in fixed.extra})
+        fixed.notes = fixed.notes.merged_under(plan.notes)
         plan = fixed
     else:
         plan.planning_time_s += fixed.planning_time_s
-    plan.extra["fixed_start"] = {**info, "kept": "fixed" if plan is fixed else "own"}
+    plan.notes.fixed_start = {**info, "kept": "fixed" if plan is fixed else "own"}
     return plan
 
 
@@ -220,9 +221,9 @@ def _auto(problem: PlanningProblem, names: tuple[str, ...], static: bool,
     best.params = {"chosen": best.policy, **best.params}
     best.policy = f"auto:{best.policy}"
     if sel.not_run():
-        best.extra["skipped"] = sel.not_run()
+        best.notes.skipped = sel.not_run()
     best.planning_time_s = time.perf_counter() - t0
-    best.extra["predicted_work_s"] = {n: round(float(v or 0.0), 3)
+    best.notes.predicted_work_s = {n: round(float(v or 0.0), 3)
                                       for n, v in sel.predicted.items()}
     return best
 
@@ -244,7 +245,7 @@ def _or_fallback(problem: PlanningProblem, pol: Any, plan: Plan, static: bool,
         plan = alt
     else:
         plan.planning_time_s += alt.planning_time_s
-    plan.extra["fallback"] = {**info, "kept": "base" if plan.params.get("kept") else "own"}
+    plan.notes.fallback = {**info, "kept": "base" if plan.params.get("kept") else "own"}
     return plan
 
 

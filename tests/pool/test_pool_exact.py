@@ -26,7 +26,7 @@ def test_bound_le_optimum_le_heuristics(seed: int) -> None:
     # and its bound (the lower of the two models') is below both
     both = plan_pool(p, "hare", {"space": "keep"}, task_iterations=1)
     assert both.weighted_jct_s <= plans["hare"].weighted_jct_s + 1e-9
-    info = both.extra["pool_vs_space"]
+    info = both.notes.pool_vs_space
     assert both.weighted_jct_s <= info["space_weighted_jct_s"] + 1e-9
     assert both.lower_bound_s <= min(opt, info["space_weighted_jct_s"]) * (1 + 1e-6) + 1e-6
     # The paper's guarantee (Theorem 4) is on sum w_i C_i; check Hare against it loosely

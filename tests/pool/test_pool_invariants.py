@@ -48,13 +48,13 @@ def test_pool_mode_is_never_worse_than_space_mode(p, n) -> None:  # type: ignore
 
     space = plan_problem(p, "auto")
     seeded = plan_pool(p, "hare", task_iterations=n)
-    assert seeded.mode == "pool" and seeded.extra["pool_vs_space"]["kept"].startswith("pool")
+    assert seeded.mode == "pool" and seeded.notes.pool_vs_space["kept"].startswith("pool")
     off = plan_pool(p, "hare", {"space": "off"}, task_iterations=n)
-    assert "pool_vs_space" not in off.extra
+    assert off.notes.pool_vs_space is None
     assert seeded.weighted_jct_s <= off.weighted_jct_s * (1 + 1e-12)  # one more order tried
     for params in ({"space": "keep"}, {"space": "keep", "order": "relaxation"}):
         plan = plan_pool(p, "hare", params, task_iterations=n)
-        info = plan.extra["pool_vs_space"]
+        info = plan.notes.pool_vs_space
         assert plan.weighted_jct_s <= space.weighted_jct_s * (1 + 1e-9) + 1e-9
         assert info["space_weighted_jct_s"] == pytest.approx(space.weighted_jct_s, rel=1e-9)
         assert plan.weighted_jct_s == min(info["pool_weighted_jct_s"],

@@ -114,11 +114,11 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     if policy == "auto":
         plan.candidates = scores
         if sel.not_run():
-            plan.extra["skipped"] = sel.not_run()
+            plan.notes.skipped = sel.not_run()
     if space_plan is not None and "keep" in uses:
         plan = _or_space(plan, space_plan)
     elif space_plan is not None:  # seeded only: say how the task plan compares
-        plan.extra["pool_vs_space"] = {"space_policy": space_plan.policy,
+        plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
                                        "space_weighted_jct_s": float(space_plan.weighted_jct_s),
                                        "kept": "pool plan (space=seed)"}
     plan.planning_time_s = time.perf_counter() - t0
@@ -161,7 +161,7 @@ def _or_space(plan: Plan, space: Plan) -> Plan:
         info["kept"] = "pool plan"
     plan.lower_bound_s = bound
     plan.lower_bound_extra = {**plan.lower_bound_extra, "kind": kind}
-    plan.extra["pool_vs_space"] = info
+    plan.notes.pool_vs_space = info
     return plan
 
 
