@@ -45,14 +45,18 @@ class Segment:
     iteration_s: float = 0.0
     compute_s: float = 0.0
     comm_s: float = 0.0
-    iterations: float = 0.0
-    restart_s: float = 0.0
-    #: the segment's global batch when the planner chose it (elastic jobs); None = the spec's
-    global_batch: int | None = None
-    #: co-location (Harmony): segments of different jobs with the same group id share
-    #: the same GPUs at the same time, interleaving one job's compute with another's
-    #: communication; None = the GPUs serve this job alone
-    group: str | None = None
+    iterations: float = field(default=0.0, metadata={"description": (
+        "iterations run in this segment, after its restart: iterations * iteration_s "
+        "= max(0, end_s - start_s - restart_s)")})
+    restart_s: float = field(default=0.0, metadata={"description": (
+        "seconds of the segment spent restarting (checkpoint, requeue, reload) before "
+        "its first iteration; 0 for a job's first segment")})
+    global_batch: int | None = field(default=None, metadata={"description": (
+        "the segment's global batch, chosen by the planner for an elastic job (ONES); "
+        "absent: the spec's global_batch")})
+    group: str | None = field(default=None, metadata={"description": (
+        "co-location group (Harmony): segments of different jobs with the same group "
+        "share their GPUs at the same time; absent: the GPUs serve this job alone")})
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -129,6 +133,12 @@ class JobPlan:
         }
 
 
+def _note(description: str) -> Any:
+    """A :class:`PlanNotes` field: absent (None) unless set; its description is the
+    published schema's."""
+    return field(default=None, metadata={"description": description})
+
+
 @dataclass
 class PlanNotes:
     """What planning and replan say about a plan beside its jobs: named, typed keys of the
@@ -137,32 +147,30 @@ class PlanNotes:
     Policy-specific facts (``ones``, ``opd``, ``harmony_jct``, ...) stay in ``Plan.extra``.
     """
 
-    #: replan: each job the plan continues -> its batch (the plan it was first submitted
-    #: with; io.jobfiles names its checkpoint and reports by it)
-    batches: dict[str, str] | None = None
-    #: replan: the plan this one replaces, and when (epoch seconds)
-    replan_of: str | None = None
-    replanned_at: float | None = None
-    #: pool replan: job -> {"plan_id", "rounds_done"}, the rounds carried over
-    resume: dict[str, dict[str, Any]] | None = None
-    #: auto: candidate policy -> why it made no plan (over budget, failed)
-    skipped: dict[str, str] | None = None
-    #: auto: candidate policy -> its predicted counted work (s)
-    predicted_work_s: dict[str, float] | None = None
-    #: --mode auto: mode -> weighted JCT of its plan; mode -> why it made none
-    mode_candidates: dict[str, float] | None = None
-    mode_skipped: dict[str, str] | None = None
-    #: submit --skip-unrunnable: the jobs left out and why
-    skipped_unplaceable: list[dict[str, str]] | None = None
-    #: a co-location policy formed no group: why
-    no_group: str | None = None
-    #: target_loss jobs: the progress predictor's history and each job's predicted length
-    length_prediction: dict[str, Any] | None = None
-    #: a plan compared with a fixed start / a base policy / the space plan: both values
-    #: and which was kept
-    fixed_start: dict[str, Any] | None = None
-    fallback: dict[str, Any] | None = None
-    pool_vs_space: dict[str, Any] | None = None
+    batches: dict[str, str] | None = _note(
+        "replan: each job the plan continues -> its batch (the plan it was first submitted "
+        "with; its checkpoint and reports are kept under it)")
+    replan_of: str | None = _note("replan: the plan this one replaces")
+    replanned_at: float | None = _note("replan: when (epoch seconds)")
+    resume: dict[str, dict[str, Any]] | None = _note(
+        "pool replan: job -> {plan_id, rounds_done}, the rounds carried over")
+    skipped: dict[str, str] | None = _note("auto: candidate policy -> why it made no plan")
+    predicted_work_s: dict[str, float] | None = _note(
+        "auto: candidate policy -> its predicted counted work (s)")
+    mode_candidates: dict[str, float] | None = _note(
+        "--mode auto: mode -> weighted JCT of its plan")
+    mode_skipped: dict[str, str] | None = _note("--mode auto: mode -> why it made no plan")
+    skipped_unplaceable: list[dict[str, str]] | None = _note(
+        "submit --skip-unrunnable: the jobs left out and why")
+    no_group: str | None = _note("a co-location policy formed no group: why")
+    length_prediction: dict[str, Any] | None = _note(
+        "target_loss jobs: the progress predictor's history and predicted lengths")
+    fixed_start: dict[str, Any] | None = _note(
+        "ones: the plan compared with a fixed start, both values and which was kept")
+    fallback: dict[str, Any] | None = _note(
+        "the plan compared with its base policy's, both values and which was kept")
+    pool_vs_space: dict[str, Any] | None = _note(
+        "pool: the plan compared with the space plan, both values and which was kept")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core import limits
@@ -57,33 +58,40 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class WorkerModel(_Strict):
-    node: Name
-    gpu_type: GpuType
-    gpu: Annotated[int, Field(ge=0, lt=int(limits.CLUSTER["gpus"].maximum))]
-    local_batch: Annotated[int, Field(ge=0, le=int(limits.JOB["global_batch"].maximum))]
+def _model_of(cls: type, base: type[BaseModel], **bounds: Any) -> type[BaseModel]:
+    """The pydantic model of a core dataclass: its fields, types, defaults and
+    descriptions (field metadata) as the dataclass declares them; ``bounds`` narrows a
+    field's type for validation at this edge (``Annotated[int, Field(ge=0)]``)."""
+    hints = typing.get_type_hints(cls)
+    defs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kw: dict[str, Any] = {}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        if "description" in f.metadata:
+            kw["description"] = f.metadata["description"]
+        defs[f.name] = (bounds.get(f.name, hints[f.name]), Field(**kw))
+    doc = cls.__doc__ or ""
+    model: type[BaseModel] = create_model(
+        f"{cls.__name__}Model", __base__=base,
+        __doc__=None if doc.startswith(f"{cls.__name__}(") else doc, **defs)
+    return model
 
 
-class SegmentModel(_Strict):
-    start_s: Seconds
-    end_s: Seconds
-    workers: list[WorkerModel]
-    iteration_s: Seconds = 0.0
-    compute_s: Seconds = 0.0
-    comm_s: Seconds = 0.0
-    iterations: Annotated[Seconds, Field(description=(
-        "iterations run in this segment, after its restart: iterations * iteration_s "
-        "= max(0, end_s - start_s - restart_s)"))] = 0.0
-    restart_s: Annotated[Seconds, Field(description=(
-        "seconds of the segment spent restarting (checkpoint, requeue, reload) before "
-        "its first iteration; 0 for a job's first segment"))] = 0.0
-    global_batch: Annotated[int, Field(ge=1, description=(
-        "the segment's global batch, chosen by the planner for an elastic job (ONES); "
-        "absent: the spec's global_batch"))] | None = None
-    group: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
-                                description=(
-        "co-location group (Harmony): segments of different jobs with the same group "
-        "share their GPUs at the same time; absent: the GPUs serve this job alone"))] | None = None
+WorkerModel = _model_of(
+    Worker, _Strict, node=Name, gpu_type=GpuType,
+    gpu=Annotated[int, Field(ge=0, lt=int(limits.CLUSTER["gpus"].maximum))],
+    local_batch=Annotated[int, Field(ge=0, le=int(limits.JOB["global_batch"].maximum))])
+
+SegmentModel = _model_of(
+    Segment, _Strict, start_s=Seconds, end_s=Seconds,
+    workers=list[WorkerModel],  # type: ignore[valid-type]
+    iteration_s=Seconds, compute_s=Seconds, comm_s=Seconds, iterations=Seconds,
+    restart_s=Seconds, global_batch=Annotated[int, Field(ge=1)] | None,
+    group=Annotated[str, Field(min_length=1, max_length=128,
+                               pattern=r"^[A-Za-z0-9._-]+$")] | None)
 
 
 class JobModel(_Strict):
@@ -95,7 +103,7 @@ class JobModel(_Strict):
     jct_s: float | None = None
     spec: dict[str, Any] = Field(default_factory=dict,
                                  description="the job spec (docs/formats.md, jobs file)")
-    segments: list[SegmentModel]
+    segments: list[SegmentModel]  # type: ignore[valid-type]
     epochs_done: Annotated[float, Field(ge=0, le=limits.JOB["epochs"].maximum,
                                         allow_inf_nan=False, description=(
         "epochs the job ran before this plan (replan: measured from its epoch reports, "
@@ -108,25 +116,25 @@ class LowerBoundModel(_Open):
     gap: float | None = None
 
 
-class SettingsModel(_Strict):
-    """How the plan was asked for; ``replan`` makes the next plan the same way."""
+SettingsModel = _model_of(
+    PlanSettings, _Strict, mode=Literal["space", "pool", "auto"],
+    policy=Annotated[str, Field(min_length=1, max_length=64)], params=dict[str, Any],
+    restart_cost_s=Seconds, task_iterations=Annotated[int, Field(ge=1)] | None)
 
-    mode: Literal["space", "pool", "auto"] = "space"
-    policy: Annotated[str, Field(min_length=1, max_length=64)] = "auto"
-    params: dict[str, Any] = Field(default_factory=dict)
-    static: bool = False
-    restart_cost_s: Seconds = DEFAULT_RESTART_COST_S
-    task_iterations: Annotated[int, Field(ge=1)] | None = None
+#: the plan file's top-level keys that are :class:`PlanNotes` fields
+NOTE_KEYS = tuple(f.name for f in dataclasses.fields(PlanNotes))
+NotesModel = _model_of(PlanNotes, _Open, batches=dict[str, Name] | None,
+                       replan_of=Name | None)
 
 
-class PlanModel(_Open):
+class PlanModel(NotesModel):  # type: ignore[valid-type,misc]
     version: Literal[1]
     policy: Annotated[str, Field(min_length=1, max_length=64)]
     mode: Literal["space", "pool"] = "space"
     params: dict[str, Any] = Field(default_factory=dict)
     static: bool = False
     restart_cost_s: Seconds = DEFAULT_RESTART_COST_S
-    settings: SettingsModel | None = None
+    settings: SettingsModel | None = None  # type: ignore[valid-type]
     objective: dict[str, Any] = Field(default_factory=dict)
     lower_bound: LowerBoundModel
     cluster: dict[str, Any] = Field(default_factory=dict)
@@ -135,38 +143,6 @@ class PlanModel(_Open):
     tasks: dict[str, Any] | None = None
     plan_id: Name | None = None
     planning_time_s: float | None = None
-    # what planning and replan say about the plan (core.plan.PlanNotes)
-    batches: dict[str, Name] | None = Field(None, description=(
-        "replan: each job the plan continues -> its batch (the plan it was first submitted "
-        "with; its checkpoint and reports are kept under it)"))
-    replan_of: Name | None = Field(None, description="replan: the plan this one replaces")
-    replanned_at: float | None = Field(None, description="replan: when (epoch seconds)")
-    resume: dict[str, dict[str, Any]] | None = Field(None, description=(
-        "pool replan: job -> {plan_id, rounds_done}, the rounds carried over"))
-    skipped: dict[str, str] | None = Field(None, description=(
-        "auto: candidate policy -> why it made no plan"))
-    predicted_work_s: dict[str, float] | None = Field(None, description=(
-        "auto: candidate policy -> its predicted counted work (s)"))
-    mode_candidates: dict[str, float] | None = Field(None, description=(
-        "--mode auto: mode -> weighted JCT of its plan"))
-    mode_skipped: dict[str, str] | None = Field(None, description=(
-        "--mode auto: mode -> why it made no plan"))
-    skipped_unplaceable: list[dict[str, str]] | None = Field(None, description=(
-        "submit --skip-unrunnable: the jobs left out and why"))
-    no_group: str | None = Field(None, description=(
-        "a co-location policy formed no group: why"))
-    length_prediction: dict[str, Any] | None = Field(None, description=(
-        "target_loss jobs: the progress predictor's history and predicted lengths"))
-    fixed_start: dict[str, Any] | None = Field(None, description=(
-        "ones: the plan compared with a fixed start, both values and which was kept"))
-    fallback: dict[str, Any] | None = Field(None, description=(
-        "the plan compared with its base policy's, both values and which was kept"))
-    pool_vs_space: dict[str, Any] | None = Field(None, description=(
-        "pool: the plan compared with the space plan, both values and which was kept"))
-
-
-#: the plan file's top-level keys that are :class:`PlanNotes` fields
-NOTE_KEYS = tuple(f.name for f in dataclasses.fields(PlanNotes))
 
 
 def json_schema() -> dict[str, Any]:
@@ -209,11 +185,9 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
         if job.name != j.name:
             raise InputError(source, f"spec name {job.name!r} differs from the job's",
                              f"jobs[{i}].spec.name")
-        segs = [Segment(s.start_s, s.end_s,
-                        [Worker(w.node, w.gpu_type, w.gpu, w.local_batch) for w in s.workers],
-                        iteration_s=s.iteration_s, compute_s=s.compute_s, comm_s=s.comm_s,
-                        iterations=s.iterations, restart_s=s.restart_s,
-                        global_batch=s.global_batch, group=s.group) for s in j.segments]
+        segs = [Segment(**{**s.model_dump(exclude={"workers"}),
+                           "workers": [Worker(**w.model_dump()) for w in s.workers]})
+                for s in j.segments]
         jobs.append(JobPlan(j.name, j.weight, j.arrival_s, segs, spec=job,
                             epochs_done=j.epochs_done))
     if m.mode == "pool" and not m.tasks:
