@@ -106,9 +106,12 @@ class JobPlan:
     weight: float
     arrival_s: float
     segments: list[Segment] = field(default_factory=list)
-    spec: Job | None = None
-    #: epochs the job ran before this plan (replan; its spec's ``epochs`` is the rest)
-    epochs_done: float = 0.0
+    spec: Job | None = field(default=None, metadata={
+        "description": "the job spec (docs/formats.md, jobs file)"})
+    epochs_done: float = field(default=0.0, metadata={"description": (
+        "epochs the job ran before this plan (replan: measured from its epoch reports, "
+        "else estimated; it accumulates across replans); the spec's epochs are the rest. "
+        "Absent: 0")})
 
     @property
     def start_s(self) -> float:

@@ -58,15 +58,21 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-def _model_of(cls: type, base: type[BaseModel], **bounds: Any) -> type[BaseModel]:
+def _model_of(cls: type, base: type[BaseModel], written: dict[str, Any] | None = None,
+              defaults: dict[str, Any] | None = None, **bounds: Any) -> type[BaseModel]:
     """The pydantic model of a core dataclass: its fields, types, defaults and
     descriptions (field metadata) as the dataclass declares them; ``bounds`` narrows a
-    field's type for validation at this edge (``Annotated[int, Field(ge=0)]``)."""
+    field's type for validation at this edge (``Annotated[int, Field(ge=0)]``);
+    ``written``: keys ``to_dict`` writes beside the fields (derived, informative);
+    ``defaults``: a file's default where it differs from the dataclass's (``...``: the
+    file must give the field)."""
     hints = typing.get_type_hints(cls)
-    defs: dict[str, Any] = {}
+    defs: dict[str, Any] = dict(written or {})
     for f in dataclasses.fields(cls):
         kw: dict[str, Any] = {}
-        if f.default is not dataclasses.MISSING:
+        if f.name in (defaults or {}):
+            kw["default"] = (defaults or {})[f.name]
+        elif f.default is not dataclasses.MISSING:
             kw["default"] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             kw["default_factory"] = f.default_factory
@@ -94,21 +100,17 @@ SegmentModel = _model_of(
                                pattern=r"^[A-Za-z0-9._-]+$")] | None)
 
 
-class JobModel(_Strict):
-    name: Name
-    weight: Annotated[float, Field(gt=0, le=limits.JOB["weight"].maximum, allow_inf_nan=False)]
-    arrival_s: Seconds
-    start_s: float | None = None  # derived from the segments; informative
-    end_s: float | None = None
-    jct_s: float | None = None
-    spec: dict[str, Any] = Field(default_factory=dict,
-                                 description="the job spec (docs/formats.md, jobs file)")
-    segments: list[SegmentModel]  # type: ignore[valid-type]
-    epochs_done: Annotated[float, Field(ge=0, le=limits.JOB["epochs"].maximum,
-                                        allow_inf_nan=False, description=(
-        "epochs the job ran before this plan (replan: measured from its epoch reports, "
-        "else estimated; it accumulates across replans); the spec's epochs are the rest. "
-        "Absent: 0"))] = 0.0
+JobModel = _model_of(
+    JobPlan, _Strict,
+    # derived from the segments; informative
+    written={k: (float | None, Field(default=None)) for k in ("start_s", "end_s", "jct_s")},
+    name=Name,
+    weight=Annotated[float, Field(gt=0, le=limits.JOB["weight"].maximum, allow_inf_nan=False)],
+    defaults={"segments": ..., "spec": {}},
+    arrival_s=Seconds, segments=list[SegmentModel],  # type: ignore[valid-type]
+    spec=dict[str, Any],  # validated by io.specs.parse_job, as a jobs file is
+    epochs_done=Annotated[float, Field(ge=0, le=limits.JOB["epochs"].maximum,
+                                       allow_inf_nan=False)])
 
 
 class LowerBoundModel(_Open):
@@ -138,7 +140,7 @@ class PlanModel(NotesModel):  # type: ignore[valid-type,misc]
     objective: dict[str, Any] = Field(default_factory=dict)
     lower_bound: LowerBoundModel
     cluster: dict[str, Any] = Field(default_factory=dict)
-    jobs: Annotated[list[JobModel], Field(min_length=1)]
+    jobs: Annotated[list[JobModel], Field(min_length=1)]  # type: ignore[valid-type]
     candidates: dict[str, float] | None = None
     tasks: dict[str, Any] | None = None
     plan_id: Name | None = None
