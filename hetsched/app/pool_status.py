@@ -20,7 +20,10 @@ from typing import Any
 
 from hetsched.app.pool_submit import pool_dirs
 from hetsched.app.submission import files_dir
+from hetsched.core.plan import Plan
+from hetsched.errors import InputError
 from hetsched.io.jobfiles import pool_sidecars
+from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import JobProgress as ReportedJob
 from hetsched.io.pool_reports import PoolProgress as ReportedPool
 from hetsched.io.pool_reports import read_pool_reports
@@ -80,32 +83,33 @@ class PoolProgress:
                 "jobs": [asdict(j) for j in self.jobs]}
 
 
-def progress(plan: dict[str, Any], reports: ReportedPool, slurm_id: str | None = None,
+def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
              now: float | None = None) -> PoolProgress:
-    """Per-job progress of a pool plan (a plan dict) from its executors' reports."""
-    tasks = plan.get("tasks") or {}
-    resume = plan.get("resume") or {}
+    """Per-job progress of a pool plan from its executors' reports."""
+    meta_of = plan.tasks.jobs if plan.tasks is not None else {}
+    resume = plan.notes.resume or {}
     starts = [jp.first_start for jp in reports.jobs.values() if jp.first_start is not None]
     t0 = min(starts) if starts else None
     now = time.time() if now is None else now
     jobs = []
-    for j in plan.get("jobs", []):
-        name = str(j["name"])
-        meta = tasks.get("jobs", {}).get(name, {})
-        rounds, per = int(meta.get("rounds", 0)), int(meta.get("tasks_per_round", 1))
+    for j in plan.jobs:
+        name = j.name
+        meta = meta_of.get(name)
+        rounds, per = (meta.rounds, meta.tasks_per_round) if meta is not None else (0, 1)
         before = int((resume.get(name) or {}).get("rounds_done", 0))  # renumbered rounds
         jp = reports.jobs.get(name, ReportedJob(name))
         full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per)
-        measured = (jp.end - t0 - float(j.get("arrival_s", 0.0))
+        measured = (jp.end - t0 - j.arrival_s
                     if jp.done and jp.end is not None and t0 is not None else None)
         jobs.append(JobProgress(
             name, rounds if jp.done else before + full, rounds, jp.tasks_done,
-            (rounds - before) * per, jp.done, float(j.get("jct_s", 0.0)), measured,
-            None if t0 is None or jp.done else now - t0, float(j.get("weight", 1.0))))
-    pred = float((plan.get("objective") or {}).get("weighted_jct_s", 0.0))
+            (rounds - before) * per, jp.done, float(j.jct_s), measured,
+            None if t0 is None or jp.done else now - t0, j.weight))
+    pred = float(plan.objective_read["weighted_jct_s"]) if plan.objective_read \
+        else plan.weighted_jct_s
     meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
             if jobs and all(p.done and p.measured_jct_s is not None for p in jobs) else None)
-    return PoolProgress(str(plan.get("plan_id", "")), slurm_id, jobs, pred, meas)
+    return PoolProgress(str(plan.plan_id or ""), slurm_id, jobs, pred, meas)
 
 
 def active_pool_progress(store: Store) -> PoolProgress | None:
@@ -114,8 +118,12 @@ def active_pool_progress(store: Store) -> PoolProgress | None:
     if not plan or plan.get("mode") != "pool":
         return None
     pid = str(plan["plan_id"])
+    try:
+        typed = plan_from_dict(plan, f"stored plan {pid}")
+    except InputError:
+        return None  # a stored plan this version cannot read: no pool progress to show
     dirs = pool_dirs(store, pid)
-    return progress(plan, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
+    return progress(typed, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
 
 
 def ingest_pool_reports(store: Store) -> None:

@@ -60,7 +60,8 @@ def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
     a, b, c = (f"st{x}" for x in "abc")
     upto = {a: meta[a]["rounds"], b: 1, c: meta[c]["rounds"]}
     _write_tasks(tmp_path, body, upto, done={a, c})
-    prog = progress(body, read_pool_reports(tmp_path, body["plan_id"]), "7", now=1001.0)
+    prog = progress(plan_from_dict(body), read_pool_reports(tmp_path, body["plan_id"]), "7",
+                    now=1001.0)
     by = {j.job: j for j in prog.jobs}
     for name in (a, c):  # finished exactly as planned: measured JCT = planned JCT
         assert by[name].done and by[name].rounds_done == meta[name]["rounds"]
@@ -131,7 +132,8 @@ def test_monitor_folds_pool_task_records_into_the_history(tmp_path: Path) -> Non
 
 def test_status_json_of_a_pool_plan_is_serialisable(tmp_path: Path) -> None:
     body = pool_plan(NODES, prefix="sj", task_iterations=5).to_dict()
-    prog = progress(body, read_pool_reports(tmp_path, body["plan_id"]), None, now=0.0)
+    prog = progress(plan_from_dict(body), read_pool_reports(tmp_path, body["plan_id"]), None,
+                    now=0.0)
     d = json.loads(json.dumps(prog.to_dict()))
     assert {j["job"] for j in d["jobs"]} == {"sja", "sjb", "sjc"}
     assert all(j["rounds_done"] == 0 and j["tasks_done"] == 0 for j in d["jobs"])
