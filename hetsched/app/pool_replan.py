@@ -203,7 +203,7 @@ def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None
         return
     tasks.gpus = [dataclasses.replace(g, runs=tuple(
         dataclasses.replace(run, rows=tuple(
-            dataclasses.replace(row, round=row.round + offsets.get(row.job, 0))
+            row._replace(round=row.round + offsets.get(row.job, 0))
             for row in run.rows))
         for run in g.runs)) for g in tasks.gpus]
     tasks.jobs = {name: dataclasses.replace(

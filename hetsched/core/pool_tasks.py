@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: the format tag of the section (``tasks.format``)
 TASKS_FORMAT = "hetsched-pool-runs/1"
@@ -24,8 +24,7 @@ TASKS_FORMAT = "hetsched-pool-runs/1"
 COLUMNS = ("job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict")
 
 
-@dataclass(frozen=True)
-class TaskRow:
+class TaskRow(NamedTuple):
     """One task on one GPU: task ``task`` of round ``round`` of ``job``.
 
     Times are seconds from the plan's start; ``keep`` says whether the task's
@@ -48,14 +47,17 @@ class TaskRow:
 
     def to_list(self) -> list[Any]:
         """The row as the plan file stores it (:data:`COLUMNS`)."""
-        return [self.job, self.round, self.task, self.start_s, self.end_s, self.sync_end_s,
-                self.memory, list(self.evict)]
+        job, rnd, task, start, end, sync_end, keep, evict = self
+        return [job, rnd, task, start, end, sync_end, "keep" if keep else "evict", list(evict)]
 
     def repeated(self, rep: int, round_step: int, period_s: float) -> TaskRow:
         """Repetition ``rep`` of this row in its run."""
+        if rep == 0:
+            return self
+        job, rnd, task, start, end, sync_end, keep, evict = self
         sh = rep * period_s
-        return TaskRow(self.job, self.round + rep * round_step, self.task, self.start_s + sh,
-                       self.end_s + sh, self.sync_end_s + sh, self.keep, self.evict)
+        return TaskRow(job, rnd + rep * round_step, task, start + sh, end + sh, sync_end + sh,
+                       keep, evict)
 
 
 @dataclass(frozen=True)
@@ -198,8 +200,7 @@ class PoolTasks:
 def row_from_list(row: Any) -> TaskRow:
     """A stored row (already checked, :func:`hetsched.io.pool_tasks.parse_pool_tasks`)."""
     job, rnd, task, start, end, sync_end, memory, evict = row
-    return TaskRow(str(job), int(rnd), int(task), start, end, sync_end, memory == "keep",
-                   tuple(evict))
+    return TaskRow(job, rnd, task, start, end, sync_end, memory == "keep", tuple(evict))
 
 
 def memory_from_dict(d: Mapping[str, Any] | None) -> PoolMemory | None:
