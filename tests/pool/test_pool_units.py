@@ -146,3 +146,31 @@ def test_hare_params(pick: str) -> None:
 
     plan = plan_pool(example_problem(), "hare", {"pick": pick, "order": "relaxation"})
     assert plan.params["pick"] == pick and plan.params["order"] == "relaxation"
+
+
+def test_tasks_section_is_typed_once_and_written_back_as_read() -> None:
+    """io.pool_tasks.parse_pool_tasks gives attributes (no positional rows after it) and
+    PoolTasks.to_dict writes back exactly what it read: absent optional keys stay absent,
+    unknown keys are kept."""
+    from hetsched.io.pool_tasks import parse_pool_tasks
+
+    section = {
+        "jobs": {"a": {"tasks_per_round": 2, "rounds": 3, "iterations_per_task": 4,
+                       "last_round_iterations": 1, "local_batch": 8}},
+        "gpus": [{"node": "n1", "gpu": 0, "gpu_type": "v100", "tasks": 6, "runs": [
+            {"repeat": 3, "period_s": 2.5, "round_step": 1,
+             "tasks": [["a", 0, 0, 0.0, 1.0, 1.5, "keep", []],
+                       ["a", 0, 1, 1.0, 2.0, 2.5, "evict", ["b"]]]}]}],
+        "note": {"kept": True},
+    }
+    t = parse_pool_tasks(section, "p.json", {"a", "b"})
+    assert t.format is None and t.memory is None and t.extra == {"note": {"kept": True}}
+    assert t.jobs["a"].iterations == 2 * 4 + 1
+    g = t.gpus[0]
+    assert g.id == "n1-g0" and g.memory_gb is None
+    rows = g.rows()
+    assert len(rows) == g.tasks == count_rows(list(g.runs))
+    last = rows[-1]
+    assert (last.job, last.round, last.task, last.keep, last.evict) == ("a", 2, 1, False, ("b",))
+    assert last.start_s == pytest.approx(1.0 + 2 * 2.5)
+    assert t.to_dict() == section
