@@ -146,6 +146,19 @@ def test_non_finite_numbers_are_refused(plan_files: dict[str, Path], tmp_path: P
         load_plan(p)
 
 
+def test_plans_match_the_published_schema(plan_files: dict[str, Path]) -> None:
+    """Files `hetsched plan` writes (space and pool, the tasks section included) are
+    instances of the schema; a pool row of the wrong shape is not."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    for mode in ("space", "pool"):
+        jsonschema.validate(json.loads(plan_files[mode].read_text()), schema)
+    bad = json.loads(plan_files["pool"].read_text())
+    bad["tasks"]["gpus"][0]["runs"][0]["tasks"][0] = ["a", 0]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
 def test_published_schema_is_current() -> None:
     """docs/plan.schema.json is generated from the models (python -m hetsched.io.plan_json)."""
     assert json.loads(SCHEMA.read_text()) == json_schema(), \

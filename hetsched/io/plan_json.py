@@ -34,6 +34,7 @@ from hetsched.core.plan import (
     Segment,
     Worker,
 )
+from hetsched.core.pool_tasks import GpuTasks, PoolJobTasks, PoolMemory, PoolTasks, TaskRun
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, read_text
@@ -59,17 +60,23 @@ class _Open(BaseModel):
 
 
 def _model_of(cls: type, base: type[BaseModel], written: dict[str, Any] | None = None,
-              defaults: dict[str, Any] | None = None, **bounds: Any) -> type[BaseModel]:
+              defaults: dict[str, Any] | None = None, aliases: dict[str, str] | None = None,
+              skip: tuple[str, ...] = (), **bounds: Any) -> type[BaseModel]:
     """The pydantic model of a core dataclass: its fields, types, defaults and
     descriptions (field metadata) as the dataclass declares them; ``bounds`` narrows a
     field's type for validation at this edge (``Annotated[int, Field(ge=0)]``);
     ``written``: keys ``to_dict`` writes beside the fields (derived, informative);
     ``defaults``: a file's default where it differs from the dataclass's (``...``: the
-    file must give the field)."""
+    file must give the field); ``aliases``: the file's key where it differs from the
+    field's name; ``skip``: fields the file does not have."""
     hints = typing.get_type_hints(cls)
     defs: dict[str, Any] = dict(written or {})
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         kw: dict[str, Any] = {}
+        if f.name in (aliases or {}):
+            kw["alias"] = (aliases or {})[f.name]
         if f.name in (defaults or {}):
             kw["default"] = (defaults or {})[f.name]
         elif f.default is not dataclasses.MISSING:
@@ -147,9 +154,48 @@ class PlanModel(NotesModel):  # type: ignore[valid-type,misc]
     planning_time_s: float | None = None
 
 
+def _pool(key: str, typ: Any = int) -> Any:
+    """``typ`` bounded as :data:`hetsched.core.limits.POOL` bounds ``key``."""
+    b = limits.POOL[key]
+    return Annotated[typ, Field(ge=b.minimum, le=b.maximum)]
+
+
+# The pool ``tasks`` section, for the schema only: io.pool_tasks.parse_pool_tasks checks it
+# (the same bounds, one-line errors, totals counted before anything expands) and builds
+# the core.pool_tasks types these models are derived from.
+_Index = Annotated[int, Field(ge=0)]
+_Time = _pool("time_s", float)
+_Row: Any = tuple.__class_getitem__(
+    (str, _Index, _Index, _Time, _Time, _Time, Literal["keep", "evict"], list[str]))
+_PoolJobModel = _model_of(PoolJobTasks, _Open, **{
+    k: _pool(k) for k in ("tasks_per_round", "rounds", "iterations_per_task",
+                          "last_round_iterations", "local_batch")},
+    model_memory_gb=_pool("model_memory_gb", float) | None)
+_RunModel = _model_of(TaskRun, _Open, aliases={"rows": "tasks"}, defaults={"rows": ...},
+                      rows=list[_Row], repeat=_pool("repeat"),
+                      period_s=_pool("period_s", float) | None,
+                      round_step=_pool("round_step") | None)
+_GpuModel = _model_of(GpuTasks, _Open, node=Name, gpu_type=GpuType, gpu=_pool("gpu"),
+                      runs=list[_RunModel], tasks=_pool("tasks"),  # type: ignore[valid-type]
+                      memory_gb=_pool("memory_gb", float) | None)
+_PoolMemoryModel = _model_of(PoolMemory, _Open)
+_PoolTasksModel = _model_of(
+    PoolTasks, _Open, skip=("extra",), defaults={"jobs": ..., "gpus": ...},
+    jobs=dict[str, _PoolJobModel], gpus=list[_GpuModel],  # type: ignore[valid-type]
+    columns=list[str] | None, memory=_PoolMemoryModel | None)
+
+
 def json_schema() -> dict[str, Any]:
     """The plan file's JSON Schema (published as docs/plan.schema.json)."""
     schema = PlanModel.model_json_schema()
+    tasks = _PoolTasksModel.model_json_schema(ref_template="#/$defs/{model}")
+    schema["$defs"].update(tasks.pop("$defs", {}))
+    schema["$defs"][tasks["title"]] = tasks
+    schema["properties"]["tasks"] = {
+        "anyOf": [{"$ref": f"#/$defs/{tasks['title']}"}, {"type": "null"}], "default": None,
+        "description": "pool mode: each job's rounds and each GPU's task sequence "
+                       "(docs/pool.md); a row is [job, round, task, start_s, end_s, "
+                       "sync_end_s, memory, evict]"}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "hetsched plan"
     return schema
