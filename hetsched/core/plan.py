@@ -310,18 +310,22 @@ class Plan:
         return json.dumps(self.to_dict(), indent=2)
 
 
-def worker_groups(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str,
-                                                                         tuple[int, ...]]]:
+def worker_groups(workers: Sequence[Worker | Mapping[str, Any]]
+                  ) -> list[tuple[str, str, tuple[int, ...]]]:
     """A segment's workers grouped by (GPU type, node), in first-seen order.
 
     Each group is one hetjob component; ranks are numbered component by
     component, then worker by worker (Slurm's global ``SLURM_PROCID`` across
-    ``--het-group``s). Submit and the runtime both derive rank order here.
+    ``--het-group``s). Submit and the runtime both derive rank order here. A worker is
+    a plan's :class:`Worker` or, as the state store keeps it, its ``to_dict()``.
     """
     groups: dict[tuple[str, str], list[int]] = {}
     for w in workers:
-        key = (str(w["gpu_type"]), str(w["node"]))
-        groups.setdefault(key, []).append(int(w["local_batch"]))
+        if isinstance(w, Worker):
+            key, batch = (w.gpu_type, w.node), w.local_batch
+        else:
+            key, batch = (str(w["gpu_type"]), str(w["node"])), int(w["local_batch"])
+        groups.setdefault(key, []).append(batch)
     return [(t, n, tuple(b)) for (t, n), b in groups.items()]
 
 

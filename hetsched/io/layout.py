@@ -103,7 +103,7 @@ def read_layout(path: str | Path) -> Layout:
 def job_layout(plan: Plan, pid: str, plan_path: Path, job: str, segment: int,
                pinned: bool = True) -> Layout:
     """The layout of a job's segment as submitted: components in the plan's rank order."""
-    workers = [w.to_dict() for w in plan.job(job).segments[segment].workers]
+    workers = plan.job(job).segments[segment].workers
     return Layout(str(plan_path), pid, job, segment, groups_of(worker_groups(workers)), pinned)
 
 

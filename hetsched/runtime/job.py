@@ -45,9 +45,8 @@ def _plan_job(plan_path: str, job: str, segment: int = 0
     if not 0 <= segment < len(j.segments):
         raise InputError(plan_path, f"job {job!r} has no segment {segment} "
                          f"(it has {len(j.segments)})", "--segment")
-    workers = [w.to_dict() for w in j.segments[segment].workers]
     ordered: list[dict[str, Any]] = []
-    for gpu_type, node, batches in worker_groups(workers):  # the hetjob's rank order
+    for gpu_type, node, batches in worker_groups(j.segments[segment].workers):  # the hetjob's rank order
         ordered.extend({"gpu_type": gpu_type, "node": node, "local_batch": b} for b in batches)
     return (_spec(j.spec, plan_path, job), ordered,
             JobFiles.in_step(plan_path, plan, job, segment))

@@ -37,7 +37,7 @@ from typing import Any
 import jinja2
 
 from hetsched import config
-from hetsched.core.plan import JobPlan, worker_groups
+from hetsched.core.plan import JobPlan, Worker, worker_groups
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 from hetsched.io.jobfiles import JobFiles, root_of_plan_copy
@@ -179,7 +179,7 @@ class Component:
         return self.gpus
 
 
-def components(workers: Sequence[Mapping[str, Any]]) -> list[Component]:
+def components(workers: Sequence[Worker | Mapping[str, Any]]) -> list[Component]:
     """One hetjob component per (GPU type, node) group of a segment's workers.
 
     The grouping and the rank order it implies are the plan contract's
@@ -249,7 +249,7 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
     """
     if segment >= len(job.segments):
         raise TemplateValueError("plan", f"job {job.name!r} has no segment {segment}")
-    workers = [w.to_dict() for w in job.segments[segment].workers]
+    workers = job.segments[segment].workers
     if not workers:
         raise TemplateValueError("plan", f"job {job.name!r} segment {segment} has no workers")
     comps = components(workers)

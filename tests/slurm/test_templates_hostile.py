@@ -28,6 +28,7 @@ from slurm_helpers import job_plan, wait_for
 
 from hetsched.core.groups import GroupMember, GroupView
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import GpuTasks, PoolTasks, TaskRow, TaskRun
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.core.spec import GPU
 from hetsched.errors import InputError
@@ -99,13 +100,11 @@ def _render_probe(tmp: Path, stub: str, **field: Any) -> Script:
 
 def _render_pool(tmp: Path, stub: str, **field: Any) -> Script:
     """A pool plan built straight from values (no validation: the template's own defence)."""
-    gpus = [{"node": field.get("node", "a100-1"), "gpu": 0,
-             "gpu_type": field.get("gpu_type", "a100"), "tasks": 2,
-             "runs": [{"repeat": 2, "round_step": 1, "period_s": 1.0,
-                       "tasks": [["pj", 0, 0, 0.0, 1.0, 1.0, "keep", []]]}]},
-            {"node": "t4-1", "gpu": 1, "gpu_type": "t4", "tasks": 1, "runs": []}]
+    gpus = [GpuTasks(field.get("node", "a100-1"), 0, field.get("gpu_type", "a100"),
+                     (TaskRun((TaskRow("pj", 0, 0, 0.0, 1.0, 1.0),), 2, 1.0, 1),), 2),
+            GpuTasks("t4-1", 1, "t4", (), 1)]
     plan = Plan("hare", [job_plan(_hetjob_job(name="pj"))], 1.0,
-                mode="pool", tasks={"gpus": gpus})
+                mode="pool", tasks=PoolTasks({}, gpus))
     opts = {k: field[k] for k in SBATCH_FIELDS if k in field}
     if "extra" in opts:
         opts["extra"] = ("--exclusive", opts["extra"])
