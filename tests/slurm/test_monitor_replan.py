@@ -1,4 +1,4 @@
-"""Monitoring and replanning on the real testbed, with the faults from issue 4."""
+"""Monitoring and replanning on the real testbed, with injected faults (a killed slurmd, a failed job, a drained node)."""
 
 from __future__ import annotations
 
