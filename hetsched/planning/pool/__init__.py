@@ -74,8 +74,8 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
     if not uses:
         space_plan = None
-    elif space_plan is None:
-        space_plan = _space_plan(problem, restart_cost_s)
+    elif space_plan is None:  # only a seed: a quarter of auto's budget is enough for an order
+        space_plan = _space_plan(problem, restart_cost_s, None if "keep" in uses else 0.25)
     if space_plan is not None:
         space_plan = copy.deepcopy(space_plan)
         if space_plan is not None:
@@ -125,14 +125,18 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     return plan
 
 
-def _space_plan(problem: PlanningProblem, restart_cost_s: float | None) -> Plan | None:
-    """The best space plan (space mode's auto), or None when space mode cannot plan."""
+def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
+                share: float | None = None) -> Plan | None:
+    """The best space plan (space mode's auto; with ``share``, within that share of its
+    budget ``plan_budget_s``), or None when space mode cannot plan."""
+    from hetsched import config
     from hetsched.config import DEFAULT_RESTART_COST_S
     from hetsched.planning.planner import plan_problem
 
     rc = DEFAULT_RESTART_COST_S if restart_cost_s is None else restart_cost_s
+    budget = None if share is None else share * float(config.get("plan_budget_s"))
     try:
-        return plan_problem(problem, "auto", restart_cost_s=rc)
+        return plan_problem(problem, "auto", restart_cost_s=rc, budget_s=budget)
     except PlanningError:
         return None
 
