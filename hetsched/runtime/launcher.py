@@ -256,21 +256,22 @@ def store_socket(addr: str, port: int) -> socket.socket:
     return sock
 
 
-#: rank 0's store sockets, kept open for the process's life (the store serves on them)
-_STORE_SOCKETS: list[socket.socket] = []
-
-
 def rendezvous_store(renv: RankEnv, timeout: Any) -> Any:
-    """torch's TCPStore for the process group: rank 0 serves it on the rendezvous address
-    only (127.0.0.1 for ``--local``), the others connect to it."""
+    """torch's TCPStore for the process group, as ``init_method="tcp://"`` makes it
+    (multi-tenant, rank 0 waits for the others), except that rank 0 serves it on a
+    socket bound to the rendezvous address only (127.0.0.1 for ``--local``)."""
     import torch.distributed as dist
 
     if renv.rank == 0:
-        sock = store_socket(renv.master_addr, renv.master_port)
-        _STORE_SOCKETS.append(sock)
-        return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, True,
-                             timeout, wait_for_workers=False, master_listen_fd=sock.fileno())
-    return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, False, timeout)
+        fd = store_socket(renv.master_addr, renv.master_port).detach()  # the store owns it
+        try:
+            return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, True,
+                                 timeout, multi_tenant=True, master_listen_fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+    return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, False, timeout,
+                         multi_tenant=True)
 
 
 def shutdown_distributed() -> None:
