@@ -89,7 +89,10 @@ class Feeder:
             x, y = gather(self.dataset, idx)
             return x.to(self.dev, non_blocking=True), y.to(self.dev, non_blocking=True)
         if self.on_device:
-            i = torch.as_tensor(np.asarray(idx, dtype=np.int64), device=self.dev)
+            # non_blocking from pageable memory: staged at once, no wait for the stream's
+            # queued kernels (a blocking copy would synchronise every step)
+            i = torch.from_numpy(np.asarray(idx, dtype=np.int64)).to(self.dev,
+                                                                     non_blocking=True)
             return self.tensors[0].index_select(0, i), self.tensors[1].index_select(0, i)
         if not self.cuda:
             i = torch.as_tensor(np.asarray(idx, dtype=np.int64))
