@@ -2,7 +2,7 @@
 
 Run: python bench/bench_gavel_replay.py [--jobs 120] [--out docs/bench_gavel_replay.json]
 
-Inputs: Gavel's traces (``../shared/data/gavel/traces``, converted by
+Inputs: Gavel's traces (bench/gavel_data.py says where, converted by
 ``hetsched.io.traces``: a job of scale factor s runs steps / s iterations of
 s x batch samples) and Gavel's measured throughputs
 (``simulation_throughputs.json``: the isolated rate of every model at scale
@@ -45,6 +45,8 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import GAVEL, MISSING  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.core.problem import PlanningProblem  # noqa: E402
@@ -54,7 +56,6 @@ from hetsched.io.specs import parse_jobs  # noqa: E402
 from hetsched.io.traces import parse_trace  # noqa: E402
 from hetsched.planning.planner import plan_problem  # noqa: E402
 
-GAVEL = ROOT.parent / "shared" / "data" / "gavel"
 TYPES = ("v100", "p100", "k80")  # the fixed order heterogeneity-agnostic FIFO takes
 PER_TYPE = 12
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
@@ -162,7 +163,7 @@ def main() -> None:
     res = {}
     for name in ("small_test.trace", "msr-seed0-0e4a51.trace"):
         if not (GAVEL / "traces" / name).is_file():
-            res[name] = "trace not found (needs ../shared)"
+            res[name] = MISSING
             continue
         t0 = time.perf_counter()
         res[name] = run_trace(name, args.jobs)

@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import GAVEL  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -54,7 +56,6 @@ from hetsched.io.traces import parse_trace  # noqa: E402
 from hetsched.planning.planner import plan_problem  # noqa: E402
 from hetsched.planning.space.policies import make_policy  # noqa: E402
 
-GAVEL = ROOT.parent / "shared" / "data" / "gavel"
 TYPES = ("v100", "p100", "k80")
 
 

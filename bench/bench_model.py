@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import GAVEL as GAVEL_DIR  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.core.model import allreduce_time  # noqa: E402
@@ -38,7 +40,7 @@ from hetsched.core.throughput import ProfileRow, fit_rows  # noqa: E402
 from hetsched.io.profiles import load_gavel  # noqa: E402
 from hetsched.io.traces import MODEL_SIZE_MB  # noqa: E402
 
-GAVEL = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+GAVEL = GAVEL_DIR / "simulation_throughputs.json"
 BW_GBPS = 300.0
 
 

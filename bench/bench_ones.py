@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+from gavel_data import TRACES  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.core.problem import PlanningProblem  # noqa: E402
@@ -46,9 +48,7 @@ from hetsched.planning.space.evaluator import simulate  # noqa: E402
 from hetsched.planning.space.policies.base import make_policy  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
-TRACE = ROOT.parent / "shared" / "data" / "gavel" / "traces" / "msr-seed0-0e4a51.trace"
-if not TRACE.exists():
-    TRACE = Path("/work/shared/data/gavel/traces/msr-seed0-0e4a51.trace")
+TRACE = TRACES / "msr-seed0-0e4a51.trace"
 #: gradient noise scale per workload (orders of magnitude as McCandlish et al. report:
 #: image classifiers ~1e3 samples, language models larger, recommendation small)
 NOISE = {"resnet-18": 800.0, "resnet-50": 2000.0, "transformer": 4000.0, "lm": 6000.0,

@@ -43,6 +43,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import TRACES  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.app.simulate import simulate_problem  # noqa: E402
@@ -57,7 +59,6 @@ from hetsched.planning.planner import plan_problem  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
 ROWS = parse_csv((ROOT / "examples" / "gavel_throughputs.csv").read_text(), "gavel_throughputs")
-TRACES = ROOT.parent / "shared" / "data" / "gavel" / "traces"
 POLICIES: list[tuple[str, dict[str, Any]]] = [
     ("fifo", {}), ("drf", {}), ("las", {}), ("srtf", {}), ("homo", {}), ("allox", {}),
     ("optimus", {}), ("jps", {}), ("opd", {}), ("opd", {"eager": False}),

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import MISSING, TRACES  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.core.problem import PlanningProblem  # noqa: E402
@@ -37,7 +39,6 @@ from hetsched.planning.planner import plan_problem  # noqa: E402
 from hetsched.planning.space.policies.base import Snapshot, make_policy  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
-TRACES = ROOT.parent / "shared" / "data" / "gavel" / "traces"
 
 # Four of Gavel's workloads, sized like the HAS paper's Table III jobs.
 PAPER_JOBS = [
@@ -164,7 +165,7 @@ def scenario_d(out: dict, quick: bool) -> None:
                             ("msr-seed0-0e4a51.trace", 30, 60 if quick else 120)):
         path = TRACES / trace
         if not path.exists():
-            res[trace] = "trace not found (needs ../shared)"
+            res[trace] = MISSING
             continue
         specs, _ = parse_trace(path, limit)
         prob = PlanningProblem(parse_jobs(specs, trace), cluster(k), TABLE)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+from gavel_data import TRACES  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from hetsched.core.problem import PlanningProblem  # noqa: E402
@@ -49,7 +51,7 @@ from hetsched.planning.pool.problem import PoolProblem  # noqa: E402
 from hetsched.planning.pool.relaxation import alpha, relaxation  # noqa: E402
 
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
-TRACE = ROOT.parent / "shared" / "data" / "gavel" / "traces" / "msr-seed0-0e4a51.trace"
+TRACE = TRACES / "msr-seed0-0e4a51.trace"
 BASELINE_NAMES = ("fifo", "srtf", "homo", "allox")
 
 

@@ -54,7 +54,9 @@ from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = Path("/work/shared/data/gavel/traces/msr-seed0-0e4a51.trace")
+from gavel_data import TRACES  # noqa: E402
+
+TRACE = TRACES / "msr-seed0-0e4a51.trace"
 NODES = tuple([(f"v100-{i}", "v100", 4) for i in (1, 2)]
               + [(f"p100-{i}", "p100", 4) for i in (1, 2)]
               + [(f"k80-{i}", "k80", 4) for i in (1, 2, 3, 4)])

@@ -125,7 +125,7 @@ def pool_plan(dev: str, tmp: Path) -> list[Row]:
 
     d = tmp / "pool"
     d.mkdir()
-    plan = make_plan(d, 1, None, 4 if dev == "cuda" else 2, dev)
+    plan = make_plan(d, 1, None, 16 if dev == "cuda" else 8, dev)
     summ = run_once(plan, d / "rep", False, dev)
     p = load_plan(plan)
     pred = float((p.to_dict().get("objective") or {}).get("weighted_jct_s", float("nan")))

@@ -162,7 +162,7 @@ def test_convert_gavel_throughputs(runner, gavel_data, tmp_path, examples) -> No
     assert {r["workload"] for r in rows} >= {"resnet-18", "resnet-50", "transformer", "lm",
                                              "recommendation"}
     raw = json.loads((gavel_data / "simulation_throughputs.json").read_text())
-    for scale in (1, 2, 4, 8):  # every measured scale is kept (issue 11.7)
+    for scale in (1, 2, 4, 8):  # every measured scale is kept
         its = raw["v100"][f"('ResNet-18 (batch size 64)', {scale})"]["null"]
         (row,) = [r for r in rows if (r["workload"], r["gpu_type"], r["local_batch"], r["gpus"])
                   == ("resnet-18", "v100", "64", str(scale)) and not r["colocated_with"]]

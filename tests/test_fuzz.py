@@ -1,4 +1,4 @@
-"""Fuzz the real CLI with mutated job, cluster, profile and plan files (issue 8).
+"""Fuzz the real CLI with mutated job, cluster, profile and plan files.
 
 Each example writes the example files with one mutation (a hostile value in
 a field, a deleted or unknown field, a duplicated entry, a truncated or

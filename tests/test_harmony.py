@@ -1,4 +1,4 @@
-"""Harmony co-location (issue 14, planning side): model, converter, evaluator, policy, CLI."""
+"""Harmony co-location: model, converter, evaluator, policy, CLI."""
 
 from __future__ import annotations
 

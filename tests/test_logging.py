@@ -1,4 +1,4 @@
-"""Global -v/-vv/-q (issue 16): Python logging on stderr, stdout untouched."""
+"""Global -v/-vv/-q: Python logging on stderr, stdout untouched."""
 
 from __future__ import annotations
 

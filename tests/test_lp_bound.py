@@ -1,4 +1,4 @@
-"""The joint LP lower bound (issue 11.2): valid against exact plans, tighter where jobs compete."""
+"""The joint LP lower bound: valid against exact plans, tighter where jobs compete."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11.7: the model keeps measurements (gpus column, calibrated sync, piecewise step time)."""
+"""The model keeps measurements (gpus column, calibrated sync, piecewise step time)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _k80_resnet18_rows() -> list[ProfileRow]:
 
 
 def test_balanced_shares_on_piecewise_curves_are_the_integer_optimum() -> None:
-    """Issue 11.7 / plan11: batch splitting uses the piecewise model; brute force agrees."""
+    """Batch splitting uses the piecewise model; brute force agrees."""
     import itertools
 
     from hetsched.core.model import balanced_shares, step_time

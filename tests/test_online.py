@@ -1,4 +1,4 @@
-"""Issue 15: the primal-dual pieces against the paper, and online replays that never peek."""
+"""The primal-dual pieces against the paper, and online replays that never peek."""
 
 from __future__ import annotations
 

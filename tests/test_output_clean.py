@@ -1,4 +1,4 @@
-"""stdout carries only the document for every command with a machine-readable format (issue 11.5).
+"""stdout carries only the document for every command with a machine-readable format.
 
 Each command runs as a user runs it, in a subprocess with stdout piped into
 ``json.loads`` / ``yaml.safe_load``; progress, notes and solver logs (the

@@ -1,4 +1,4 @@
-"""The Philly-derived trace generator (issue 15): its draws follow the published distributions."""
+"""The Philly-derived trace generator: its draws follow the published distributions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pictures readable at 6, 60 and 600 jobs (issue 16, item 4).
+"""Pictures readable at 6, 60 and 600 jobs.
 
 Each chart is drawn into ``$HETSCHED_ARTEFACTS`` (default: the test's tmp dir)
 so a person can look at it; the assertions check its structure: per-GPU rows

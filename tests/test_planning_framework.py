@@ -244,7 +244,7 @@ def test_auto_says_what_it_skipped_for_the_budget() -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_segments_carry_their_restart_time_and_iterations(seed: int, tmp_path) -> None:
-    """end - start = restart_s + iterations x iteration_s, in the plan JSON (issue 11.8)."""
+    """end - start = restart_s + iterations x iteration_s, in the plan JSON."""
     from hetsched.io.plan_json import load_plan
 
     rng = np.random.default_rng(seed)
@@ -276,7 +276,7 @@ def test_segments_carry_their_restart_time_and_iterations(seed: int, tmp_path) -
 
 
 def test_sampling_works_on_category_counts_beyond_any_machine_integer() -> None:
-    """Issue 8.2: C(999, 499) has 300 digits; rng.choice over it overflowed a C long."""
+    """C(999, 499) has 300 digits; rng.choice over it overflowed a C long."""
     from hetsched.planning.space.policies.sampling import (
         count_compositions,
         rear_ranks,
@@ -326,7 +326,7 @@ def test_sampling_a_narrow_rear_of_a_count_beyond_int64() -> None:
 
 
 def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:
-    """Issue 11.3: above exact_max feasible categories HAS samples at that event only."""
+    """Above exact_max feasible categories HAS samples at that event only."""
     from hetsched.planning.space.evaluator import simulate
     from hetsched.planning.space.policies.sampling import count_bounded
 
@@ -349,7 +349,7 @@ def test_has_samples_at_events_above_its_limit_instead_of_refusing() -> None:
 
 
 def test_saturating_category_count_matches_the_exact_count() -> None:
-    """Issue 11.3: HAS's "more than exact_max?" check saturates instead of counting all."""
+    """HAS's "more than exact_max?" check saturates instead of counting all."""
     import random
 
     from hetsched.planning.space.policies.sampling import bounded_compositions, count_bounded

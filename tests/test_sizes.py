@@ -1,5 +1,5 @@
 """Keep the code readable: no module over 400 lines, no function over 80 lines,
-unless a reason is written at its top (issue 9).
+unless a reason is written at its top.
 
 A module gives its reason as a line ``Size: ...`` in its docstring; a function
 as a line ``Size: ...`` in its docstring. The reason must say why splitting

@@ -1,5 +1,5 @@
 """Small refusals, each one line with its documented exit code: a FIFO as an input
-file (no hang), a dangling-symlink state file (8, not "corrupted"), and a dry run that
+file (read, never waited on; a device refused), a dangling-symlink state file (8, not "corrupted"), and a dry run that
 fails where the real submit would (a state path with a space)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = \"hetsched\"; main()"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", MAIN, *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=env, timeout=120, pass_fds=pass_fds)
 
 
 def one_line(r: subprocess.CompletedProcess[str], code: int, says: str) -> None:
@@ -27,10 +27,30 @@ def one_line(r: subprocess.CompletedProcess[str], code: int, says: str) -> None:
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
-def test_a_fifo_as_the_jobs_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+def test_a_fifo_as_the_jobs_file_is_read_not_waited_on(tmp_path: Path,
+                                                        examples: dict[str, Path]) -> None:
     fifo = tmp_path / "jobs.yaml"
-    os.mkfifo(fifo)  # nobody ever writes to it: an open() would block for ever
-    one_line(run("plan", str(fifo)), EXIT_INPUT, "is not a regular file")
+    os.mkfifo(fifo)  # nobody writes to it: a blocking open() would wait for ever
+    one_line(run("plan", str(fifo)), EXIT_INPUT, str(fifo))  # read as empty, said at once
+    # a pipe someone writes (what `hetsched plan <(...)` passes) is read as a file
+    dev = tmp_path / "dev.yaml"
+    os.symlink("/dev/zero", dev)
+    one_line(run("plan", str(dev)), EXIT_INPUT, "not a regular file or a pipe")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the writer
+        os.close(r)
+        os.write(w, examples["jobs"].read_bytes())
+        os._exit(0)
+    os.close(w)
+    try:
+        ok = run("plan", f"/dev/fd/{r}", "--cluster", str(examples["cluster"]),
+                 "--throughputs", str(examples["throughputs"]), "--format", "json",
+                 pass_fds=(r,))
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_a_dangling_symlink_state_file_is_a_permission_problem_not_corruption(

@@ -1,4 +1,4 @@
-"""Issue 8 item 5: every way the state file can be unusable has its own message and exit
+"""Every way the state file can be unusable has its own message and exit
 code, nothing is written to a refused file, and a backup (SQLite's backup API) restores it.
 
 Runs the real CLI in subprocesses against real SQLite files.

@@ -8,7 +8,7 @@ import click
 
 from hetsched import config
 from hetsched.cli.options import format_option
-from hetsched.cli.render import folding_table, print_table, stdout_console
+from hetsched.cli.tables import folding_table, print_table, stdout_console
 
 
 @click.group("config")

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from hetsched import __version__
 from hetsched.cli.options import exit_codes_help, format_option, needs_extra, partition_option
+from hetsched.cli.tables import stdout_console
 from hetsched.errors import HetschedError, InputError
 
 DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -217,13 +218,6 @@ def plan(jobs_file: str, cluster_file: str | None, partition: str | None, tp_fil
         render_pool_plan(result, stdout_console(), gantt=not no_gantt)
     else:
         render_plan(result, stdout_console(), gantt=not no_gantt)
-
-
-def stdout_console() -> Console:
-    """stdout's console: a terminal's width; piped, no width limit (cli/render.py)."""
-    from hetsched.cli.render import stdout_console as console
-
-    return console()
 
 
 @main.command()

@@ -52,8 +52,9 @@ def simulate_cmd(trace: str, cluster_file: str, tp_file: str | None, policy: str
     """
     from hetsched.app.plan import load_inputs, parse_params, plan_settings
     from hetsched.app.simulate import simulate_trace
-    from hetsched.cli.main import stdout_console, write_output
+    from hetsched.cli.main import write_output
     from hetsched.cli.progress import RichReporter
+    from hetsched.cli.tables import stdout_console
 
     settings = plan_settings(policy=policy, params=parse_params(params),
                              restart_cost_s=restart_cost)

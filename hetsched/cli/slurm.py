@@ -209,7 +209,7 @@ def _spool(spool: str | None) -> str | None:
 
 
 def _print_status_table(jobs: list[JobStatus]) -> None:
-    from hetsched.cli.render import print_table, status_notes, status_table, stdout_console
+    from hetsched.cli.tables import print_table, status_notes, status_table, stdout_console
 
     con = stdout_console()
     print_table(con, status_table(jobs, con.width))

@@ -133,7 +133,7 @@ def cluster(partition: str | None, fmt: str, show_nodes: bool, backend: str) -> 
     if fmt == "json":
         click.echo(json.dumps(inv.to_dict(), indent=2))
         return
-    from hetsched.cli.render import stdout_console
+    from hetsched.cli.tables import stdout_console
 
     console = stdout_console()
     t = Table(title=f"partition {inv.cluster.partition or '(all)'}")

@@ -81,16 +81,19 @@ def read_text(path: str | Path, expected: str = "a text file",
               max_bytes: int | None = None) -> str:
     """Read a user's input file; every failure becomes one InputError line naming it.
 
-    With ``max_bytes`` a larger file is refused before it is read. Only regular
-    files are read: a FIFO (whose open blocks until someone writes), a device or a
-    socket is refused with one line.
+    With ``max_bytes`` a larger file is refused before it is read. A pipe
+    (``<(...)``, a named FIFO) is read as it comes, up to the same bound (or
+    :data:`MAX_PIPE_BYTES`), and never waited on when nothing writes to it: it is
+    opened without blocking, so a FIFO nobody writes reads as empty. A device
+    or a socket is refused with one line.
     """
     p = Path(path)
     try:
         st = os.stat(p)
+        if stat.S_ISFIFO(st.st_mode):
+            return _read_pipe(p, expected, max_bytes or MAX_PIPE_BYTES)
         if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-            # a FIFO would block the open until someone writes to it; a device never ends
-            raise InputError(str(p), f"is not a regular file, expected {expected}")
+            raise InputError(str(p), f"is not a regular file or a pipe, expected {expected}")
         if max_bytes is not None:
             with p.open("rb") as f:
                 data = f.read(max_bytes + 1)
@@ -106,6 +109,33 @@ def read_text(path: str | Path, expected: str = "a text file",
         raise InputError(str(p), f"is a directory, expected {expected}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(str(p), f"cannot read: {e}") from None
+
+
+#: what a pipe given as an input file may carry when the reader names no bound
+MAX_PIPE_BYTES = 64 * 2**20
+
+
+def _read_pipe(p: Path, expected: str, max_bytes: int) -> str:
+    """A FIFO's content: opened non-blocking (an open for reading would otherwise wait
+    for a writer for ever), then read blocking until its writers close it. With no
+    writer at all, read() returns end-of-file at once (POSIX), so the result is ""."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            b = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not b:
+                break
+            chunks.append(b)
+            size += len(b)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise InputError(str(p), f"the pipe carried more than {max_bytes / 2**20:g} MiB, the "
+                         f"limit for {expected}")
+    return b"".join(chunks).decode("utf-8")
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
+from hetsched.planning.lp_grid import fitting_grid
 
 MAX_VARS = 60_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 MAX_CONFIGS = 400  # Pareto configurations per job
@@ -103,39 +104,6 @@ def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, 
     return Xm, pm
 
 
-def _grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int,
-          max_arrivals: int | None = None) -> np.ndarray:
-    """``n`` interval boundaries from ``t0`` to ``t1``: geometric steps from ``first``, plus arrivals.
-
-    Uniform when ``n`` steps of ``first`` already span the horizon. With
-    ``max_arrivals``, only that many arrival times (evenly spread over the
-    sorted distinct ones) become boundaries: a job arriving inside an
-    interval may only use the part after its arrival (``_build``), so fewer
-    boundaries loosen the bound but keep it valid.
-    """
-    arr = np.unique(arrivals[arrivals > t0])
-    if max_arrivals is not None and len(arr) > max_arrivals:
-        arr = arr[np.unique(np.linspace(0, len(arr) - 1, max(max_arrivals, 0)).astype(int))] \
-            if max_arrivals > 0 else arr[:0]
-    arrivals = arr
-    span = max(t1 - t0, first)
-    n = max(n, 1)
-    if n * first >= span:
-        pts: np.ndarray = t0 + span * np.arange(n + 1) / n
-    else:  # first * ((1+g)^n - 1) / g = span, solved for the growth g by bisection
-        lo, hi = 0.0, 1.0
-        while first * ((1 + hi) ** n - 1) / hi < span:
-            hi *= 2.0
-        for _ in range(60):
-            g = 0.5 * (lo + hi)
-            if g > 0 and first * ((1 + g) ** n - 1) / g >= span:
-                hi = g
-            else:
-                lo = g
-        pts = t0 + first * ((1 + hi) ** np.arange(n + 1) - 1) / hi
-    return np.unique(np.concatenate([pts, arrivals]))
-
-
 def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
                    n_intervals: int = INTERVALS,
                    time_limit_s: float | None = None) -> dict[str, Any] | None:
@@ -162,8 +130,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     t0 = float(a.min())
     t1 = float(a.max() + Pmin.sum())
     n_conf = sum(len(X) for X, _ in confs)
-    bnd = _fitting_grid(a, t0, t1, max(float(Pmin.min()) / 4.0, (t1 - t0) * 1e-6, 1e-9),
-                        n_intervals, n_conf)
+    bnd = fitting_grid(a, t0, t1, max(float(Pmin.min()) / 4.0, (t1 - t0) * 1e-6, 1e-9),
+                       n_intervals, n_conf, MAX_VARS, MIN_INTERVALS)
     if bnd is None:
         return None
     scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
@@ -174,23 +142,6 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         return None
     return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
             "configs": n_conf, "rounds": rounds, "time_s": time.perf_counter() - t_start}
-
-
-def _fitting_grid(a: np.ndarray, t0: float, t1: float, first: float, n: int,
-                  n_conf: int) -> np.ndarray | None:
-    """The finest geometric grid (halving ``n``, then thinning the arrival boundaries)
-    whose LP stays under MAX_VARS, else None (fewer than MIN_INTERVALS would fit)."""
-    while True:
-        bnd = _grid(a, t0, t1, first, n)
-        if n_conf * len(bnd) <= MAX_VARS or n <= 8:
-            break
-        n //= 2
-    if n_conf * len(bnd) > MAX_VARS:  # many arrivals: keep as many as fit
-        fit = MAX_VARS // max(n_conf, 1) - (n + 1)
-        if fit + n + 1 < MIN_INTERVALS:
-            return None
-        bnd = _grid(a, t0, t1, first, n, max_arrivals=max(fit, 0))
-    return None if n_conf * len(bnd) > MAX_VARS else bnd
 
 
 @dataclass

@@ -42,12 +42,8 @@ from hetsched.io.files import private_dir
 from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import emulation_for, link_emulation
 from hetsched.runtime.group_member import Member
-from hetsched.runtime.launcher import (
-    RankEnv,
-    cpu_threads,
-    init_distributed,
-    shutdown_distributed,
-)
+from hetsched.runtime.launcher import RankEnv, cpu_threads
+from hetsched.runtime.rendezvous import init_distributed, shutdown_distributed
 from hetsched.runtime.trainer import _install_stop_handlers
 
 MIB = float(1 << 20)

@@ -16,7 +16,7 @@ and step id so concurrent jobs on one node do not collide;
 Outside Slurm, ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun
 style, and what :func:`spawn_local` sets) are used; with neither, one process.
 
-Parsing is torch-free; :func:`init_distributed` imports torch when called.
+Parsing is torch-free; joining the process group is runtime/rendezvous.py.
 """
 
 from __future__ import annotations
@@ -190,94 +190,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def init_distributed(renv: RankEnv, device: str | None = None, timeout_s: float = 300.0) -> Any:
-    """Join the process group (NCCL on CUDA, gloo on CPU); returns the torch.device to use.
-
-    ``device`` forces ``cpu`` or ``cuda``; by default CUDA when torch sees a GPU.
-    One process (world 1) does not create a group at all.
-    """
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
-    if use_cuda:
-        dev = torch.device("cuda", renv.local_rank % max(torch.cuda.device_count(), 1))
-        torch.cuda.set_device(dev)
-    else:
-        dev = torch.device("cpu")
-    if renv.world_size > 1 and not dist.is_initialized():
-        timeout = datetime.timedelta(seconds=timeout_s)
-        if not use_cuda and _is_loopback(renv.master_addr):
-            _gloo_on_loopback()
-        store = rendezvous_store(renv, timeout)
-        dist.init_process_group("nccl" if use_cuda else "gloo", store=store,
-                                rank=renv.rank, world_size=renv.world_size, timeout=timeout)
-    return dev
-
-
-def _is_loopback(addr: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(_resolve(addr) or addr).is_loopback
-    except ValueError:
-        return False
-
-
-def _gloo_on_loopback() -> None:
-    """A local run's gloo pairs listen on the loopback interface, not the host's address."""
-    if sys.platform.startswith("linux") and not os.environ.get("GLOO_SOCKET_IFNAME"):
-        try:
-            names = {n for _, n in socket.if_nameindex()}
-        except OSError:
-            return
-        if "lo" in names:
-            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-
-
-def store_socket(addr: str, port: int) -> socket.socket:
-    """Rank 0's listening socket for torch's TCPStore, bound to the rendezvous address
-    only (torch's own store listens on every interface)."""
-    host = _resolve(addr) or addr
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        raise HetschedError(f"rank 0 cannot listen on {host}:{port} for the rendezvous "
-                            f"({e.strerror}); set HETSCHED_MASTER_ADDR to this node's address "
-                            "and HETSCHED_MASTER_PORT to a free port") from None
-    return sock
-
-
-#: rank 0's store sockets, kept open for the process's life (the store serves on them)
-_STORE_SOCKETS: list[socket.socket] = []
-
-
-def rendezvous_store(renv: RankEnv, timeout: Any) -> Any:
-    """torch's TCPStore for the process group: rank 0 serves it on the rendezvous address
-    only (127.0.0.1 for ``--local``), the others connect to it."""
-    import torch.distributed as dist
-
-    if renv.rank == 0:
-        sock = store_socket(renv.master_addr, renv.master_port)
-        _STORE_SOCKETS.append(sock)
-        return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, True,
-                             timeout, wait_for_workers=False, master_listen_fd=sock.fileno())
-    return dist.TCPStore(renv.master_addr, renv.master_port, renv.world_size, False, timeout)
-
-
-def shutdown_distributed() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 class Stopped(HetschedError):

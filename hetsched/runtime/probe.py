@@ -116,6 +116,17 @@ def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
         return None  # no in-process gloo on this build: the planner falls back to its model
 
 
+def _sync_times(model: torch.nn.Module, sync_gpus: Sequence[int]) -> dict[int, float]:
+    """The gradient all-reduce of ``model``'s size at each scale of ``sync_gpus`` (2+)."""
+    numel = sum(p.numel() for p in model.parameters())
+    out: dict[int, float] = {}
+    for k in sorted({int(k) for k in sync_gpus if int(k) >= 2}):
+        v = measure_sync(numel, ranks=k)
+        if v is not None:
+            out[k] = v
+    return out
+
+
 def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: str | None = None,
           warmup: int = WARMUP_STEPS, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
@@ -176,15 +187,8 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
             else:
                 hi = mid
     cap = max(measured) if measured else 0
-    sync_s = None
-    by_scale: dict[int, float] = {}
-    if sync and measured:
-        numel = sum(p.numel() for p in wl.model.parameters())
-        for k in sorted({int(k) for k in sync_gpus if int(k) >= 2}):
-            v = measure_sync(numel, ranks=k)
-            if v is not None:
-                by_scale[k] = v
-        sync_s = by_scale.get(2)
+    by_scale = _sync_times(wl.model, sync_gpus) if sync and measured else {}
+    sync_s = by_scale.get(2)
     from hetsched.core.throughput import ProfileRow
 
     # a memory cap only where memory bounded the sweep (an out-of-memory on a GPU): on a CPU,

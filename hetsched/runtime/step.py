@@ -3,9 +3,10 @@
 :class:`TrainStep` is the whole step of a rank, in the order the job runs it:
 zero the gradients, take the step's batch from the :class:`Feeder` (the
 sampler's indices gathered, on the device), start feeding the next step's
-batch, forward, the share-weighted backward (``hetdp``), the emulated floor
-(testbed only), the gradient all-reduce with the stop/rescale/noise-scale
-slots, the optimizer step, and the step's bookkeeping (the loss kept on the
+batch, forward, the share-weighted backward (``hetdp``), the gradient
+all-reduce with the stop/rescale/noise-scale slots, the optimizer step, the
+emulated floor of everything but the all-reduce (testbed only), and the step's
+bookkeeping (the loss kept on the
 device). The trainer calls it for every step of a job; the probe calls the
 same object for its warm-up and timed steps, so a profile row times exactly
 the step the job runs (``tests/runtime/test_step.py`` counts the calls).
@@ -89,7 +90,10 @@ class Feeder:
             x, y = gather(self.dataset, idx)
             return x.to(self.dev, non_blocking=True), y.to(self.dev, non_blocking=True)
         if self.on_device:
-            i = torch.as_tensor(np.asarray(idx, dtype=np.int64), device=self.dev)
+            # non_blocking from pageable memory: staged at once, no wait for the stream's
+            # queued kernels (a blocking copy would synchronise every step)
+            i = torch.from_numpy(np.asarray(idx, dtype=np.int64)).to(self.dev,
+                                                                     non_blocking=True)
             return self.tensors[0].index_select(0, i), self.tensors[1].index_select(0, i)
         if not self.cuda:
             i = torch.as_tensor(np.asarray(idx, dtype=np.int64))
@@ -201,17 +205,19 @@ class TrainStep:
             self.last_loss = lv
         elif next_idx is not None:
             self.feeder.prefetch(next_idx)
-        if self.emulation is not None:
-            _sync(self.dev)
-            self.emulation.pad(len(idx), t0)
         m1 = self.clock.mark()
+        s0 = time.perf_counter()
         _, stopped = self.hdp.sync_gradients(stop=stop, counts=list(counts) if counts else None,
                                              rescale_seq=rescale_seq)
         if self.noise is not None and counts and self.hdp.local_sq is not None \
                 and self.hdp.global_sq is not None:
             self.noise.update(self.hdp.local_sq, list(counts), self.hdp.global_sq)
+        s1 = time.perf_counter()
         m2 = self.clock.mark()
         self.opt.step()
+        if self.emulation is not None:  # testbed: the compute (all but the sync) has a floor
+            _sync(self.dev)
+            self.emulation.pad(len(idx), t0 + (s1 - s0))
         self.clock.add([m0, m1, m2, self.clock.mark()])
         return stopped
 

@@ -16,12 +16,8 @@ from hetsched.io.reports import ReportWriter
 from hetsched.runtime.checkpoint import load_checkpoint, restore, save_checkpoint
 from hetsched.runtime.elastic import NoiseScale, Rescaler, request_path, set_lr, steps_left
 from hetsched.runtime.emulate import emulation_for, link_emulation
-from hetsched.runtime.launcher import (
-    RankEnv,
-    cpu_threads,
-    init_distributed,
-    shutdown_distributed,
-)
+from hetsched.runtime.launcher import RankEnv, cpu_threads
+from hetsched.runtime.rendezvous import init_distributed, shutdown_distributed
 from hetsched.runtime.sampler import ShareSampler, split_counts
 from hetsched.runtime.step import (
     WARMUP_STEPS,

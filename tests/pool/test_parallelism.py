@@ -1,4 +1,4 @@
-"""Issue 11.4: pool mode chooses each job's parallelism; --mode auto picks space or pool."""
+"""Pool mode chooses each job's parallelism; --mode auto picks space or pool."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis invariants of every pool-mode policy on random instances (issue 3)."""
+"""Hypothesis invariants of every pool-mode policy on random instances."""
 
 from __future__ import annotations
 

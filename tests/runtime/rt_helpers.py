@@ -18,7 +18,8 @@ def train_many(cfgs: list[Any], signal_last: tuple[int, float] | None = None,
     import signal
     import threading
 
-    from hetsched.runtime.launcher import from_env, init_distributed, shutdown_distributed
+    from hetsched.runtime.launcher import from_env
+    from hetsched.runtime.rendezvous import init_distributed, shutdown_distributed
     from hetsched.runtime.trainer import _train
 
     renv = from_env()

@@ -128,20 +128,21 @@ def test_default_batches() -> None:
 @pytest.mark.slow
 def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The emulation sleeps to its step time (0.05 s + 0.01 s a sample, halved on "fast"),
-    so a row is never below it; what a busy machine adds on top is the same on both types,
-    so the two are compared with each other, not with a clock."""
+    """The emulation sleeps to its step time (0.2 s + 0.04 s a sample, halved on "fast"),
+    so a row is never below it. The two types are compared with each other, not with a
+    clock, and the emulated steps are long enough that one step a busy machine delays by
+    a few hundred milliseconds cannot reverse them."""
     pytest.importorskip("torch")
     from hetsched.runtime.probe import probe
 
     monkeypatch.setenv("HETSCHED_EMULATE_SPEED", "fast=2,slow=1")
-    monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.05,0.01")
-    res = {g: probe("mlp", g, [4, 16], warmup=2, steps=3, device="cpu") for g in ("fast", "slow")}
+    monkeypatch.setenv("HETSCHED_EMULATE_COST", "0.2,0.04")
+    res = {g: probe("mlp", g, [4, 16], warmup=1, steps=3, device="cpu") for g in ("fast", "slow")}
     for g, speed in (("fast", 2), ("slow", 1)):
         rows = {r.local_batch: r for r in res[g].rows if r.gpus == 1}
         # a CPU says nothing about GPU memory: no max_local_batch (the batch bound stays 16)
         assert set(rows) == {4, 16} and rows[4].max_local_batch is None and res[g].max_batch == 16
-        assert rows[16].step_time_s >= (0.05 + 0.16) / speed * 0.999
+        assert rows[16].step_time_s >= (0.2 + 0.64) / speed * 0.999
         assert rows[4].sync_time_s is not None and rows[4].sync_time_s > 0
         # sync measured at 2 and 4 ranks: whole-iteration rows the model calibrates from
         multi = {r.gpus: r for r in res[g].rows if r.gpus > 1}
@@ -149,7 +150,7 @@ def test_probe_measures_rows_with_emulated_speed(tmp_path: Path,
         for r in multi.values():
             assert r.local_batch == 16 and r.sync_time_s is not None and r.sync_time_s > 0
             assert r.step_time_s == pytest.approx(rows[16].step_time_s + r.sync_time_s)
-    # 0.21 s against 0.105 s emulated: above 1.3x unless the machine adds 0.24 s a step
+    # 0.84 s against 0.42 s emulated: above 1.3x unless the machine adds 0.98 s a step
     assert res["slow"].rows[1].step_time_s > 1.3 * res["fast"].rows[1].step_time_s
 
 

@@ -32,7 +32,8 @@ def _rank(out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hetsched.runtime.launcher import from_env, init_distributed
+    from hetsched.runtime.launcher import from_env
+    from hetsched.runtime.rendezvous import init_distributed
 
     renv = from_env()
     init_distributed(renv, "cpu")

@@ -1,4 +1,4 @@
-"""Issue 8 item 8: signals reach the ranks of ``hetsched run --local``, bad checkpoints are one
+"""Signals reach the ranks of ``hetsched run --local``, bad checkpoints are one
 line, and checkpoints load with ``weights_only=True``.
 
 Real processes: the CLI in a subprocess, its spawned ranks found in /proc, real signals.

@@ -1,4 +1,5 @@
-"""Monitoring and replanning on the real testbed, with the faults from issue 4."""
+"""Monitoring and replanning on the real testbed, with injected faults (a node down mid-run,
+slurmctld restarted, two replans at once, a node drained and back)."""
 
 from __future__ import annotations
 

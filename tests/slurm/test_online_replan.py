@@ -1,4 +1,4 @@
-"""Issue 15: `replan` in online mode on the real testbed: a started job's decision is stable."""
+"""`replan` in online mode on the real testbed: a started job's decision is stable."""
 
 from __future__ import annotations
 

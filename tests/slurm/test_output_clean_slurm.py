@@ -1,4 +1,4 @@
-"""stdout is only the document for the commands whose JSON needs a Slurm (issue 11.5).
+"""stdout is only the document for the commands whose JSON needs a Slurm.
 
 The twin of tests/test_output_clean.py for ``cluster``, ``replan`` and
 ``testbed status``: each runs in a subprocess against the testbed and its

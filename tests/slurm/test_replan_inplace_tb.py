@@ -1,6 +1,6 @@
 """On the real testbed: a replan after one completion changes a pending job in place
 (same Slurm id; `scontrol show job` shows the new GRES and node), and the real
-`hetsched run` then starts it with the new layout (issue 12)."""
+`hetsched run` then starts it with the new layout."""
 
 from __future__ import annotations
 

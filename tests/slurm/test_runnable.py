@@ -1,4 +1,4 @@
-"""Runnability before submit (issue 12.5) and --skip-unplaceable (12.6), at the CLI."""
+"""Runnability before submit and --skip-unplaceable, at the CLI."""
 
 from __future__ import annotations
 

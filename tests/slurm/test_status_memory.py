@@ -12,7 +12,7 @@ from slurm_helpers import contract_plan
 
 from hetsched.app.status import SLOW, batch_status
 from hetsched.app.submit import files_dir, submit
-from hetsched.cli.render import UNLIMITED, status_notes, status_table
+from hetsched.cli.tables import UNLIMITED, status_notes, status_table
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
 

@@ -69,21 +69,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
 
-    # a space plan is a pool plan whose GPUs each run one job's work back to back: plan it,
-    # seed Hare with it, keep it when time sharing does not beat it (space_seed.py)
-    uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
-    if not uses:
-        space_plan = None
-    elif space_plan is None:
-        space_plan = _space_plan(problem, restart_cost_s)
-    if space_plan is not None:
-        space_plan = copy.deepcopy(space_plan)
-        if space_plan is not None:
-            from hetsched.planning.pool.space_seed import space_seed
-
-            for pol in pols.values():
-                if getattr(pol, "space", "off") != "off":
-                    pol.seeds = {"space": space_seed(pp, space_plan)}
+    uses, space_plan = _seed_space(problem, pp, pols, space_plan, restart_cost_s)
 
     def run(name: str, deadline: float | None = None) -> tuple[TaskSchedule, float]:
         s = pols[name].schedule(pp, rel)
@@ -125,14 +111,41 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     return plan
 
 
-def _space_plan(problem: PlanningProblem, restart_cost_s: float | None) -> Plan | None:
-    """The best space plan (space mode's auto), or None when space mode cannot plan."""
+def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
+                space_plan: Plan | None, restart_cost_s: float | None
+                ) -> tuple[set[str], Plan | None]:
+    """The policies' ``space`` uses and the space plan they get (a copy), seeded into them.
+
+    A space plan is a pool plan whose GPUs each run one job's work back to back: plan
+    it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
+    """
+    uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
+    if not uses:
+        space_plan = None
+    elif space_plan is None:  # only a seed: a quarter of auto's budget is enough for an order
+        space_plan = _space_plan(problem, restart_cost_s, None if "keep" in uses else 0.25)
+    if space_plan is not None:
+        from hetsched.planning.pool.space_seed import space_seed
+
+        space_plan = copy.deepcopy(space_plan)
+        for pol in pols.values():
+            if getattr(pol, "space", "off") != "off":
+                pol.seeds = {"space": space_seed(pp, space_plan)}
+    return uses, space_plan
+
+
+def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
+                share: float | None = None) -> Plan | None:
+    """The best space plan (space mode's auto; with ``share``, within that share of its
+    budget ``plan_budget_s``), or None when space mode cannot plan."""
+    from hetsched import config
     from hetsched.config import DEFAULT_RESTART_COST_S
     from hetsched.planning.planner import plan_problem
 
     rc = DEFAULT_RESTART_COST_S if restart_cost_s is None else restart_cost_s
+    budget = None if share is None else share * float(config.get("plan_budget_s"))
     try:
-        return plan_problem(problem, "auto", restart_cost_s=rc)
+        return plan_problem(problem, "auto", restart_cost_s=rc, budget_s=budget)
     except PlanningError:
         return None
 

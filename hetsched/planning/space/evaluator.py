@@ -110,14 +110,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         """The policy's counts for ``jobs`` on the free GPUs, placed."""
         if not jobs or not free_mask.any():
             return {}
-        ja = np.array(jobs, dtype=int)
-        snap = Snapshot(
-            t=tl.t, jobs=ja, remaining=tl.remaining[ja].copy(),
-            free=np.bincount(ev.gpu_type[free_mask], minlength=p.T),
-            current=np.array([tl.counts_of(cur.get(i, [])) for i in jobs]).reshape(len(jobs),
-                                                                                   p.T),
-            waited=tl.t - p.arrival[ja], restart_cost_s=restart_cost_s,
-        )
+        snap = _snapshot(p, ev, tl, jobs, free_mask, cur, restart_cost_s)
         X = np.asarray(policy.allocate(pp, snap), dtype=int)
         if coloc:  # one placement per group; its members share the GPUs (.groups)
             asked.append({i: policy.group_of(i) for i in jobs})  # type: ignore[attr-defined]
@@ -137,11 +130,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
         active = tl.arrive()
         if reporter is not None:
             reporter.event(policy.name, tl.t, len(active), int(tl.done.sum()), p.S)
-        if work_limit is not None and work + policy.work_s > work_limit:
-            raise OverBudget(f"stopped at its work limit {work_limit:,.2f} s (auto's budget "
-                             f"plan_budget_s, counted work, not timed) with "
-                             f"{int(tl.done.sum())} of {p.S} jobs simulated",
-                             work_s=work + policy.work_s)
+        _check_budget(work_limit, work + policy.work_s, tl, p.S)
         if active:
             work += policy.event_work(p, len(active))
             per_event.append(len(active))
@@ -159,6 +148,28 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     plan = _plan(p, policy, tl, static, restart_cost_s, started_clock)
     plan.work = (work + policy.work_s, per_event)  # type: ignore[attr-defined]
     return plan
+
+
+def _snapshot(p: PlanningProblem, ev: Evaluator, tl: Timeline, jobs: list[int],
+              free_mask: np.ndarray, cur: dict[int, list[int]], restart_cost_s: float
+              ) -> Snapshot:
+    """What the policy sees of ``jobs`` now: work left, the free GPUs per type, the
+    GPUs each holds in ``cur``, how long each has waited."""
+    ja = np.array(jobs, dtype=int)
+    return Snapshot(
+        t=tl.t, jobs=ja, remaining=tl.remaining[ja].copy(),
+        free=np.bincount(ev.gpu_type[free_mask], minlength=p.T),
+        current=np.array([tl.counts_of(cur.get(i, [])) for i in jobs]).reshape(len(jobs), p.T),
+        waited=tl.t - p.arrival[ja], restart_cost_s=restart_cost_s,
+    )
+
+
+def _check_budget(work_limit: float | None, work: float, tl: Timeline, n_jobs: int) -> None:
+    """Raise OverBudget once the counted ``work`` passes ``work_limit`` (auto's budget)."""
+    if work_limit is not None and work > work_limit:
+        raise OverBudget(f"stopped at its work limit {work_limit:,.2f} s (auto's budget "
+                         f"plan_budget_s, counted work, not timed) with "
+                         f"{int(tl.done.sum())} of {n_jobs} jobs simulated", work_s=work)
 
 
 def _colocation(p: PlanningProblem, ev: Evaluator, policy: Policy

@@ -114,6 +114,7 @@ class Executor:
         self.last_compute_end: float | None = None
         self.totals = {"compute": 0.0, "overhead": 0.0, "stall": 0.0}
         self.overheads: list[float] = []
+        self.first_compute_age: float | None = None
 
     def _call(self, head: dict[str, Any], payload: Any = None, into: Any = None,
               conn: protocol.Channel | None = None) -> dict[str, Any]:
@@ -273,6 +274,11 @@ class Executor:
         assert self.last_compute_end is not None
         overhead = c0 - self.last_compute_end  # the device idle between two computes
         self.last_compute_end = c1
+        if self.first_compute_age is None:  # this process's start to its first compute
+            from hetsched.runtime.step import process_age
+
+            age = process_age()
+            self.first_compute_age = (age - (time.perf_counter() - c0)) if age else None
         switch_s = self.cleanup_s + load_s
         end = time.time()
         rec = {"job": t.job, "round": t.round, "task": t.task, "gpu": self.gpu.id,
@@ -305,6 +311,8 @@ class Executor:
                        overhead_p50_s=round(ov[len(ov) // 2], 6) if ov else None,
                        overhead_max_s=round(ov[-1], 6) if ov else None,
                        wall_over_compute=round(wall / comp, 4) if comp > 0 else None,
+                       start_to_first_compute_s=round(self.first_compute_age, 3)
+                       if self.first_compute_age is not None else None,
                        pipelined=self.pull_pool is not None)
 
     def _compute(self, t: ExecTask, job: ExecJob, slot: JobSlot

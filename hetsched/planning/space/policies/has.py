@@ -19,7 +19,7 @@ Two refinements over the paper, both measured in docs/benchmarks.md:
 
 With ``trim`` (docs/policies.md) each matching is cut to its best
 sub-allocation, and GPUs then held by no job are handed to the jobs they
-speed up most (:meth:`CategorySolver._refill`) with ``refill=True``.
+speed up most (:func:`.has_trim.refill`) with ``refill=True``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ from hetsched.planning.space.policies.common import (
     match_counts,
     smith_priority,
 )
+from hetsched.planning.space.policies.has_trim import (
+    TRIM_TABLE_MAX,
+    best_sub_table,
+    refill,
+    trim_greedy,
+)
 from hetsched.planning.space.policies.sampling import (
     bounded_compositions,
     compositions,
@@ -47,41 +53,8 @@ from hetsched.planning.space.policies.sampling import (
 )
 
 MATCHINGS = ("both", "raw", "normalized")
-TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
-#: (job, counts) iteration times kept across events for the greedy trim (then cleared)
-ITER_CACHE_MAX = 2_000_000
 #: best (category, matching) rows whose idle GPUs are handed out after the trim
 REFILL_ROWS = 16
-
-
-def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
-    """:meth:`PlanningProblem.iter_time` of count rows ``X``, memoised per (job, counts).
-
-    The greedy trim evaluates the same few thousand count vectors of a job at
-    category after category and event after event; a numpy call per batch of
-    moves was most of HAS's and JPS's time on 100 jobs x 360 GPUs. The values
-    are exactly ``p.iter_time``'s (each row is computed independently).
-    """
-    cache: dict[tuple[int, ...], float] = p.estimates.extra.setdefault("has_iter_time", {})
-    if len(cache) > ITER_CACHE_MAX:
-        cache.clear()
-    keys = [(i, *row) for row in X.tolist()]
-    out = np.empty(len(keys))
-    miss = []
-    for k, key in enumerate(keys):
-        v = cache.get(key)
-        if v is None:
-            miss.append(k)
-        else:
-            out[k] = v
-    if miss:
-        vals = p.iter_time(i, X[miss]).tolist()
-        for k, v in zip(miss, vals, strict=True):
-            cache[keys[k]] = v
-            out[k] = v
-    return out
-
-
 #: reference seconds per job row matched or scored by a CategorySolver (auto's work count)
 ROW_S = 2e-5
 #: reference seconds per transportation LP (P3 above TRANSPORT_MIN_SLOTS job slots)
@@ -219,56 +192,12 @@ class CategorySolver:
                 A[top[better]] = A2[better]
                 obj[top[better]] = obj2[better]
             for r in top[:REFILL_ROWS] if self.refill else ():  # idle GPUs, to whom they help
-                A[r], gain = self._refill(A[r])
+                A[r], gain = refill(self.p, self.snap, self.jobs, self.rows, self.hi, A[r])
                 obj[r] += gain
         obj = obj.reshape(len(categories), M)
         best = obj.argmin(axis=1)
         A4 = A.reshape(len(categories), M, len(self.jobs), p.T)
         return A4[np.arange(len(categories)), best], obj[np.arange(len(categories)), best]
-
-    def _refill(self, X: np.ndarray) -> tuple[np.ndarray, float]:
-        """Hand GPUs that no job holds to the jobs they speed up most, one at a time.
-
-        Categories split every GPU and the trim only takes GPUs away, so a
-        GPU one job gave back stays idle even where another job would gain
-        from it (the rematch keeps the trimmed sizes). Greedy: add the one
-        (job, type) that lowers the weighted time most until none does.
-        Returns the allocation (J, T) and the objective change (<= 0).
-        """
-        p, J, T = self.p, len(self.jobs), self.p.T
-        X = X.copy()
-        free = self.snap.free - X.sum(axis=0)
-        w = np.array([p.weight[i] * self.snap.remaining[r] for i, r in zip(self.jobs, self.rows,
-                                                                            strict=True)])
-        cur = np.array([cached_iter_time(p, i, X[j][None])[0] for j, i in enumerate(self.jobs)])
-        gain = np.full((J, T), np.inf)  # objective change of one more GPU of type t for job j
-
-        def score(j: int) -> None:
-            gain[j] = np.inf
-            i, k = self.jobs[j], int(X[j].sum())
-            ts = np.nonzero(p.allowed[i] & (free > 0))[0]
-            if not np.isfinite(cur[j]) or k == 0 or k >= self.hi[j] or not len(ts):
-                return
-            C = np.repeat(X[j][None], len(ts), axis=0)
-            C[np.arange(len(ts)), ts] += 1
-            new = cached_iter_time(p, i, C)
-            ok = new < cur[j] * (1 - 1e-12)
-            gain[j, ts[ok]] = w[j] * (new[ok] - cur[j])
-
-        for j in range(J):
-            score(j)
-        total = 0.0
-        while True:
-            gain[:, free <= 0] = np.inf
-            jt = np.unravel_index(int(np.argmin(gain)), gain.shape)
-            b, t = int(jt[0]), int(jt[1])
-            if not gain[b, t] < 0:
-                return X, total
-            total += float(gain[b, t])
-            X[b, t] += 1
-            free[t] -= 1
-            cur[b] = cached_iter_time(p, self.jobs[b], X[b][None])[0]
-            score(b)
 
     def _trim(self, j: int, X: np.ndarray) -> np.ndarray:
         """Replace each row of X (job j's counts) by its best sub-allocation; return times.
@@ -278,74 +207,19 @@ class CategorySolver:
         a ring all-reduce over a 10 Gbit/s network it often does not: a slow
         or remote worker can lengthen the iteration. The best ``y <= x`` for
         every count vector x is a prefix minimum over the lattice of count
-        vectors, so one table per job (a cumulative minimum along each type's
-        axis) trims every category exactly. Above ``TRIM_TABLE_MAX`` lattice
-        points a greedy one-GPU-at-a-time trim is used instead.
+        vectors, so one table per job (:func:`.has_trim.best_sub_table`) trims
+        every category exactly. Above ``TRIM_TABLE_MAX`` lattice points a
+        greedy one-GPU-at-a-time trim (:func:`.has_trim.trim_greedy`) is used instead.
         """
-        p, i = self.p, self.jobs[j]
         dims = tuple(int(v) + 1 for v in self.snap.free)
         if int(np.prod(dims)) > TRIM_TABLE_MAX:
-            return self._trim_greedy(j, X)
+            return trim_greedy(self.p, self.jobs[j], int(self.lo[j]), X)
         if j not in self._best_sub:
-            states = np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
-            f = p.iter_time(i, states)
-            f[states.sum(axis=1) < self.lo[j]] = np.inf
-            V = f.reshape(dims)
-            idx = np.arange(V.size).reshape(dims)
-            for ax in range(len(dims)):
-                V = np.moveaxis(V, ax, 0).copy()
-                idx = np.moveaxis(idx, ax, 0).copy()
-                for k in range(1, V.shape[0]):
-                    # V[k, ...] (not V[k]) stays a writable view when there is
-                    # one GPU type: V is then 1-D and V[k] would be a scalar copy.
-                    worse = V[k, ...] > V[k - 1, ...]
-                    np.copyto(V[k, ...], V[k - 1, ...], where=worse)
-                    np.copyto(idx[k, ...], idx[k - 1, ...], where=worse)
-                V = np.moveaxis(V, 0, ax)
-                idx = np.moveaxis(idx, 0, ax)
-            self._best_sub[j] = (V.reshape(-1), idx.reshape(-1), states)
+            self._best_sub[j] = best_sub_table(self.p, self.jobs[j], dims, int(self.lo[j]))
         val, idx, states = self._best_sub[j]
         flat = np.ravel_multi_index(X.T, dims)
         X[:] = states[idx[flat]]
         return val[flat].copy()
-
-    def _trim_greedy(self, j: int, X: np.ndarray) -> np.ndarray:
-        """Local-search trim for huge lattices.
-
-        Moves: drop one GPU of a type, drop every GPU of a type (leaving the
-        slow type or crossing to one type can switch the all-reduce to a faster
-        link), or cut a type down to one node's worth (intra-node bandwidth).
-        The best improving move is applied until none improves.
-        """
-        p, i = self.p, self.jobs[j]
-        T = p.T
-        cur = cached_iter_time(p, i, X)
-        live = np.nonzero(np.isfinite(cur) & (X.sum(axis=1) > self.lo[j]))[0]
-        while len(live):
-            Xl = X[live]
-            moves = []
-            for t in range(T):
-                one = Xl.copy()
-                one[:, t] -= 1
-                none = Xl.copy()
-                none[:, t] = 0
-                node = Xl.copy()
-                node[:, t] = np.minimum(node[:, t], p.node_max[t])
-                moves += [one, none, node]
-            cand = np.stack(moves, axis=1)  # (L, 3T, T)
-            ok = ((cand >= 0).all(axis=2) & (cand.sum(axis=2) >= self.lo[j])
-                  & (cand.sum(axis=2) < Xl.sum(axis=1)[:, None]))
-            it = np.full(ok.shape, np.inf)
-            if ok.any():
-                it[ok] = cached_iter_time(p, i, cand[ok])
-            best = it.argmin(axis=1)
-            val = it[np.arange(len(live)), best]
-            better = val < cur[live] * (1 - 1e-12)
-            rows = live[better]
-            X[rows] = cand[np.nonzero(better)[0], best[better]]
-            cur[rows] = val[better]
-            live = rows[X[rows].sum(axis=1) > self.lo[j]]
-        return cur
 
     def expand(self, X: np.ndarray) -> np.ndarray:
         out = np.zeros((len(self.snap.jobs), self.p.T), dtype=int)

@@ -11,7 +11,8 @@ gain), *uniform crossover* (each GPU from one parent or the other),
 refilled; batches doubled or halved at the same rate) and *reorder*. The
 new population is the best candidates by expected SRUF utilization (eq. 8)
 over Beta draws of remaining work (:mod:`.ones_predict`), the best always
-kept, the rest sampled. Batch-size limits (Sec. 3.3.2): a new job starts
+kept, the rest sampled (crossover, mutation, selection and the score live
+in :mod:`.ones_search`). Batch-size limits (Sec. 3.3.2): a new job starts
 within one GPU; a running job's limit doubles per epoch; a waiting job's
 halves each decision it is rejected; a job that has run longer than the
 mean inter-arrival time (ONES's 1/lambda) is halved once per such period.
@@ -28,7 +29,16 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.planning.space.policies.base import Policy, Snapshot, register
 from hetsched.planning.space.policies.common import fastest_types, largest_memory_types
 from hetsched.planning.space.policies.ones_predict import Remaining, fit_history
-from hetsched.planning.space.policies.ones_search import Cand, Model, reorder, repair, sruf
+from hetsched.planning.space.policies.ones_search import (
+    Cand,
+    Model,
+    crossover,
+    mutate,
+    reorder,
+    repair,
+    select,
+    sruf,
+)
 
 
 @register
@@ -214,13 +224,13 @@ class Ones(Policy):
             kids: list[Cand] = []
             order = self.rng.permutation(len(pop))
             for a, b in zip(order[0::2], order[1::2], strict=False):
-                kids += self._crossover(pop[a], pop[b])
+                kids += crossover(self.rng, m.K, pop[a], pop[b])
             for j in self.rng.choice(len(pop), size=max(1, len(pop) // 2), replace=False):
-                kids.append(self._mutate(pop[int(j)], frozen, jobs))
+                kids.append(mutate(self.rng, self.mutation_rate, pop[int(j)], frozen))
             kids = [self._fill(reorder(m, repair(m, self._impose(k, cur, frozen), self.limit,
                                                  self.max_gpus, frozen)), jobs, draws, frozen)
                     for k in kids]
-            pop = self._select(pop + kids, score)
+            pop = select(self.rng, m, self.n_pop, pop + kids, score)
         self.pop = pop
         X = self._emit(pop[0], jobs, running, cur)
         self._placed = bool(X.sum())
@@ -376,39 +386,3 @@ class Ones(Policy):
                 c.owner[slots] = i
             c.batch[i] = int(B)
         return c
-
-    def _crossover(self, a: Cand, b: Cand) -> list[Cand]:
-        mask = self.rng.random(self.m.K) < 0.5
-        c1 = Cand(np.where(mask, a.owner, b.owner), {**b.batch, **a.batch})
-        c2 = Cand(np.where(mask, b.owner, a.owner), {**a.batch, **b.batch})
-        return [c1, c2]
-
-    def _mutate(self, c: Cand, frozen: set[int], jobs: np.ndarray) -> Cand:
-        c = c.copy()
-        for i in c.jobs():
-            if i in frozen:
-                continue
-            if self.rng.random() < self.mutation_rate:
-                c.owner[c.owner == i] = -1  # preempted; _fill gives its GPUs to others
-            elif self.rng.random() < self.mutation_rate:
-                c.batch[i] = int(c.batch[i] * (2.0 if self.rng.random() < 0.5 else 0.5))
-        return c
-
-    def _select(self, cands: list[Cand], score: object) -> list[Cand]:
-        """Unique candidates by score; the best kept, the rest sampled from the top 2P."""
-        seen: dict[tuple[object, ...], Cand] = {}
-        for c in cands:
-            seen.setdefault(c.key(self.m.slot_type, self.m.p.T), c)
-        uniq = list(seen.values())
-        s = np.array([score(c) for c in uniq])  # type: ignore[operator]
-        order = np.argsort(s, kind="stable")[: 2 * self.n_pop]
-        best = [uniq[int(order[0])]]
-        rest = order[1:]
-        if len(rest) > self.n_pop - 1:  # non-finite scores (a job that cannot run): least
-            d = np.nan_to_num(s[rest] - s[order[0]], nan=np.inf)  # likely, never impossible
-            fin = np.isfinite(d)
-            spread = max(float(d[fin].std()) if fin.any() else 0.0, 1e-9)
-            w = np.exp(-np.clip(np.where(fin, d, np.inf) / spread, 0.0, 700.0))
-            rest = self.rng.choice(rest, size=self.n_pop - 1, replace=False, p=w / w.sum())
-            rest = rest[np.argsort(s[rest], kind="stable")]
-        return best + [uniq[int(j)] for j in rest]

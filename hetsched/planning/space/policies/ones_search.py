@@ -1,4 +1,5 @@
-"""ONES's genome, its feasibility repair and its SRUF score (Bian et al., Sec. 3.2).
+"""ONES's genome, its feasibility repair, its SRUF score (Bian et al., Sec. 3.2) and
+the evolution's operators: uniform crossover, uniform mutation, selection (Sec. 3.3).
 
 A candidate schedule maps every GPU (a *slot*: GPUs of one type are
 interchangeable for the model, the evaluator's placer picks the concrete
@@ -11,6 +12,7 @@ told anyway, and it keeps every candidate's shares optimal).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,3 +190,46 @@ def sruf(m: Model, c: Cand, jobs: np.ndarray, W: np.ndarray,
             rc = restart_s if i in current else 0.0  # a preempted running job restarts later
             total += k_min * (first + rc + W[:, r] * t_min)
     return float(total.mean())
+
+
+def crossover(rng: np.random.Generator, K: int, a: Cand, b: Cand) -> list[Cand]:
+    """Uniform crossover: each of the ``K`` GPUs from one parent or the other."""
+    mask = rng.random(K) < 0.5
+    c1 = Cand(np.where(mask, a.owner, b.owner), {**b.batch, **a.batch})
+    c2 = Cand(np.where(mask, b.owner, a.owner), {**a.batch, **b.batch})
+    return [c1, c2]
+
+
+def mutate(rng: np.random.Generator, rate: float, c: Cand, frozen: set[int]) -> Cand:
+    """Uniform mutation: each job not ``frozen`` preempted with ``rate``, else its batch
+    doubled or halved with ``rate``."""
+    c = c.copy()
+    for i in c.jobs():
+        if i in frozen:
+            continue
+        if rng.random() < rate:
+            c.owner[c.owner == i] = -1  # preempted; the fill gives its GPUs to others
+        elif rng.random() < rate:
+            c.batch[i] = int(c.batch[i] * (2.0 if rng.random() < 0.5 else 0.5))
+    return c
+
+
+def select(rng: np.random.Generator, m: Model, n_pop: int, cands: list[Cand],
+           score: Callable[[Cand], float]) -> list[Cand]:
+    """Unique candidates by score; the best kept, the rest sampled from the top 2P."""
+    seen: dict[tuple[object, ...], Cand] = {}
+    for c in cands:
+        seen.setdefault(c.key(m.slot_type, m.p.T), c)
+    uniq = list(seen.values())
+    s = np.array([score(c) for c in uniq])
+    order = np.argsort(s, kind="stable")[: 2 * n_pop]
+    best = [uniq[int(order[0])]]
+    rest = order[1:]
+    if len(rest) > n_pop - 1:  # non-finite scores (a job that cannot run): least
+        d = np.nan_to_num(s[rest] - s[order[0]], nan=np.inf)  # likely, never impossible
+        fin = np.isfinite(d)
+        spread = max(float(d[fin].std()) if fin.any() else 0.0, 1e-9)
+        w = np.exp(-np.clip(np.where(fin, d, np.inf) / spread, 0.0, 700.0))
+        rest = rng.choice(rest, size=n_pop - 1, replace=False, p=w / w.sum())
+        rest = rest[np.argsort(s[rest], kind="stable")]
+    return best + [uniq[int(j)] for j in rest]

@@ -1,0 +1,160 @@
+"""HAS's trim and refill (docs/policies.md): after the matching, per job.
+
+A category's matching gives every GPU to some job (the paper's (8c)); the
+trim cuts each job's counts to its best sub-allocation (:func:`best_sub_table`
+exactly, :func:`trim_greedy` above ``TRIM_TABLE_MAX`` lattice points), and
+with ``refill=True`` the GPUs then held by no job go to the jobs they speed
+up most (:func:`refill`). :class:`.has.CategorySolver` calls them; JPS
+shares them through it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.space.policies.base import Snapshot
+
+TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
+#: (job, counts) iteration times kept across events for the greedy trim (then cleared)
+ITER_CACHE_MAX = 2_000_000
+
+
+def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
+    """:meth:`PlanningProblem.iter_time` of count rows ``X``, memoised per (job, counts).
+
+    The greedy trim evaluates the same few thousand count vectors of a job at
+    category after category and event after event; a numpy call per batch of
+    moves was most of HAS's and JPS's time on 100 jobs x 360 GPUs. The values
+    are exactly ``p.iter_time``'s (each row is computed independently).
+    """
+    cache: dict[tuple[int, ...], float] = p.estimates.extra.setdefault("has_iter_time", {})
+    if len(cache) > ITER_CACHE_MAX:
+        cache.clear()
+    keys = [(i, *row) for row in X.tolist()]
+    out = np.empty(len(keys))
+    miss = []
+    for k, key in enumerate(keys):
+        v = cache.get(key)
+        if v is None:
+            miss.append(k)
+        else:
+            out[k] = v
+    if miss:
+        vals = p.iter_time(i, X[miss]).tolist()
+        for k, v in zip(miss, vals, strict=True):
+            cache[keys[k]] = v
+            out[k] = v
+    return out
+
+
+def best_sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Job i's best sub-allocation of every count vector of the lattice ``dims``.
+
+    A prefix minimum of the iteration time along each type's axis (counts
+    below ``lo`` GPUs excluded). Returns the flat best times, the flat index
+    of the best ``y <= x`` for every ``x``, and the lattice's count vectors.
+    """
+    states = np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
+    f = p.iter_time(i, states)
+    f[states.sum(axis=1) < lo] = np.inf
+    V = f.reshape(dims)
+    idx = np.arange(V.size).reshape(dims)
+    for ax in range(len(dims)):
+        V = np.moveaxis(V, ax, 0).copy()
+        idx = np.moveaxis(idx, ax, 0).copy()
+        for k in range(1, V.shape[0]):
+            # V[k, ...] (not V[k]) stays a writable view when there is
+            # one GPU type: V is then 1-D and V[k] would be a scalar copy.
+            worse = V[k, ...] > V[k - 1, ...]
+            np.copyto(V[k, ...], V[k - 1, ...], where=worse)
+            np.copyto(idx[k, ...], idx[k - 1, ...], where=worse)
+        V = np.moveaxis(V, 0, ax)
+        idx = np.moveaxis(idx, 0, ax)
+    return V.reshape(-1), idx.reshape(-1), states
+
+
+def trim_greedy(p: PlanningProblem, i: int, lo: int, X: np.ndarray) -> np.ndarray:
+    """Local-search trim of job i's count rows ``X`` (in place) for huge lattices; the times.
+
+    Moves: drop one GPU of a type, drop every GPU of a type (leaving the
+    slow type or crossing to one type can switch the all-reduce to a faster
+    link), or cut a type down to one node's worth (intra-node bandwidth).
+    The best improving move is applied until none improves; no row goes
+    below ``lo`` GPUs.
+    """
+    T = p.T
+    cur = cached_iter_time(p, i, X)
+    live = np.nonzero(np.isfinite(cur) & (X.sum(axis=1) > lo))[0]
+    while len(live):
+        Xl = X[live]
+        moves = []
+        for t in range(T):
+            one = Xl.copy()
+            one[:, t] -= 1
+            none = Xl.copy()
+            none[:, t] = 0
+            node = Xl.copy()
+            node[:, t] = np.minimum(node[:, t], p.node_max[t])
+            moves += [one, none, node]
+        cand = np.stack(moves, axis=1)  # (L, 3T, T)
+        ok = ((cand >= 0).all(axis=2) & (cand.sum(axis=2) >= lo)
+              & (cand.sum(axis=2) < Xl.sum(axis=1)[:, None]))
+        it = np.full(ok.shape, np.inf)
+        if ok.any():
+            it[ok] = cached_iter_time(p, i, cand[ok])
+        best = it.argmin(axis=1)
+        val = it[np.arange(len(live)), best]
+        better = val < cur[live] * (1 - 1e-12)
+        rows = live[better]
+        X[rows] = cand[np.nonzero(better)[0], best[better]]
+        cur[rows] = val[better]
+        live = rows[X[rows].sum(axis=1) > lo]
+    return cur
+
+
+def refill(p: PlanningProblem, snap: Snapshot, jobs: list[int], rows: list[int],
+           hi: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, float]:
+    """Hand GPUs that no job holds to the jobs they speed up most, one at a time.
+
+    ``X`` (J, T): the counts of ``jobs`` (snapshot rows ``rows``, at most ``hi``
+    GPUs each). Categories split every GPU and the trim only takes GPUs away,
+    so a GPU one job gave back stays idle even where another job would gain
+    from it (the rematch keeps the trimmed sizes). Greedy: add the one
+    (job, type) that lowers the weighted time most until none does.
+    Returns the allocation (J, T) and the objective change (<= 0).
+    """
+    J, T = len(jobs), p.T
+    X = X.copy()
+    free = snap.free - X.sum(axis=0)
+    w = np.array([p.weight[i] * snap.remaining[r] for i, r in zip(jobs, rows, strict=True)])
+    cur = np.array([cached_iter_time(p, i, X[j][None])[0] for j, i in enumerate(jobs)])
+    gain = np.full((J, T), np.inf)  # objective change of one more GPU of type t for job j
+
+    def score(j: int) -> None:
+        gain[j] = np.inf
+        i, k = jobs[j], int(X[j].sum())
+        ts = np.nonzero(p.allowed[i] & (free > 0))[0]
+        if not np.isfinite(cur[j]) or k == 0 or k >= hi[j] or not len(ts):
+            return
+        C = np.repeat(X[j][None], len(ts), axis=0)
+        C[np.arange(len(ts)), ts] += 1
+        new = cached_iter_time(p, i, C)
+        ok = new < cur[j] * (1 - 1e-12)
+        gain[j, ts[ok]] = w[j] * (new[ok] - cur[j])
+
+    for j in range(J):
+        score(j)
+    total = 0.0
+    while True:
+        gain[:, free <= 0] = np.inf
+        jt = np.unravel_index(int(np.argmin(gain)), gain.shape)
+        b, t = int(jt[0]), int(jt[1])
+        if not gain[b, t] < 0:
+            return X, total
+        total += float(gain[b, t])
+        X[b, t] += 1
+        free[t] -= 1
+        cur[b] = cached_iter_time(p, jobs[b], X[b][None])[0]
+        score(b)
