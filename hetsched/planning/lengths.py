@@ -70,7 +70,7 @@ def predict_lengths(jobs: list[Job], history: tuple[np.ndarray, np.ndarray] | No
 
     ``epochs_done``: job name -> epochs it has already run (replan). Returns the
     jobs and, when a model was fitted and some job was predicted, the record the
-    plan keeps in ``Plan.extra["length_prediction"]`` (history points, per job the
+    plan keeps in ``Plan.notes.length_prediction`` (history points, per job the
     planned epochs left and the expected total); else ``(jobs, None)``.
     """
     if not any(j.epochs_predicted and j.target_loss is not None for j in jobs):
