@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from exec_helpers import MAIN, env, make_plan, plan_json
@@ -101,7 +102,6 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
     """The hand-over `hetsched replan` makes (app/pool_replan.py): the remaining
     iterations planned anew, rounds renumbered to continue, checkpoints carried to the
     new plan's directory; the executors of the new plan finish the training exactly."""
-    from typing import Any
 
     from hetsched.app.pool_replan import _remaining, carry_checkpoints, renumber
     from hetsched.io.plan_json import save_plan
@@ -145,3 +145,43 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
             (ck / new.plan_id / f"{name}.pt").read_bytes())
     diffs = check(plan, ck)
     assert max(diffs.values()) < 2e-5, diffs
+
+
+def test_the_last_bye_is_answered_before_the_gpu_counts_as_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's process ends as soon as every GPU said bye (``wait_done``); the
+    coordinator answers a ``bye`` before it counts the GPU done, so the last executor
+    never finds the coordinator gone while it waits for that answer (seen on the
+    testbed: "coordinator lost (connection closed)" on a finished pool)."""
+    from hetsched.io.secret import new_secret
+    from hetsched.runtime.executor import coordinator as coord_mod
+    from hetsched.runtime.executor import protocol
+    from hetsched.runtime.executor.coordinator import Coordinator
+    from hetsched.runtime.executor.plan import exec_plan
+
+    xplan = exec_plan(load_plan(make_plan(tmp_path, gpus=1, task_iterations=1)))
+    gid = xplan.gpu_ids()[0]
+    key = new_secret()
+    lis = protocol.listen("127.0.0.1", 0)
+    c = Coordinator(xplan, [gid], lis, key, None, hello_timeout_s=60.0)
+    seen: list[bool] = []
+    send = protocol.send
+
+    def spy(ch: Any, head: dict[str, Any], payload: Any = None) -> None:
+        if head == {} and seen == [] and c.hello:  # the bye's answer
+            seen.append(gid in c.bye)
+        send(ch, head, payload)
+
+    monkeypatch.setattr(coord_mod.protocol, "send", spy)
+    try:
+        ch = protocol.connect("127.0.0.1", lis.getsockname()[1], key, gid, timeout_s=10)
+        ch.settimeout(10)
+        send(ch, {"op": "hello", "gpu": gid})
+        protocol.recv(ch)
+        send(ch, {"op": "bye", "gpu": gid})
+        assert protocol.recv(ch)[0] == {}
+        ch.close()
+        assert c.wait_done() is None
+    finally:
+        c.close()
+    assert seen == [False]  # answered while the GPU was not yet counted done

@@ -309,11 +309,16 @@ class Coordinator:
                 elif op == "put":
                     self._put(conn, head)
                 elif op == "bye":
+                    # answered before the GPU counts as done: rank 0's process ends once
+                    # every GPU is, and must not take the last executor's reply with it
+                    try:
+                        protocol.send(conn, {})
+                    except protocol.PeerLost:
+                        pass  # it said bye: its work is done, whether or not it heard back
                     if channel == "main":  # an executor's side connections say bye first
                         with self.cond:
                             self.bye.add(gpu)
                             self.cond.notify_all()
-                    protocol.send(conn, {})
                     return
                 else:
                     raise BadRequest(f"unknown request {str(op)[:40]!r}")
