@@ -60,6 +60,7 @@ def test_paths_are_scoped_by_plan_submission_and_batch(tmp_path: Path) -> None:
     assert a.secret.parent == a.private_dir != other.private_dir
 
 
+@pytest.mark.slow
 def test_second_batch_reusing_a_name_starts_afresh(tmp_path: Path, monkeypatch) -> None:
     """Batch 2's job j (16000 samples) must not resume batch 1's checkpoint of j (8000),
     and `status` must not show batch 1's measurements for it while it waits."""

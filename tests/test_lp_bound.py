@@ -112,6 +112,7 @@ def many_jobs(n: int = 40) -> PlanningProblem:
     return PlanningProblem(jobs, cluster, table)
 
 
+@pytest.mark.slow
 def test_lp_bound_sees_40_jobs_with_merged_configurations_and_thinned_arrivals() -> None:
     """Above the old 16-job limit the joint LP still runs (configurations merged and
     arrivals thinned to fit its size cap), stays below every plan, beats the per-job

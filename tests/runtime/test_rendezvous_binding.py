@@ -47,6 +47,7 @@ def _rank(out_dir: str) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
 def test_local_store_listens_on_loopback_and_requests_cross_as_tensors(tmp_path: Path) -> None:
     elastic.write_request(tmp_path / "req.json", [3, 5, 7], seq=4)

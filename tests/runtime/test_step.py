@@ -137,6 +137,7 @@ def test_step_equals_the_plain_training_step(workload: str) -> None:
         assert torch.allclose(p, q, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_run_process_does_not_import_what_it_does_not_use(tmp_path: Path) -> None:
     """A training rank (and the probe's and executor's modules) reach their steps without
     scipy, pulp, pydantic or matplotlib."""
