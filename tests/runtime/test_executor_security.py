@@ -15,6 +15,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,9 @@ def test_side_connections_need_their_executor_and_come_once(coord: Any) -> None:
         protocol.send(ch, {"op": "bye", "gpu": g})
         assert protocol.recv(ch)[0] == {}
         ch.close()
+    deadline = time.monotonic() + T  # the bye is answered first, then counted
+    while g not in coord.bye and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert g in coord.bye and coord.failed is None
     assert_still_serving(coord, coord.gpus[1])
 
