@@ -50,11 +50,10 @@ class ExecFailed(HetschedError):
                          "checkpoint are lost; `hetsched replan` plans the remaining tasks")
 
 
-def executor_gpus(xplan: ExecPlan, env: Mapping[str, str]) -> list[str]:
+def executor_gpus(xplan: ExecPlan, jenv: JobEnvironment) -> list[str]:
     """The GPU ids of the step's executors, in rank order."""
-    raw = env.get(POOL_GPUS_VAR, "")
-    ids = list(JobEnvironment.from_env(env).pool_gpus) or [
-        g for g, d in xplan.gpus.items() if d.tasks]
+    raw = ",".join(jenv.pool_gpus)
+    ids = list(jenv.pool_gpus) or [g for g, d in xplan.gpus.items() if d.tasks]
     unknown = [g for g in ids if g not in xplan.gpus]
     if unknown:
         raise InputError(POOL_GPUS_VAR, f"GPU {unknown[0]!r} is not in the plan (plan GPUs: "
@@ -64,27 +63,26 @@ def executor_gpus(xplan: ExecPlan, env: Mapping[str, str]) -> list[str]:
     return ids
 
 
-def _device(name: str | None) -> Any:
+def _device(name: str | None, local_id: int) -> Any:
     import torch
 
     if name == "cuda" or (name is None and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise InputError("--device", "cuda asked for, but torch sees no GPU")
-        local = JobEnvironment.from_env().local_id
-        dev = torch.device("cuda", local % torch.cuda.device_count())
+        dev = torch.device("cuda", local_id % torch.cuda.device_count())
         torch.cuda.set_device(dev)
         torch.randn(1, device=dev)  # the context now, not in the first task
         return dev
     return torch.device("cpu")
 
 
-def pool_key(opts: Mapping[str, Any], env: Mapping[str, str]) -> bytes:
+def pool_key(opts: Mapping[str, Any], jenv: JobEnvironment) -> bytes:
     """The pool job's key: ``opts["key"]`` (``--local``'s own), else the key file."""
     from hetsched.io.secret import read_secret
 
     if opts.get("key"):
         return bytes(opts["key"])
-    path = opts.get("key_file") or JobEnvironment.from_env(env).key_file
+    path = opts.get("key_file") or jenv.key_file
     if not path:
         raise InputError("--key-file", "no pool job key: `hetsched submit` passes the key "
                          f"file it wrote (--key-file, ${KEY_FILE_VAR}); outside Slurm use "
@@ -121,16 +119,16 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
     jenv = JobEnvironment.from_env(env)
     env = jenv.env
     xplan = load_exec_plan(plan_path)
-    key = pool_key(opts, env)
+    key = pool_key(opts, jenv)
     renv = jenv.rank
-    gpus = executor_gpus(xplan, env)
+    gpus = executor_gpus(xplan, jenv)
     if renv.world_size != len(gpus):
         raise InputError(POOL_GPUS_VAR, f"{len(gpus)} executor GPUs for {renv.world_size} "
                          "tasks; start one task per pool GPU (or use --local)")
     gid = opts.get("gpu") or gpus[renv.rank]
     if gid not in xplan.gpus:
         raise InputError("--gpu", f"{gid!r} is not a GPU of the plan ({', '.join(xplan.gpus)})")
-    dev = _device(opts.get("device"))
+    dev = _device(opts.get("device"), jenv.local_id)
     if dev.type == "cpu":
         torch.set_num_threads(int(opts.get("threads") or cpu_threads(len(gpus) if opts.get(
             "local") else 1, env)))
@@ -217,7 +215,7 @@ def run_threads(plan_path: str, opts: dict[str, Any], device: str = "cpu"
     from hetsched.io.secret import new_secret
 
     xplan = load_exec_plan(plan_path)
-    gpus = executor_gpus(xplan, {})
+    gpus = executor_gpus(xplan, JobEnvironment())
     port = free_port()
     key = new_secret()
     dev = torch.device(device)
@@ -265,7 +263,7 @@ def start_local(plan_path: str, opts: dict[str, Any]) -> list[Any]:
     from hetsched.io.secret import new_secret
 
     xplan = load_exec_plan(plan_path)
-    gpus = executor_gpus(xplan, os.environ)
+    gpus = executor_gpus(xplan, JobEnvironment.from_env())
     port = free_port()
     ctx = mp.get_context("spawn")
     procs = []
