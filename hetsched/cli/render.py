@@ -12,27 +12,13 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from hetsched.cli.tables import UNLIMITED, folding_table, print_table
+from hetsched.cli.tables import UNLIMITED, fmt_s, folding_table, print_table
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import PoolTasks, TaskRow
 from hetsched.errors import InputError
 
 PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red"]
-
-
-def fmt_s(x: float) -> str:
-    """Seconds as a compact human duration: 59.3s, 12m03s, 4h05m, 2d03h."""
-    if x != x:  # nan
-        return "-"
-    x = float(x)
-    if x < 60:
-        return f"{x:.1f}s"
-    if x < 3600:
-        return f"{int(x // 60)}m{int(x % 60):02d}s"
-    if x < 86400:
-        return f"{int(x // 3600)}h{int(x % 3600 // 60):02d}m"
-    return f"{int(x // 86400)}d{int(x % 86400 // 3600):02d}h"
 
 
 def gpus_summary(workers: list[Any]) -> str:

@@ -88,6 +88,20 @@ def folding_table(title: str | None, columns: list[tuple[str, str, str]],
     return tab
 
 
+def fmt_s(x: float) -> str:
+    """Seconds as a compact human duration: 59.3s, 12m03s, 4h05m, 2d03h."""
+    if x != x:  # nan
+        return "-"
+    x = float(x)
+    if x < 60:
+        return f"{x:.1f}s"
+    if x < 3600:
+        return f"{int(x // 60)}m{int(x % 60):02d}s"
+    if x < 86400:
+        return f"{int(x // 3600)}h{int(x % 3600 // 60):02d}m"
+    return f"{int(x // 86400)}d{int(x % 86400 // 3600):02d}h"
+
+
 # ---------------------------------------------------------------------------
 # hetsched status
 
@@ -101,7 +115,6 @@ def status_table(jobs: list[Any], width: int = UNLIMITED, now: float | None = No
     import time
 
     from hetsched.app.status import when
-    from hetsched.cli.render import fmt_s
 
     now = time.time() if now is None else now
 
