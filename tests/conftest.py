@@ -20,9 +20,11 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SHARED = REPO.parent / "shared"
 
-# Modest example counts keep `make test-fast` under two minutes on 2 cores;
-# HYPOTHESIS_PROFILE=thorough runs many more.
-settings.register_profile("default", max_examples=40, deadline=None,
+# Modest example counts keep `make test-fast` under two minutes on 2 cores, and the
+# default profile draws the same examples every run: a red `make test` reproduces, and
+# CI never fails on a draw it has not seen before. HYPOTHESIS_PROFILE=thorough explores
+# (many more examples, a fresh random draw each run).
+settings.register_profile("default", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

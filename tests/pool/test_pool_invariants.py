@@ -89,3 +89,25 @@ def test_lp_and_fluid_bounds_are_below_every_policy(p, n) -> None:  # type: igno
                          task_iterations=n).weighted_jct_s for pol in POOL_AUTO)
     assert lp_relaxation(pp).value <= best * (1 + 1e-7) + 1e-6
     assert fluid_relaxation(pp).value <= best * (1 + 1e-9) + 1e-6
+
+
+def test_a_tie_keeps_the_space_plan_exactly() -> None:
+    """One job on one GPU: the pool plan and the space plan are the same schedule, and
+    their predictions differ only by rounding (0.008000000000000028 vs ...012 once). The
+    kept plan is exactly the minimum, and a tie keeps the plainer plan."""
+    from hetsched.core.problem import PlanningProblem
+    from hetsched.core.spec import Cluster, Job, Node
+    from hetsched.core.throughput import ProfileRow, ThroughputTable
+
+    rows = [ProfileRow("w0", "v100", b, 0.001 * b, 0.0) for b in (8, 64)]
+    job = Job(name="j0", workload="w0", dataset_size=8, epochs=1, global_batch=8,
+              requested_gpus=2)
+    p = PlanningProblem([job], Cluster(nodes=(Node("v100-1", "v100", 1),)),
+                        ThroughputTable(rows, "<tie>"))
+    for n in (None, 1):
+        plan = plan_pool(p, "hare", {"space": "keep"}, task_iterations=n)
+        info = plan.notes.pool_vs_space
+        assert plan.weighted_jct_s == min(info["pool_weighted_jct_s"],
+                                          info["space_weighted_jct_s"])
+        if info["pool_weighted_jct_s"] >= info["space_weighted_jct_s"]:
+            assert info["kept"] == "space plan" and plan.mode == "space"

@@ -153,6 +153,10 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
 def _or_space(plan: Plan, space: Plan) -> Plan:
     """Keep the pool-model plan or the space plan, whichever predicts less weighted JCT.
 
+    Time sharing must pay for itself: the pool plan is kept only when strictly below the
+    space plan, so a tie (one job, or rounding) keeps the plainer plan and the kept
+    plan's weighted JCT is exactly the minimum of the two.
+
     Both sets' bounds are valid for their own plans, so their minimum bounds the
     union: the kept plan reports it (``lower_bound_extra['kind']`` says so).
     """
@@ -164,7 +168,7 @@ def _or_space(plan: Plan, space: Plan) -> Plan:
     kind = f"min(pool relaxation {plan.lower_bound_s:.6g}, space " \
            f"{space.lower_bound_extra.get('kind', 'bound')} {space.lower_bound_s:.6g}): " \
            "bounds pool-model and space plans"
-    if space.weighted_jct_s < plan.weighted_jct_s - 1e-9:
+    if not plan.weighted_jct_s < space.weighted_jct_s:
         space.extra.update({k: v for k, v in plan.extra.items()
                             if k in ("bound", "alpha", "task_iterations")})
         space.candidates = {**plan.candidates, space.policy: float(space.weighted_jct_s)}
