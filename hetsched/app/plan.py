@@ -186,11 +186,14 @@ def plan_jobs(inputs: PlanInputs, settings: PlanSettings, *, skip_unplaceable: b
               reporter: BaseReporter | None = None,
               warn: Callable[[str], None] | None = None,
               epochs_done: dict[str, float] | None = None,
-              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None) -> Plan:
+              prefer_gpus: dict[str, list[tuple[str, int]]] | None = None,
+              running_gpus: dict[str, list[tuple[str, int]]] | None = None,
+              running_fixed: bool = False) -> Plan:
     """Plan ``inputs`` as ``settings`` asks; the plan records ``settings``.
 
     ``skip_unplaceable``: plan the jobs that fit, list the others (the plan's
-    ``skipped_unplaceable``). ``epochs_done`` and ``prefer_gpus`` are replan's
+    ``skipped_unplaceable``). ``epochs_done``, ``prefer_gpus``, ``running_gpus`` and
+    ``running_fixed`` are replan's
     (``hetsched.planning.planner.make_plan`` says what they do).
     """
     from hetsched.app.runnable import plan_placeable
@@ -199,6 +202,7 @@ def plan_jobs(inputs: PlanInputs, settings: PlanSettings, *, skip_unplaceable: b
                           skip_unplaceable=skip_unplaceable, jobs_source=inputs.jobs_source,
                           warn=warn, reporter=reporter, progress_history=inputs.history,
                           epochs_done=epochs_done, prefer_gpus=prefer_gpus,
+                          running_gpus=running_gpus, running_fixed=running_fixed,
                           budget_s=float(config.get("plan_budget_s")),
                           **settings.make_plan_kwargs())
 

@@ -9,9 +9,15 @@
   rank layout, ``hetsched run`` reads it from the layout file), else
   resubmitted (the new job first, then the old one cancelled), the change
   table saying why.
-* A **running** job moves only when the plan says it pays: its predicted end
-  on the new GPUs plus the restart cost (checkpoint, requeue, reload) is
-  earlier than its predicted end where it runs. Otherwise it is kept.
+* A **running** job moves when the plan moves it, and only then. The plan was
+  made starting from where the running jobs run (``PlanningProblem.running_gpus``),
+  so the evaluator's one keep-or-move rule (planning/space/decide.py: keep,
+  fresh or wait, scored by predicted weighted completion time with restart costs)
+  made that choice, as it does at every reset event of a simulated plan; the
+  change row quotes it (the plan's note ``keep_or_move``). A running job the
+  plan could not start where it runs (not in the note's ``started``: a
+  co-location group's shared GPUs, GPUs no longer in the partition) is kept:
+  replan never pays a restart the evaluator did not weigh.
 
 * A **co-location group** is one Slurm job (app/group_submit.py): its jobs
   move together. When one member is submitted or cancelled, every member
@@ -65,14 +71,31 @@ def _key(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
     return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
 
 
+def _gpus(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    return sorted((str(w["node"]), int(w["gpu"])) for w in workers)
+
+
+def why_moved(plan: Plan, restart_cost_s: float) -> str:
+    """A running job the plan moves: why, in the keep-or-move decision's own terms."""
+    rec = plan.notes.keep_or_move or {}
+    scores = rec.get("weighted_completion_s") or {}
+    chosen = str(rec.get("chosen", "?"))
+    if chosen in scores and "keep" in scores:
+        return (f"running; moving pays: weighted completion {scores[chosen]:.0f} s "
+                f"({chosen}) instead of {scores['keep']:.0f} s (keep), restart "
+                f"{restart_cost_s:.0f} s included")
+    return f"running; moved by the plan ({rec.get('why', chosen)})"
+
+
 def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: frozenset[str],
-           running: frozenset[str], keep_end_s: Mapping[str, float],
-           restart_cost_s: float) -> Decision:
+           running: frozenset[str], restart_cost_s: float = 0.0) -> Decision:
     """Which jobs to submit, which Slurm jobs to cancel, which to keep (module doc).
 
-    ``keep_end_s``: for each running job, seconds from now until it ends where
-    it runs (from the old plan and its elapsed time).
+    A running job the plan started where it runs (the note ``keep_or_move``'s
+    ``started``) moves iff the plan gives it other GPUs. ``restart_cost_s``: for the
+    change row only.
     """
+    started = set((new_plan.notes.keep_or_move or {}).get("started", ()))
     d = Decision()
     shared = Counter(r.slurm_id for r in rows.values() if r.slurm_id)  # groups: one job
     for jp in new_plan.jobs:
@@ -90,15 +113,11 @@ def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: fr
         elif _key(ws) == _key(cur.workers):
             d.kept.append(jp.name)
         elif cur.state in running:
-            keep = keep_end_s.get(jp.name, float("inf"))
-            move = jp.end_s + restart_cost_s
-            if move < keep:
+            if jp.name in started and _gpus(ws) != _gpus(cur.workers):
                 d.to_submit.add(jp.name)
                 d.to_cancel.append(cur)
-                d.changes.append(Change(
-                    jp.name, workers_summary(cur.workers), now,
-                    f"running; moving pays: ends in {move:.0f} s (restart {restart_cost_s:.0f} s "
-                    f"included) instead of {keep:.0f} s"))
+                d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                                        why_moved(new_plan, restart_cost_s)))
             else:
                 d.kept.append(jp.name)
         else:

@@ -14,11 +14,12 @@ Made for cron (``* * * * * hetsched replan --throughputs profiles.csv``):
 * **What changes.** The work not yet done (pending jobs, the remainder of
   running jobs estimated from their elapsed time, new jobs from the spool
   directory) is planned again by ``hetsched.app.plan.plan_jobs`` on the
-  partition as Slurm reports it now. A pending job whose first-segment workers
-  change is resubmitted (the new hetjob first, then the old one cancelled); a
-  running job is left alone unless the new plan resizes it (a different GPU
-  count), in which case it is resubmitted in its new shape and resumes from
-  its checkpoint. A job that failed is resubmitted, at most ``max_failures``
+  partition as Slurm reports it now, starting from where the running jobs run
+  (they have run: moving one costs the restart), so the evaluator's one
+  keep-or-move rule (planning/space/decide.py) keeps or moves each running job;
+  a moved one is resubmitted on its new GPUs and resumes from its checkpoint.
+  A pending job whose first-segment workers change is changed in place or
+  resubmitted (replan_changes.py). A job that failed is resubmitted, at most ``max_failures``
   times. Completed jobs are done; a job the user cancelled (``scancel`` or
   ``hetsched cancel``) is final.
 
@@ -181,8 +182,8 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
                  online: bool | None = None) -> ReplanResult:
     """One space-mode replan pass (see module doc). The caller holds the lock.
 
-    ``online`` (default: setting ``replan_online``): started jobs keep their
-    decided GPU count and types (pinned in the new plan, never resized).
+    ``online`` (default: setting ``replan_online``): started jobs stay on their GPUs
+    until they end (the plan starts them there, fixed: ``running_fixed``).
     """
     online = bool(config.get("replan_online")) if online is None else online
     active = store.active_plan()
@@ -193,9 +194,9 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     now = time.time()
     result = ReplanResult("replanned", reason)
     plans = StoredPlans(store)
-    jobs, keep_end_s, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
+    jobs, running_gpus, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
                                                dry_run=dry_run, max_failures=max_failures,
-                                               log=log, online=online)
+                                               log=log)
     spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
     if not jobs:
         if not dry_run:
@@ -217,7 +218,9 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
         return result
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
                          settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
-                         epochs_done=done_epochs)
+                         running_gpus={n: g for n, g in running_gpus.items()
+                                       if n in {j.name for j in jobs}},
+                         running_fixed=online, epochs_done=done_epochs)
     new_plan.notes.replan_of, new_plan.notes.replanned_at = old_id, round(now, 3)
     batches = batches_of(plans, rows, [j.name for j in new_plan.jobs])
     if batches:
@@ -229,7 +232,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     result.plan = new
 
     dec = decide_changes(new_plan, rows, failed=FAILED_STATES, running=RUNNING_STATES,
-                 keep_end_s=keep_end_s, restart_cost_s=settings.restart_cost_s)
+                         restart_cost_s=settings.restart_cost_s)
     to_submit, to_cancel = dec.to_submit, dec.to_cancel
     result.kept = dec.kept
     result.changes = dec.changes
@@ -342,10 +345,10 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
 def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cycle: Any,
                result: ReplanResult,
                *, now: float, dry_run: bool, max_failures: int,
-               log: Callable[[str], None], online: bool = False
-               ) -> tuple[list[Job], dict[str, float], dict[str, float]]:
+               log: Callable[[str], None]
+               ) -> tuple[list[Job], dict[str, list[tuple[str, int]]], dict[str, float]]:
     """The jobs to plan again (the rest of running ones), per running job the
-    seconds left where it runs, and per ``target_loss`` job the epochs it has run in
+    (node, GPU index) it runs on, and per ``target_loss`` job the epochs it has run in
     all (its length is predicted again from there): its own epoch reports where the
     store has them, else the epochs its plan says it ran before (``epochs_done``) plus
     its planned epochs times the share of its planned time that has passed; done,
@@ -353,7 +356,7 @@ def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cy
     jobs: list[Job] = []
     done_epochs: dict[str, float] = {}
     measured = epochs_reported(store)  # the jobs' own epoch reports beat the estimate
-    keep_end_s: dict[str, float] = {}  # running job -> seconds left where it runs
+    running_gpus: dict[str, list[tuple[str, int]]] = {}  # running job -> its GPUs now
     for name, row in rows.items():
         if row.state == "COMPLETED":
             result.done.append(name)
@@ -390,15 +393,11 @@ def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cy
             planned = jp.end_s - jp.start_s
             if starts and planned > 0:
                 frac = max(0.05, 1.0 - (now - min(starts)) / planned)
-            keep_end_s[name] = frac * planned  # where it runs now
-            if online and row.workers:  # online: a started job's decision is stable
-                keep_end_s[name] = 0.0  # moving it never "pays"
-                k = len(row.workers)
-                job = dataclasses.replace(job, min_gpus=k, max_gpus=k, gpu_types=tuple(
-                    sorted({str(w["gpu_type"]) for w in row.workers})))
+            if row.workers:  # the plan starts it there (online: fixed there until it ends)
+                running_gpus[name] = [(str(w["node"]), int(w["gpu"])) for w in row.workers]
         if job.epochs_predicted:  # its length is predicted again from what it has run
             ran = measured.get(name, jp.epochs_done + job.epochs * (1.0 - frac))
             if ran > 0:
                 done_epochs[name] = ran
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))
-    return jobs, keep_end_s, done_epochs
+    return jobs, running_gpus, done_epochs

@@ -172,6 +172,11 @@ class PlanNotes:
         "ones: the plan compared with a fixed start, both values and which was kept")
     fallback: dict[str, Any] | None = _note(
         "the plan compared with its base policy's, both values and which was kept")
+    keep_or_move: dict[str, Any] | None = _note(
+        "replan (space): the first decision about the running jobs (planning/space/"
+        "decide.py): the candidate chosen (keep, fresh, wait, or the policy's own) and "
+        "each candidate's predicted weighted completion of the jobs it changes, or why "
+        "nothing was compared")
     pool_vs_space: dict[str, Any] | None = _note(
         "pool: the plan compared with the space plan, both values and which was kept")
 

@@ -41,6 +41,13 @@ class PlanningProblem:
     #: (planning/space/placer.py). Never changes a policy's decisions.
     prefer_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
                                                            compare=False)
+    #: replan: job name -> the (node, GPU index) it runs on now. The evaluator starts
+    #: it there, as having run (moving it costs the restart), and its keep-or-move
+    #: decision (planning/space/decide.py) keeps or moves it like at any reset event.
+    running_gpus: dict[str, list[tuple[str, int]]] = field(default_factory=dict, repr=False,
+                                                            compare=False)
+    #: online replan: the jobs of ``running_gpus`` stay on those GPUs until they end
+    running_fixed: bool = field(default=False, repr=False, compare=False)
     #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
     #: the state store (hetsched.state.history.progress_points); None: no history
     progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,

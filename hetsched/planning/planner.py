@@ -30,6 +30,8 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
               progress_history: tuple[Any, Any] | None = None,
               epochs_done: dict[str, float] | None = None,
               prefer_gpus: dict[str, list[tuple[str, int]]] | None = None,
+              running_gpus: dict[str, list[tuple[str, int]]] | None = None,
+              running_fixed: bool = False,
               budget_s: float | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster``. ``policy='auto'`` keeps the best registered policy.
 
@@ -44,7 +46,10 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     each ``JobPlan.epochs_done``), and the plan records it (``length_prediction``).
     ``prefer_gpus`` (replan: job -> the (node, GPU index) it holds or waits for in
     Slurm) makes space mode keep those GPUs for a job given the same per-type counts
-    (planning/space/placer.py). ``budget_s``: seconds space mode's ``auto`` may spend
+    (planning/space/placer.py). ``running_gpus`` (replan: job -> the GPUs it runs on
+    now) starts space mode's evaluator with those jobs there, so its keep-or-move
+    decision (planning/space/decide.py) is what keeps or moves them;
+    ``running_fixed`` (online replan) keeps them there until they end. ``budget_s``: seconds space mode's ``auto`` may spend
     (default: setting ``plan_budget_s``; app/plan.py passes it).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
@@ -55,7 +60,9 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     jobs, predicted = predict_lengths(jobs, progress_history, epochs_done)
     problem = PlanningProblem(jobs, cluster, table, jobs_source=jobs_source,
                               progress_history=progress_history,
-                              prefer_gpus=dict(prefer_gpus or {}))
+                              prefer_gpus=dict(prefer_gpus or {}),
+                              running_gpus=dict(running_gpus or {}),
+                              running_fixed=running_fixed)
     if mode == "pool":  # pool mode lives in its own package
         from hetsched.planning.pool import plan_pool
 

@@ -133,7 +133,132 @@ def latest_rows_id(st, name: str) -> str | None:  # type: ignore[no-untyped-def]
     return latest_rows(st)[name].slurm_id
 
 
-def test_a_running_job_moves_only_when_it_pays() -> None:
+def _batch(weight_b: float) -> str:
+    """X holds the 8 v100s briefly; A runs on t4 meanwhile (v100 would be twice as fast);
+    B (weight ``weight_b``) needs all 8 v100s. When X ends: keep A on t4 and start B on
+    the v100s, or move A there (60 s restart) and make B wait for it?"""
+    return f"""jobs:
+  - {{name: X, workload: w, dataset_size: 20000, epochs: 1, global_batch: 64,
+     gpu_types: [v100], min_gpus: 8, max_gpus: 8, command: [train]}}
+  - {{name: A, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [v100, t4], min_gpus: 2, max_gpus: 2, command: [train]}}
+  - {{name: B, workload: w, dataset_size: 400000, epochs: 1, global_batch: 64,
+     weight: {weight_b}, gpu_types: [v100], min_gpus: 8, max_gpus: 8, command: [train]}}
+"""
+
+
+def _x_ends_and_replan(tmp_path: Path, weight_b: float):  # type: ignore[no-untyped-def]
+    """Submit the batch (srtf: preemptive), run X and A, end X, replan: (the submitted
+    plan, the replan's result, the Slurm ids)."""
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, _batch(weight_b), policy="srtf")
+    st = open_store(tmp_path / "s.db")
+    ids = dict(submit(plan, st, slurm).submitted)
+    slurm.schedule()
+    Monitor(st, slurm).poll()
+    assert {n: slurm.jobs_by_id[i].state for n, i in ids.items()} == \
+        {"X": "RUNNING", "A": "RUNNING", "B": "PENDING"}
+    slurm.finish(ids["X"])
+    r = replan(st, slurm, table())
+    st.close()
+    return plan, r, ids
+
+
+def _a_on(plan: dict, i: int) -> set[str]:  # type: ignore[type-arg]
+    a = next(j for j in plan["jobs"] if j["name"] == "A")
+    return {w["gpu_type"] for w in a["segments"][i]["workers"]}
+
+
+def test_a_move_that_delays_a_heavier_job_is_not_made(tmp_path: Path) -> None:
+    """A alone would gain from the v100s (its new end plus the restart beats its end on
+    t4: the per-job rule moved it), but B (weight 2) would wait for them: the batch's
+    weighted completion is worse, so A is kept and B starts on the v100s."""
+    from hetsched.planning.planner import make_plan
+    from hetsched.slurm.inventory import load_cluster_from_slurm
+
+    _, r, ids = _x_ends_and_replan(tmp_path, weight_b=2.0)
+    assert r.plan is not None, r.summary()
+    rec = r.plan["keep_or_move"]
+    assert rec["chosen"] == "keep" and rec["started"] == ["A"], rec
+    assert rec["weighted_completion_s"]["keep"] < rec["weighted_completion_s"]["fresh"]
+    assert _a_on(r.plan, 0) == {"t4"} and r.plan["jobs"][0]["segments"][0]["restart_s"] == 0
+    assert "A" in r.kept and ids["A"] not in {i for _, i in r.cancelled}
+    assert not any(c.job == "A" for c in r.changes)
+    # the per-job rule would have moved A: planned as if it were not running, it gets
+    # the v100s and ends, restart included, before it ends where it runs
+    work = [jp.spec for jp in plan_from(r.plan).jobs if jp.spec is not None]
+    cluster = load_cluster_from_slurm(MemorySlurm(nodes_spec=NODES), "gpu")
+    free = make_plan(work, cluster, table(), policy="srtf", restart_cost_s=60.0)
+    kept_end = next(j["end_s"] for j in r.plan["jobs"] if j["name"] == "A")
+    assert {w.gpu_type for w in free.job("A").segments[0].workers} == {"v100"}
+    assert free.job("A").end_s + 60.0 < kept_end
+
+
+def plan_from(d: dict):  # type: ignore[no-untyped-def,type-arg]
+    from hetsched.io.plan_json import plan_from_dict
+
+    return plan_from_dict(d, "replan")
+
+
+def test_a_move_that_pays_for_the_batch_is_made(tmp_path: Path) -> None:
+    """The same state with B light (weight 0.1): moving A pays for the batch; the
+    change row says why in the decision's terms."""
+    _, r, ids = _x_ends_and_replan(tmp_path, weight_b=0.1)
+    assert r.plan is not None, r.summary()
+    rec = r.plan["keep_or_move"]
+    assert rec["chosen"] == "fresh", rec
+    assert _a_on(r.plan, 0) == {"v100"}
+    assert r.plan["jobs"][[j["name"] for j in r.plan["jobs"]].index("A")][
+        "segments"][0]["restart_s"] == 60.0
+    assert ("A", ids["A"]) in r.cancelled and "A" in dict(r.submitted)
+    row = next(c for c in r.changes if c.job == "A")
+    s = rec["weighted_completion_s"]
+    assert row.why == (f"running; moving pays: weighted completion {s['fresh']:.0f} s (fresh) "
+                       f"instead of {s['keep']:.0f} s (keep), restart 60 s included"), row
+    assert row.was == "t4-1:2" and row.now.startswith("v100")
+
+
+def test_replan_does_what_the_simulated_plan_did_at_the_same_event(tmp_path: Path) -> None:
+    """The plan the batch was submitted with simulated X's end too: its A stays on t4
+    (B heavy) or moves to the v100s (B light) there. Replan at that event, from
+    Slurm's state, gives the same answer: one rule, not two."""
+    for weight_b in (2.0, 0.1):
+        sub = tmp_path / str(weight_b)
+        sub.mkdir()
+        plan, r, _ = _x_ends_and_replan(sub, weight_b)
+        a, x_end = plan.job("A"), plan.job("X").end_s
+        sim_moves = any(seg.start_s == x_end and {w.gpu_type for w in seg.workers} == {"v100"}
+                        for seg in a.segments)
+        assert r.plan is not None
+        assert sim_moves == (r.plan["keep_or_move"]["chosen"] == "fresh")
+        assert sim_moves == ("A" in dict(r.submitted)) == (_a_on(r.plan, 0) == {"v100"})
+        assert sim_moves == (weight_b < 1.0)  # both cases occur
+
+
+def test_online_replan_keeps_a_running_job_where_moving_would_pay(tmp_path: Path) -> None:
+    """Online, the running jobs stay where they run until they end, in the plan as in
+    Slurm: the same state where moving A pays keeps it, and B plans around it."""
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, _batch(0.1), policy="srtf")
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(plan, st, slurm).submitted)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        slurm.finish(ids["X"])
+        r = replan(st, slurm, table(), online=True)
+        assert r.plan is not None, r.summary()
+        held = {(w["node"], w["gpu"]) for w in st.submissions(job="A")[-1].workers}
+    a = next(j for j in r.plan["jobs"] if j["name"] == "A")
+    assert len(a["segments"]) == 1 and a["segments"][0]["restart_s"] == 0
+    assert {(w["node"], w["gpu"]) for w in a["segments"][0]["workers"]} == held
+    assert "A" in r.kept and not r.cancelled
+    assert r.plan["keep_or_move"]["started"] == ["A"]
+
+
+def test_a_running_job_the_plan_could_not_start_where_it_runs_is_kept() -> None:
+    """decide_changes follows the plan for the running jobs it started where they run
+    (the note's ``started``); one it did not (a co-location group's shared GPUs) is
+    kept whatever the plan says: replan pays no restart the decision did not weigh."""
     from hetsched.app.replan_changes import decide_changes
     from hetsched.state.store import Submission
 
@@ -141,12 +266,13 @@ def test_a_running_job_moves_only_when_it_pays() -> None:
     row = Submission(1, "old", "R", 0, "77", "RUNNING", "", "",
                      [{"node": "t4-1", "gpu_type": "t4", "gpu": 0, "local_batch": 64}], 0, 0)
     kw = {"failed": frozenset({"FAILED"}), "running": frozenset({"RUNNING"})}
-    # the new GPUs end it at 100 s + 60 s restart: worth it against 500 s, not against 120 s
-    d = decide_changes(plan, {"R": row}, keep_end_s={"R": 500.0}, restart_cost_s=60.0, **kw)
-    assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
-    assert "moving pays" in d.changes[0].why and d.changes[0].was == "t4-1:1"
-    d = decide_changes(plan, {"R": row}, keep_end_s={"R": 120.0}, restart_cost_s=60.0, **kw)
+    d = decide_changes(plan, {"R": row}, restart_cost_s=60.0, **kw)
     assert d.to_submit == set() and d.kept == ["R"] and d.changes == []
+    plan.notes.keep_or_move = {"chosen": "fresh", "started": ["R"],
+                               "weighted_completion_s": {"keep": 500.0, "fresh": 160.0}}
+    d = decide_changes(plan, {"R": row}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
+    assert d.changes[0].why.startswith("running; moving pays: weighted completion 160 s")
 
 
 TL_JOB = """jobs:
@@ -225,13 +351,14 @@ def test_epochs_done_accumulate_across_replans(tmp_path: Path) -> None:
     """T runs half its prior plan on t4 (B holds the a100s); B ends and replan 1 moves
     T to the a100s (it ran ~5 epochs); it runs half its new plan there; replan 2 counts both parts,
     not only the epochs run since it moved (the rest of the spec is all the new plan
-    knows: the count is carried in the plan's ``epochs_done``)."""
+    knows: the count is carried in the plan's ``epochs_done``). ``las`` preempts: the
+    keep-or-move decision may move T (a non-preemptive policy keeps running jobs)."""
     import pytest
 
     from hetsched.state.history import ingest_reports
 
     slurm = MemorySlurm(nodes_spec=NODES)
-    p0 = make_testbed_plan(slurm, MOVABLE_TL_JOB)
+    p0 = make_testbed_plan(slurm, MOVABLE_TL_JOB, policy="las")
     t0 = p0.job("T")
     assert t0.segments[0].workers[0].gpu_type == "t4" and t0.start_s == 0.0
     st = open_store(tmp_path / "s.db")

@@ -9,12 +9,21 @@ A co-locating policy's candidates are scored with their groups
 (:meth:`Decider.group_timings`: the group model the timeline then times the
 segments with), not with each member as if it ran alone.
 ``static`` (and non-preemptive policies) always keep.
+
+This is the one keep-or-move rule. ``replan`` does not have its own: it starts
+the evaluator with the running jobs where they run (``PlanningProblem.running_gpus``,
+:meth:`Timeline.seed`: they have run, so moving one costs the restart), and the
+decision of that first event keeps or moves them as at any event of a simulated
+plan; replan then follows the plan and quotes the record (:attr:`Decider.first`,
+the plan's note ``keep_or_move``). Online replan (``running_fixed``) keeps them
+where they run until they end (:meth:`Decider.ask_all`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +59,11 @@ class Decider:
     timer: GroupTimer | None = None
     #: ... and names each active job's group under a candidate ("keep", "fresh", "wait")
     groups_for: Callable[[str, list[int]], dict[int, str | None]] | None = None
+    #: jobs kept on their GPUs until they end (online replan), never asked about
+    fixed: frozenset[int] = frozenset()
+    #: the first decision of a timeline started with running jobs (replan): which
+    #: candidate, each candidate's score, the jobs scored (or why nothing was compared)
+    first: dict[str, Any] | None = None
 
     def decide(self, active: list[int], ask: Ask) -> Alloc:
         """The allocation every active job runs on from this event on."""
@@ -80,9 +94,13 @@ class Decider:
                              or idle_gpus - self.idle_at_last >= max(1, int(np.ceil(0.02 * K)))
                              or t >= self.last_fresh + self.restart_cost_s - EPS)
         self.fresh_asked = not self.keep_only and bool(running) and (queued or idle_due)
+        why = ("static or non-preemptive policy: running jobs keep their GPUs"
+               if self.keep_only else "no job waits and no GPU is idle: a move only "
+               "costs its restart")
         if self.fresh_asked:
             self.last_fresh = t
-            fresh = ask(active, np.ones(K, dtype=bool), alloc)
+            fresh = self.ask_all(active, ask)
+            why = "the policy's allocation is the kept one"
             # Waiting a little for fast GPUs that are about to free up can
             # beat both starting now on slow ones and moving a job that is
             # about to finish (it would pay a whole restart).
@@ -103,7 +121,27 @@ class Decider:
                 if scores[best] < scores[0] - 1e-6:
                     new = cands[best]
                     self.chosen = ("keep", "fresh", "wait")[best]
+                self._record({"chosen": self.chosen, "weighted_completion_s": {
+                    n: round(float(v), 6) for n, v in zip(("keep", "fresh", "wait"), scores,
+                                                          strict=False)},
+                    "jobs": sorted(tl.p.jobs[i].name for i in diff)})
+        self._record({"chosen": self.chosen, "why": why})
         return new
+
+    def _record(self, what: dict[str, Any]) -> None:
+        """Keep the first decision of a timeline that started with running jobs (replan)."""
+        if self.first is None and self.tl.seeded:
+            self.first = what
+
+    def ask_all(self, active: list[int], ask: Ask) -> Alloc:
+        """The policy's allocation of every GPU to ``active`` ("fresh"); jobs kept until
+        they end (``fixed``: online replan) keep their GPUs and the others share the rest."""
+        tl = self.tl
+        fixed = {i: tl.alloc[i] for i in active if i in self.fixed and tl.alloc.get(i)}
+        if not fixed:
+            return ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
+        free = ~np.isin(tl.owner, list(fixed))
+        return {**fixed, **ask([i for i in active if i not in fixed], free, tl.alloc)}
 
     def applied(self) -> None:
         """After the decision is applied: the next idle trigger counts from the GPUs idle now."""

@@ -104,6 +104,10 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     coloc, timer, groups, asked = _colocation(p, ev, policy)
     decider = Decider(tl, pev, pp, policy.shares, keep_only, restart_cost_s)
     _score_groups(decider, timer, groups, asked)
+    running = _running(p, ev)
+    if running:  # replan: the running jobs start where they run (decide.py)
+        tl.seed(running, policy.shares, policy.name)
+        decider.fixed = frozenset(running) if p.running_fixed else frozenset()
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -136,7 +140,9 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             per_event.append(len(active))
             asked.clear()
             if decides and not keep_only:  # it chose GPUs and batches for every active job
-                new = ask(active, np.ones(tl.K, dtype=bool), tl.alloc)
+                new = decider.ask_all(active, ask)
+                decider._record({"chosen": "policy", "why": f"{policy.name} decides every "
+                                 "job's GPUs itself, restart costs included"})
             else:
                 new = decider.decide(active, ask)
             if coloc:
@@ -146,8 +152,31 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             decider.applied()
         tl.advance(getattr(policy, "next_wakeup", None), policy.name)
     plan = _plan(p, policy, tl, static, restart_cost_s, started_clock)
+    if tl.seeded:  # replan: what its first decision did with the running jobs
+        plan.notes.keep_or_move = {**(decider.first or {}), "started": sorted(
+            p.jobs[i].name for i in tl.seeded)}
     plan.work = (work + policy.work_s, per_event)  # type: ignore[attr-defined]
     return plan
+
+
+def _running(p: PlanningProblem, ev: Evaluator) -> dict[int, list[int]]:
+    """``p.running_gpus`` as job index -> GPU ids: the jobs whose GPUs are all in the
+    cluster, of a type the job may use, and held by no other job (a co-location group's
+    shared GPUs are not started as such: those jobs are planned as waiting)."""
+    if not p.running_gpus:
+        return {}
+    gid = {(g.node, g.index): k for k, g in enumerate(p.cluster.gpus)}
+    index = {job.name: i for i, job in enumerate(p.jobs)}
+    out: dict[int, list[int]] = {}
+    for name, gpus in p.running_gpus.items():
+        ids = sorted({gid.get((str(n), int(k)), -1) for n, k in gpus})
+        i = index.get(name)
+        if i is None or not ids or ids[0] < 0 or p.arrival[i] > p.arrival.min() \
+                or not p.allowed[i, ev.gpu_type[ids]].all():
+            continue
+        out[i] = ids
+    held = np.bincount([g for gs in out.values() for g in gs], minlength=len(gid))
+    return {i: gs for i, gs in out.items() if (held[gs] == 1).all()}
 
 
 def _snapshot(p: PlanningProblem, ev: Evaluator, tl: Timeline, jobs: list[int],

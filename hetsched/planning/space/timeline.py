@@ -46,6 +46,8 @@ class Timeline:
         self.timing: dict[int, Timing] = {}
         #: each job's current global batch (elastic jobs may change it; docs/elastic.md)
         self.batch = p.B.astype(int).copy()
+        #: jobs the timeline started where they already ran (replan, :meth:`seed`)
+        self.seeded: set[int] = set()
         self.order = np.argsort(p.arrival, kind="stable")
         self.next_arr = 0
         self.t = float(p.arrival[self.order[0]])
@@ -60,6 +62,15 @@ class Timeline:
         while self.next_arr < p.S and p.arrival[self.order[self.next_arr]] <= self.t + EPS:
             self.next_arr += 1
         return [int(i) for i in self.order[: self.next_arr] if not self.done[i]]
+
+    def seed(self, running: dict[int, list[int]], shares: str, who: str) -> None:
+        """Start ``running`` (job -> GPU ids) where they run now (replan): they have run,
+        so moving one costs the restart; keeping one costs nothing. A seeded segment
+        closed before it ran (the first decision moved the job) is not recorded."""
+        self.apply(running, sorted(running), shares, who)
+        for i in running:
+            self.has_run[i] = True
+        self.seeded = set(running)
 
     def counts_of(self, gs: list[int]) -> np.ndarray:
         if not gs:
@@ -92,7 +103,8 @@ class Timeline:
             if i in self.open_seg:
                 seg = self.open_seg.pop(i)
                 seg.end_s = t
-                self.plans[i].segments.append(seg)
+                if not (i in self.seeded and seg.end_s <= seg.start_s + EPS):
+                    self.plans[i].segments.append(seg)
                 self._release(i)
             alloc.pop(i, None)
             self.mates.pop(i, None)
