@@ -105,8 +105,7 @@ def test_replan_moves_a_group_whole(tmp_path: Path) -> None:
                   start_s=100.0),
         group_job("d", "mlp", (8,), dataset_size=64, slots=(("t4-1", "t4", 0),), group=None),
     ])
-    dec = decide_changes(moved, rows, failed=frozenset(), running=frozenset({"RUNNING"}),
-                 keep_end_s={}, restart_cost_s=0.0)
+    dec = decide_changes(moved, rows, failed=frozenset(), running=frozenset({"RUNNING"}))
     assert dec.to_submit == {"a", "b"}
     assert sorted(r.job for r in dec.to_cancel) == ["a", "b"]
     assert "a" not in dec.kept and "d" in dec.kept

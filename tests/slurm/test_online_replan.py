@@ -38,19 +38,22 @@ def test_online_replan_keeps_a_started_job_and_places_the_new_one(
         spool = tmp_path / "spool"
         spool.mkdir()
         (spool / "new.yaml").write_text(NEW)
-        # offline replanning shrinks A in its plan to share the v100s with C,
-        # while Slurm keeps A running on all its GPUs (moving it does not pay):
-        # the plan is not what runs
+        # offline, the keep-or-move decision may shrink A to share the v100s with C;
+        # whichever it chose, the plan is what replan does with A in Slurm
         off = replan(st, client, table, partition="gpu", spool=spool, dry_run=True,
                      online=False)
         off_a = next(j for j in (off.plan or {})["jobs"] if j["name"] == "A")
-        assert len(off_a["segments"][0]["workers"]) != k, off_a
+        held = {(w["node"], w["gpu"]) for w in st.submissions(job="A")[-1].workers}
+        off_held = {(w["node"], w["gpu"]) for w in off_a["segments"][0]["workers"]}
+        assert (off_held == held) == ("A" in off.kept), (off_a, off.summary())
+        chosen = (off.plan or {})["keep_or_move"]["chosen"]
+        assert (off_held == held) == (chosen in ("keep", "wait")), chosen
         on = replan(st, client, table, partition="gpu", spool=spool, online=True)
         assert on.status == "replanned", on.summary()
         assert "A" in on.kept and not on.cancelled
         assert [j for j, _ in on.submitted] == ["C"]
         jobs = {j["name"]: j for j in (on.plan or {})["jobs"]}
-        held = {(w["node"], w["gpu"]) for w in st.submissions(job="A")[-1].workers}
+        assert len(held) == k
         # online: A's decision is kept (same GPUs), C gets its window when they free up
         assert {(w["node"], w["gpu"]) for w in jobs["A"]["segments"][0]["workers"]} == held
         assert jobs["C"]["start_s"] >= jobs["A"]["end_s"] - 1e-6
