@@ -75,7 +75,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0.0,
             "processes auto runs candidates in on large problems (0 = one per core)", float),
     Setting("replan_online", "HETSCHED_REPLAN_ONLINE", 0.0,
-            "1: replan decides online: a started job keeps its GPU count and types, "
+            "1: replan decides online: a started job stays on its GPUs until it ends, "
             "only waiting and new jobs are placed", float),
     Setting("emulate_speed", "HETSCHED_EMULATE_SPEED", "",
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),

@@ -121,8 +121,8 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
            online: bool | None = None) -> ReplanResult:
     """One replan pass of the active plan's mode (app/modes.py). The caller holds the lock.
 
-    ``online`` (default: setting ``replan_online``; space mode): started jobs keep their
-    decided GPU count and types.
+    ``online`` (default: setting ``replan_online``; space mode): started jobs stay on
+    their GPUs until they end.
     """
     from hetsched.app.modes import active_mode
 
