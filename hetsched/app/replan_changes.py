@@ -9,7 +9,8 @@
   rank layout, ``hetsched run`` reads it from the layout file), else
   resubmitted (the new job first, then the old one cancelled), the change
   table saying why.
-* A **running** job moves when the plan moves it, and only then. The plan was
+* A **running** job moves when the plan moves it (other GPUs, or the same ones
+  only later: paused), and only then. The plan was
   made starting from where the running jobs run (``PlanningProblem.running_gpus``),
   so the evaluator's one keep-or-move rule (planning/space/decide.py: keep,
   fresh or wait, scored by predicted weighted completion time with restart costs)
@@ -92,8 +93,8 @@ def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: fr
     """Which jobs to submit, which Slurm jobs to cancel, which to keep (module doc).
 
     A running job the plan started where it runs (the note ``keep_or_move``'s
-    ``started``) moves iff the plan gives it other GPUs. ``restart_cost_s``: for the
-    change row only.
+    ``started``) moves iff the plan gives it other GPUs or pauses it; any other running
+    job is kept. ``restart_cost_s``: for the change row only.
     """
     started = set((new_plan.notes.keep_or_move or {}).get("started", ()))
     d = Decision()
@@ -110,16 +111,19 @@ def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: fr
         elif cur.state in failed:
             d.to_submit.add(jp.name)
             d.changes.append(Change(jp.name, f"{cur.state}", now, "failed: resubmitted"))
-        elif _key(ws) == _key(cur.workers):
-            d.kept.append(jp.name)
-        elif cur.state in running:
-            if jp.name in started and _gpus(ws) != _gpus(cur.workers):
+        elif cur.state in running and jp.name in started:
+            # the plan moves it (other GPUs), or pauses it (it starts again later)
+            if _gpus(ws) != _gpus(cur.workers) or jp.segments[0].start_s > 1e-6:
                 d.to_submit.add(jp.name)
                 d.to_cancel.append(cur)
                 d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
-                                        why_moved(new_plan, restart_cost_s)))
+                                        why_moved(new_plan, restart_cost_s)
+                                        + (f"; waits until {jp.segments[0].start_s:.0f} s"
+                                           if jp.segments[0].start_s > 1e-6 else "")))
             else:
                 d.kept.append(jp.name)
+        elif _key(ws) == _key(cur.workers) or cur.state in running:
+            d.kept.append(jp.name)
         else:
             order, why = component_order(cur.workers, ws)
             if jp.segments[0].group is not None or shared[cur.slurm_id or ""] > 1:

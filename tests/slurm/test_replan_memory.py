@@ -273,6 +273,15 @@ def test_a_running_job_the_plan_could_not_start_where_it_runs_is_kept() -> None:
     d = decide_changes(plan, {"R": row}, restart_cost_s=60.0, **kw)
     assert d.to_submit == {"R"} and [r.slurm_id for r in d.to_cancel] == ["77"]
     assert d.changes[0].why.startswith("running; moving pays: weighted completion 160 s")
+    # paused: the same GPU, but only from 100 s on (the plan lets another job go first)
+    paused = contract_plan("mv2", {"R": [[("t4-1", "t4", 64)]]})
+    paused.jobs[0].segments[0].start_s = 100.0
+    paused.notes.keep_or_move = plan.notes.keep_or_move
+    d = decide_changes(paused, {"R": row}, restart_cost_s=60.0, **kw)
+    assert d.to_submit == {"R"} and d.changes[0].why.endswith("; waits until 100 s")
+    paused.jobs[0].segments[0].start_s = 0.0  # runs on from where it is: kept
+    d = decide_changes(paused, {"R": row}, restart_cost_s=60.0, **kw)
+    assert d.kept == ["R"] and d.changes == []
 
 
 TL_JOB = """jobs:
