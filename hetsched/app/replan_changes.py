@@ -38,7 +38,7 @@ from typing import Any
 
 from hetsched.app.order import dependency_expr, waits_for
 from hetsched.app.replan_inplace import component_order
-from hetsched.core.plan import Plan
+from hetsched.core.plan import Plan, Worker
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.state.store import Submission
 
@@ -60,20 +60,26 @@ class Decision:
     changes: list[Change] = field(default_factory=list)
 
 
-def workers_summary(workers: Sequence[Mapping[str, Any]]) -> str:
+def stored_workers(sub: Submission) -> list[Worker]:
+    """A submission's workers (the state store keeps them as dicts), typed."""
+    return [Worker(str(w["node"]), str(w["gpu_type"]), int(w["gpu"]), int(w["local_batch"]))
+            for w in sub.workers]
+
+
+def workers_summary(workers: Sequence[Worker]) -> str:
     """``v100-1:2 t4-1:1`` (GPUs per node, in first-seen order)."""
     per: dict[str, int] = {}
     for w in workers:
-        per[str(w["node"])] = per.get(str(w["node"]), 0) + 1
+        per[w.node] = per.get(w.node, 0) + 1
     return " ".join(f"{n}:{k}" for n, k in per.items()) or "-"
 
 
-def _key(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
-    return sorted((str(w["node"]), str(w["gpu_type"]), int(w["local_batch"])) for w in workers)
+def _key(workers: Sequence[Worker]) -> list[tuple[str, str, int]]:
+    return sorted((w.node, w.gpu_type, w.local_batch) for w in workers)
 
 
-def _gpus(workers: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
-    return sorted((str(w["node"]), int(w["gpu"])) for w in workers)
+def _gpus(workers: Sequence[Worker]) -> list[tuple[str, int]]:
+    return sorted((w.node, w.gpu) for w in workers)
 
 
 def why_moved(plan: Plan, restart_cost_s: float) -> str:
@@ -102,9 +108,10 @@ def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: fr
     for jp in new_plan.jobs:
         if not jp.segments:
             continue
-        ws = [w.to_dict() for w in jp.segments[0].workers]
+        ws = jp.segments[0].workers
         now = workers_summary(ws)
         cur = rows.get(jp.name)
+        was = stored_workers(cur) if cur is not None else []
         if cur is None:
             d.to_submit.add(jp.name)
             d.changes.append(Change(jp.name, "-", now, "new job"))
@@ -113,29 +120,29 @@ def decide_changes(new_plan: Plan, rows: Mapping[str, Submission], *, failed: fr
             d.changes.append(Change(jp.name, f"{cur.state}", now, "failed: resubmitted"))
         elif cur.state in running and jp.name in started:
             # the plan moves it (other GPUs), or pauses it (it starts again later)
-            if _gpus(ws) != _gpus(cur.workers) or jp.segments[0].start_s > 1e-6:
+            if _gpus(ws) != _gpus(was) or jp.segments[0].start_s > 1e-6:
                 d.to_submit.add(jp.name)
                 d.to_cancel.append(cur)
-                d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                d.changes.append(Change(jp.name, workers_summary(was), now,
                                         why_moved(new_plan, restart_cost_s)
                                         + (f"; waits until {jp.segments[0].start_s:.0f} s"
                                            if jp.segments[0].start_s > 1e-6 else "")))
             else:
                 d.kept.append(jp.name)
-        elif _key(ws) == _key(cur.workers) or cur.state in running:
+        elif _key(ws) == _key(was) or cur.state in running:
             d.kept.append(jp.name)
         else:
-            order, why = component_order(cur.workers, ws)
+            order, why = component_order(was, ws)
             if jp.segments[0].group is not None or shared[cur.slurm_id or ""] > 1:
                 order, why = None, "a co-location group's job: the group is one Slurm job"
             if order is not None and cur.slurm_id and cur.state == "PENDING":
                 d.to_update.append(cur)
-                d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+                d.changes.append(Change(jp.name, workers_summary(was), now,
                                         IN_PLACE))
                 continue
             d.to_submit.add(jp.name)
             d.to_cancel.append(cur)
-            d.changes.append(Change(jp.name, workers_summary(cur.workers), now,
+            d.changes.append(Change(jp.name, workers_summary(was), now,
                                     f"{cur.state.lower()}; new GPUs: resubmitted"
                                     + (f" ({why})" if why else "")))
     whole_groups(d, new_plan, rows)
@@ -190,7 +197,7 @@ def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) ->
                 d.to_cancel.append(rows[name])
                 if name in planned:
                     d.to_submit.add(name)
-                d.changes.append(Change(name, workers_summary(rows[name].workers),
+                d.changes.append(Change(name, workers_summary(stored_workers(rows[name])),
                                         "with its group", "co-location group moves whole: "
                                         "cancelled and resubmitted with it"))
                 changed = True

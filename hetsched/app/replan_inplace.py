@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.submission import base_sbatch, files_dir, time_limit
-from hetsched.core.plan import JobPlan, Plan, worker_groups
+from hetsched.core.plan import JobPlan, Plan, Worker, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write
 from hetsched.io.jobfiles import JobFiles, plan_copy
@@ -56,8 +56,8 @@ from hetsched.slurm.templates import submission_comment
 from hetsched.state.store import SUPERSEDED, Store, Submission
 
 
-def component_order(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
-                    ) -> tuple[list[int] | None, str]:
+def component_order(old: Sequence[Worker | Mapping[str, Any]],
+                    new: Sequence[Worker | Mapping[str, Any]]) -> tuple[list[int] | None, str]:
     """For each of the job's components (Slurm's order), the new group that takes it.
 
     ``None`` and why when Slurm cannot make the change in place. Groups that
