@@ -17,7 +17,8 @@
   made that choice, as it does at every reset event of a simulated plan; the
   change row quotes it (the plan's note ``keep_or_move``). A running job the
   plan could not start where it runs (not in the note's ``started``: a
-  co-location group's shared GPUs, GPUs no longer in the partition) is kept:
+  co-location group's shared GPUs, GPUs another running job's row also names,
+  GPUs no longer in the partition or of a type it may not use) is kept:
   replan never pays a restart the evaluator did not weigh.
 
 * A **co-location group** is one Slurm job (app/group_submit.py): its jobs

@@ -162,7 +162,8 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
 def _running(p: PlanningProblem, ev: Evaluator) -> dict[int, list[int]]:
     """``p.running_gpus`` as job index -> GPU ids: the jobs whose GPUs are all in the
     cluster, of a type the job may use, and held by no other job (a co-location group's
-    shared GPUs are not started as such: those jobs are planned as waiting)."""
+    shared GPUs are not started as such: those jobs are planned as waiting, and replan
+    keeps them where they run, app/replan_changes.py)."""
     if not p.running_gpus:
         return {}
     gid = {(g.node, g.index): k for k, g in enumerate(p.cluster.gpus)}
