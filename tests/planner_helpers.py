@@ -201,8 +201,11 @@ def segment_iteration_time(p: PlanningProblem, i: int, seg) -> tuple[float, floa
 def check_plan(p: PlanningProblem, plan: Plan, *, restart_cost_s: float = 60.0) -> None:
     """Every invariant a plan of any policy must satisfy (see test_evaluator).
 
-    A job of ``p.running_gpus`` (replan: it ran before the plan) pays the restart in its
-    first segment unless that segment continues it where it runs, from the start."""
+    A job of ``p.running_gpus`` the plan started there (replan: it ran before the plan)
+    pays the restart in its first segment unless that segment continues it where it
+    runs, from the start."""
+    started = set((plan.notes.keep_or_move or {}).get("started", ()))
+    assert started <= set(p.running_gpus)
     assert [j.name for j in plan.jobs] == [j.name for j in p.jobs]
     tindex = {t: k for k, t in enumerate(p.types)}
     gpu_set = {(g.node, g.gpu_type, g.index) for g in p.cluster.gpus}
@@ -236,7 +239,8 @@ def check_plan(p: PlanningProblem, plan: Plan, *, restart_cost_s: float = 60.0) 
                 seg.group is not None or jp.segments[k - 1].group is not None)
             # restart cost: charged exactly when the job had run before (not when only
             # its co-located group changed around it)
-            ran = sorted((str(n), int(g)) for n, g in p.running_gpus.get(job.name, []))
+            ran = sorted((str(n), int(g)) for n, g in p.running_gpus.get(job.name, [])
+                         if job.name in started)
             moved_first = k == 0 and bool(ran) and (key != ran or seg.start_s > 1e-9)
             assert seg.restart_s == (restart_cost_s if (k > 0 and not regrouped)
                                      or moved_first else 0.0), (job.name, k, seg.restart_s)

@@ -84,3 +84,16 @@ def test_a_prohibitive_restart_keeps_every_running_job(name: str) -> None:
     if name == "srtf":
         free = simulate(_problem(), make_policy(name), restart_cost_s=0.0)
         assert _moved(free) and free.notes.keep_or_move["chosen"] == "fresh"
+
+
+def test_running_jobs_that_cannot_start_where_they_run_are_planned_as_waiting() -> None:
+    """Two jobs claiming one GPU (a co-location group) and one on a node gone from the
+    partition are not started there; the others are (replan keeps the former as they run)."""
+    p = _problem()
+    claims = {"r-t4": [("t4-1", 0)], "r-v100": [("t4-1", 0)], "a": [("gone-1", 0)],
+              "b": [("v100-1", 0)]}
+    q = PlanningProblem(p.jobs, p.cluster, p.table, running_gpus=claims)
+    plan = simulate(q, make_policy("srtf"), restart_cost_s=60.0)
+    assert plan.notes.keep_or_move is not None
+    assert plan.notes.keep_or_move["started"] == ["b"]
+    check_plan(q, plan, restart_cost_s=60.0)
