@@ -12,7 +12,8 @@ them start, then applies reset events one at a time, each followed by
 4. the node comes back.
 
 Per replan it counts Slurm jobs cancelled, pending jobs changed in place
-(``scontrol update``), hetjobs submitted, dependencies rewritten in place, and
+(``scontrol update``), hetjobs submitted, dependencies rewritten in place, running
+jobs moved (by the evaluator's keep-or-move decision), and
 the jobs whose allocation changed (the target: cancellations <= those),
 beside what cancel-and-resubmit-everything costs (every queued job).
 
@@ -76,7 +77,7 @@ VARIANTS = ("resubmit", "sticky", "in-place")
 def _variant(stack: ExitStack, variant: str) -> None:
     """Switch off what a variant lacks (module doc)."""
     if variant == "resubmit":
-        stack.enter_context(mock.patch("hetsched.app.replan.held_gpus", lambda *_a: {}))
+        stack.enter_context(mock.patch("hetsched.app.space_replan.held_gpus", lambda *_a: {}))
     if variant in ("resubmit", "sticky"):
         stack.enter_context(mock.patch("hetsched.app.replan_changes.component_order",
                                        lambda *_a: (None, "")))
@@ -129,6 +130,8 @@ def _run(n_jobs: int, policy: str, trace: Path) -> dict:
                 "submitted": slurm.count("sbatch") - s0,
                 "dependencies_updated": sum("dependency" in c.why for c in r.changes),
                 "kept": len(r.kept), "replan_s": round(dt, 2),
+                # running jobs the keep-or-move decision moved (planning/space/decide.py)
+                "running_moved": sum(c.why.startswith("running;") for c in r.changes),
                 "resubmit_all_would_cancel": queued,
                 "scancel_calls": slurm.count("scancel") - c0,
             })
@@ -156,8 +159,8 @@ def main() -> None:
     print(f"{first['trace']}: {first['jobs']} jobs planned ({first['skipped_unplaceable']} "
           f"unplaceable skipped), policy {first['policy']}")
     cols = ("event", "queued_before", "allocation_changed", "cancelled", "updated_in_place",
-            "submitted", "dependencies_updated", "kept", "resubmit_all_would_cancel",
-            "replan_s")
+            "submitted", "dependencies_updated", "kept", "running_moved",
+            "resubmit_all_would_cancel", "replan_s")
     print("variant | " + " | ".join(cols))
     for v, out in res.items():
         for r in out["replans"]:
