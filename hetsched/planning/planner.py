@@ -49,8 +49,9 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     (planning/space/placer.py). ``running_gpus`` (replan: job -> the GPUs it runs on
     now) starts space mode's evaluator with those jobs there, so its keep-or-move
     decision (planning/space/decide.py) is what keeps or moves them;
-    ``running_fixed`` (online replan) keeps them there until they end. ``budget_s``: seconds space mode's ``auto`` may spend
-    (default: setting ``plan_budget_s``; app/plan.py passes it).
+    ``running_fixed`` (online replan) keeps them there until they end.
+    ``budget_s``: seconds space mode's ``auto`` may spend (default: setting
+    ``plan_budget_s``; app/plan.py passes it).
     Raises InputError for bad inputs and PlanningError when no plan can be made.
     The plan records these settings (``Plan.settings``) so replan can repeat them.
     """

@@ -121,14 +121,14 @@ class Decider:
                 if scores[best] < scores[0] - 1e-6:
                     new = cands[best]
                     self.chosen = ("keep", "fresh", "wait")[best]
-                self._record({"chosen": self.chosen, "weighted_completion_s": {
+                self.record({"chosen": self.chosen, "weighted_completion_s": {
                     n: round(float(v), 6) for n, v in zip(("keep", "fresh", "wait"), scores,
                                                           strict=False)},
                     "jobs": sorted(tl.p.jobs[i].name for i in diff)})
-        self._record({"chosen": self.chosen, "why": why})
+        self.record({"chosen": self.chosen, "why": why})
         return new
 
-    def _record(self, what: dict[str, Any]) -> None:
+    def record(self, what: dict[str, Any]) -> None:
         """Keep the first decision of a timeline that started with running jobs (replan)."""
         if self.first is None and self.tl.seeded:
             self.first = what

@@ -141,7 +141,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             asked.clear()
             if decides and not keep_only:  # it chose GPUs and batches for every active job
                 new = decider.ask_all(active, ask)
-                decider._record({"chosen": "policy", "why": f"{policy.name} decides every "
+                decider.record({"chosen": "policy", "why": f"{policy.name} decides every "
                                  "job's GPUs itself, restart costs included"})
             else:
                 new = decider.decide(active, ask)
