@@ -36,7 +36,7 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
 from hetsched.planning.base import OverBudget
 from hetsched.planning.bounds import lower_bound_info
-from hetsched.planning.space.decide import REPLAN_EVERY_EVENT_MAX, Decider, best_counts
+from hetsched.planning.space.decide import REPLAN_EVERY_EVENT_MAX, Ask, Decider, best_counts
 from hetsched.planning.space.groups import GroupTimer, leaders, spread
 from hetsched.planning.space.placer import Placer
 from hetsched.planning.space.policies.base import Policy, Snapshot
@@ -104,10 +104,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     coloc, timer, groups, asked = _colocation(p, ev, policy)
     decider = Decider(tl, pev, pp, policy.shares, keep_only, restart_cost_s)
     _score_groups(decider, timer, groups, asked)
-    running = _running(p, ev)
-    if running:  # replan: the running jobs start where they run (decide.py)
-        tl.seed(running, policy.shares, policy.name)
-        decider.fixed = frozenset(running) if p.running_fixed else frozenset()
+    _seed_running(p, ev, tl, decider, policy)
 
     def ask(jobs: list[int], free_mask: np.ndarray, cur: dict[int, list[int]]
             ) -> dict[int, list[int]]:
@@ -139,12 +136,7 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             work += policy.event_work(p, len(active))
             per_event.append(len(active))
             asked.clear()
-            if decides and not keep_only:  # it chose GPUs and batches for every active job
-                new = decider.ask_all(active, ask)
-                decider.record({"chosen": "policy", "why": f"{policy.name} decides every "
-                                 "job's GPUs itself, restart costs included"})
-            else:
-                new = decider.decide(active, ask)
+            new = _decide(decider, active, ask, policy.name, decides and not keep_only)
             if coloc:
                 _adopt(groups, asked, decider.chosen, active, tl.alloc, policy)
             tl.apply(new, active, policy.shares, policy.name, want,
@@ -157,6 +149,28 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
             p.jobs[i].name for i in tl.seeded)}
     plan.work = (work + policy.work_s, per_event)  # type: ignore[attr-defined]
     return plan
+
+
+def _seed_running(p: PlanningProblem, ev: Evaluator, tl: Timeline, decider: Decider,
+                  policy: Policy) -> None:
+    """Replan: the running jobs start where they run (decide.py); online replan keeps
+    them there until they end."""
+    running = _running(p, ev)
+    if running:
+        tl.seed(running, policy.shares, policy.name)
+        decider.fixed = frozenset(running) if p.running_fixed else frozenset()
+
+
+def _decide(decider: Decider, active: list[int], ask: Ask, name: str,
+            policy_decides: bool) -> dict[int, list[int]]:
+    """The allocation from this event on: the Decider's keep/fresh/wait, or the
+    policy's own where it chose GPUs and batches for every active job."""
+    if not policy_decides:
+        return decider.decide(active, ask)
+    new = decider.ask_all(active, ask)
+    decider.record({"chosen": "policy", "why": f"{name} decides every job's GPUs itself, "
+                    "restart costs included"})
+    return new
 
 
 def _running(p: PlanningProblem, ev: Evaluator) -> dict[int, list[int]]:
