@@ -7,7 +7,9 @@ planner's default: a task lasts at least 0.5 s) on ``--gpus`` GPUs; ``hetsched e
 threads of one process (the real coordinator and TCP protocol), once in line
 (``get`` and ``put`` on the critical path of every task, the executor before
 this change) and once pipelined (the next task's parameters pulled while this
-one computes, gradients pushed from another thread), alternating ``--repeats``
+one computes, gradients pushed from another thread), each with parameters and
+gradients over TCP (forced, ``HETSCHED_EXEC_TRANSPORT=tcp``) and through shared
+memory (the executors are on the coordinator's node), alternating ``--repeats``
 times. Per executor the report's ``executor`` record gives wall (first task's
 pull to the last push acknowledged), the sum of its tasks' compute and the
 critical-path overhead (per task: the time from the previous compute's end to
@@ -16,7 +18,7 @@ this compute's start). Target: wall / compute <= 1.05 pipelined.
 Usage::
 
     python bench/bench_exec_overhead.py [--device cpu|cuda] [--gpus 1] [--repeats 2]
-        [--task-iterations N] [--scale 8] [--json]
+        [--task-iterations N] [--scale 8] [--transports tcp,shm] [--json]
 """
 
 from __future__ import annotations
@@ -68,13 +70,14 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
     return out
 
 
-def run_once(plan: Path, rep: Path, in_line: bool, device: str) -> list[dict[str, Any]]:
+def run_once(plan: Path, rep: Path, in_line: bool, device: str, transport: str = "auto"
+             ) -> list[dict[str, Any]]:
     from hetsched.io.plan_json import load_plan
     from hetsched.io.reports import iter_records
     from hetsched.runtime.executor.entry import run_threads
 
-    res = run_threads(str(plan), {"seed": 0, "report_dir": str(rep), "in_line": in_line},
-                      device=device)
+    res = run_threads(str(plan), {"seed": 0, "report_dir": str(rep), "in_line": in_line,
+                                  "transport": transport}, device=device)
     bad = [r for r in res if not isinstance(r, dict)]
     if bad:
         raise SystemExit(f"executor failed: {bad[0]}")
@@ -85,6 +88,8 @@ def run_once(plan: Path, rep: Path, in_line: bool, device: str) -> list[dict[str
         tasks = list(iter_records(f, "task"))
         ov = sorted(t["overhead_s"] for t in tasks)
         summ["overhead_p50_ms"] = ov[len(ov) // 2] * 1e3
+        summ["overhead_mean_ms"] = sum(ov) / len(ov) * 1e3 if ov else 0.0
+        summ["via"] = ",".join(sorted({str(t.get("via", "tcp")) for t in tasks}))
         out.append(summ)
     return out
 
@@ -98,6 +103,8 @@ def main() -> None:
                     help="default: the planner's (a task lasts >= 0.5 s on its profile)")
     ap.add_argument("--scale", type=int, default=8, help="multiplies the data sets")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--transports", default="tcp,shm",
+                    help="tcp (forced) and/or shm (shared memory on this node), side by side")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     # the probe and the executors size their threads by cpu_threads(), which honours it
@@ -105,26 +112,32 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    rows: dict[str, list[dict[str, Any]]] = {"in line": [], "pipelined": []}
+    modes = [(f"{m} {t}", m == "in line", t) for m in ("in line", "pipelined")
+             for t in a.transports.split(",")]
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in modes}
     with tempfile.TemporaryDirectory() as tmp:
         plan = make_plan(Path(tmp), a.gpus, a.task_iterations, a.scale, a.device)
-        for k in range(a.repeats):
-            for mode in ("in line", "pipelined"):
-                rep = Path(tmp) / f"rep-{mode.replace(' ', '')}-{k}"
-                rows[mode] += run_once(plan, rep, mode == "in line", a.device)
+        for k in range(a.repeats):  # the modes alternate, so a load change hits them alike
+            for name, in_line, transport in modes:
+                rep = Path(tmp) / f"rep-{name.replace(' ', '')}-{k}"
+                rows[name] += run_once(plan, rep, in_line, a.device,
+                                       "tcp" if transport == "tcp" else "auto")
     if a.json:
         print(json.dumps(rows, indent=1))
     print(f"device {a.device}, {a.gpus} executor(s), {a.repeats} runs per mode, "
           f"task iterations {a.task_iterations or 'planner default'}; medians over executors "
           "and runs")
-    print("mode        tasks   wall s   compute s   wall/compute   overhead p50 ms   stall s")
+    print("mode            via   tasks   wall s   compute s   wall/compute   overhead p50 ms"
+          "   mean ms   stall s")
     for mode, rs in rows.items():
         med = {k: statistics.median(float(r[k]) for r in rs)
                for k in ("wall_s", "compute_s", "wall_over_compute", "overhead_p50_ms",
-                         "stall_s", "tasks")}
-        print(f"{mode:<11} {med['tasks']:>5.0f}   {med['wall_s']:>6.2f}   "
+                         "overhead_mean_ms", "stall_s", "tasks")}
+        via = ",".join(sorted({r["via"] for r in rs}))
+        print(f"{mode:<15} {via:<5} {med['tasks']:>5.0f}   {med['wall_s']:>6.2f}   "
               f"{med['compute_s']:>9.2f}   {med['wall_over_compute']:>12.3f}   "
-              f"{med['overhead_p50_ms']:>15.2f}   {med['stall_s']:>7.3f}")
+              f"{med['overhead_p50_ms']:>15.2f}   {med['overhead_mean_ms']:>7.2f}   "
+              f"{med['stall_s']:>7.3f}")
 
 
 if __name__ == "__main__":

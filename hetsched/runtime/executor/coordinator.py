@@ -493,13 +493,15 @@ class Coordinator:
         sent: the segment is the coordinator's own, looked up by (GPU, job)."""
         name = srv.job.name
         desc = head.get("shm")
+        if not isinstance(desc, dict):
+            desc = {}
         seg = self.grad_segs.get((gpu, name)) if gpu in self.shm_gpus else None
         if seg is None:
             raise BadRequest(f"job {name}: gradient in shared memory from GPU {gpu}, which "
                              "was given no shared memory for it; nothing was applied")
         if head.get("nbytes"):
             raise BadRequest(f"job {name}: a put names shared memory and carries a payload")
-        got = desc.get("name") if isinstance(desc, dict) else None
+        got = desc.get("name")
         if not isinstance(got, str) or not hmac.compare_digest(got.encode(), seg.name.encode()):
             raise BadRequest(f"job {name}: gradient segment {str(got)[:60]!r} is not the one "
                              f"given to GPU {gpu} for this job; nothing was applied")
