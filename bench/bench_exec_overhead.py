@@ -40,7 +40,7 @@ MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = 'hetsched'
 
 
 def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
-              device: str = "cpu") -> Path:
+              device: str = "cpu", state: Path | None = None) -> Path:
     jobs = (
         "jobs:\n"
         f"  - {{name: m, workload: mlp, dataset_size: {2048 * scale}, epochs: 1, "
@@ -56,18 +56,91 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
     # the built-ins' step times on this machine, measured by the probe (one thread)
     from hetsched.runtime.probe import probe
 
-    rows = ["workload,gpu_type,local_batch,step_time_s"]
-    for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
-        for r in probe(w, "v100", [b], device=device, sync=False).rows:
-            rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
-    (tmp / "tp.csv").write_text("\n".join(rows) + "\n")
+    if state is None:
+        rows = ["workload,gpu_type,local_batch,step_time_s"]
+        for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
+            for r in probe(w, "v100", [b], device=device, sync=False).rows:
+                rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
+        (tmp / "tp.csv").write_text("\n".join(rows) + "\n")
     out = tmp / "pool.json"
+    # with ``state``: the planner reads that profile history (step times and the
+    # executor's measured per-task overhead) instead of the probed CSV
+    tp = ["--throughputs", str(tmp / "tp.csv")] if state is None else []
     subprocess.run([sys.executable, "-c", MAIN, "plan", str(tmp / "jobs.yaml"), "--cluster",
-                    str(tmp / "cluster.yaml"), "--throughputs", str(tmp / "tp.csv"), "--mode",
+                    str(tmp / "cluster.yaml"), *tp, "--mode",
                     "pool", *(["--task-iterations", str(task_iterations)] if task_iterations
                               else []), "--out", str(out)],
-                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                   check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT),
+                        **({"HETSCHED_STATE": str(state)} if state is not None else {})})
     return out
+
+
+def predicted_vs_measured(plan: Path, rep: Path) -> dict[str, Any]:
+    """Weighted JCT predicted by the plan and measured from the executors' reports, and per
+    job the plan's task time against the measured compute + critical-path overhead."""
+    from hetsched.io.plan_json import load_plan
+    from hetsched.io.pool_reports import read_pool_reports
+    from hetsched.io.reports import iter_records
+
+    p = load_plan(plan)
+    d = p.to_dict()
+    pred = float((d.get("objective") or {}).get("weighted_jct_s", float("nan")))
+    prog = read_pool_reports(rep, str(p.plan_id))
+    t0 = min(float(t["start"]) for t in prog.tasks)
+    weights = {j.name: float(j.spec.weight) if j.spec is not None else 1.0 for j in p.jobs}
+    meas = sum(weights.get(n, 1.0) * (float(jp.end or 0.0) - t0)
+               for n, jp in prog.jobs.items() if jp.done)
+    planned: dict[str, list[float]] = {}
+    for g in d["tasks"]["gpus"]:
+        for run in g["runs"]:
+            for row in run["tasks"] * int(run["repeat"]):
+                planned.setdefault(str(row[0]), []).append(float(row[4]) - float(row[3]))
+    tasks = [t for f in sorted((rep / str(p.plan_id)).glob("gpu-*.jsonl"))
+             for t in iter_records(f, "task")]
+    jobs = {}
+    for name in sorted(planned):
+        ts = [t for t in tasks if t["job"] == name]
+        jobs[name] = {
+            "planned_task_s": statistics.median(planned[name]),
+            "compute_s": statistics.median(float(t["compute_s"]) for t in ts),
+            "overhead_s": statistics.median(float(t["overhead_s"]) for t in ts),
+            "iterations": d["tasks"]["jobs"][name]["iterations_per_task"],
+            "rounds": d["tasks"]["jobs"][name]["rounds"]}
+    return {"predicted_s": pred, "measured_s": meas, "ratio": meas / pred if pred else None,
+            "jobs": jobs}
+
+
+def predict_loop(tmp: Path, a: Any) -> None:
+    """Before: the plan from the probed step times. After: the same jobs planned from a
+    profile history holding those probe rows plus the executors' reports of the run before
+    (each task's compute per iteration and its critical-path overhead folded in, as
+    ``hetsched status`` does for a pool job)."""
+    from hetsched.io.profiles import load_throughputs
+    from hetsched.state.history import import_rows, ingest_reports
+    from hetsched.state.store import open_store
+
+    workloads = {"m": "mlp", "c": "cnn", "t": "transformer"}
+    plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
+    state = tmp / "state.db"
+    with open_store(state) as st:
+        tab = load_throughputs(tmp / "tp.csv")
+        import_rows(st, [r for rs in tab.rows.values() for r in rs], "probe")
+    for k in range(a.predict):
+        rep = tmp / f"rep-predict-{k}"
+        run_once(plan, rep, False, a.device)
+        res = predicted_vs_measured(plan, rep)
+        label = "probe only" if k == 0 else f"history after {k} run(s)"
+        print(f"{label:<24} predicted {res['predicted_s']:.3f} s  measured "
+              f"{res['measured_s']:.3f} s  measured/predicted {res['ratio']:.3f}")
+        for name, j in res["jobs"].items():
+            print(f"    job {name} ({workloads[name]}): {j['rounds']} rounds of "
+                  f"{j['iterations']} iterations; planned task {j['planned_task_s'] * 1e3:.1f}"
+                  f" ms, measured compute {j['compute_s'] * 1e3:.1f} ms + overhead "
+                  f"{j['overhead_s'] * 1e3:.2f} ms (medians)")
+        with open_store(state) as st:
+            ingest_reports(st, sorted((rep).rglob("gpu-*.jsonl")), workloads=workloads)
+        plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state)
 
 
 def run_once(plan: Path, rep: Path, in_line: bool, device: str, transport: str = "auto"
@@ -105,6 +178,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--transports", default="tcp,shm",
                     help="tcp (forced) and/or shm (shared memory on this node), side by side")
+    ap.add_argument("--predict", type=int, default=0, metavar="RUNS",
+                    help="instead: predicted vs measured weighted JCT, first from the probe, "
+                    "then planned again from the history each run's reports refined")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     # the probe and the executors size their threads by cpu_threads(), which honours it
@@ -112,6 +188,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
+    if a.predict:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"device {a.device}, {a.gpus} executor(s), task iterations "
+                  f"{a.task_iterations or 'planner default'}, scale {a.scale}")
+            predict_loop(Path(tmp), a)
+        return
     modes = [(f"{m} {t}", m == "in line", t) for m in ("in line", "pipelined")
              for t in a.transports.split(",")]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in modes}

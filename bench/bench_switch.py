@@ -262,10 +262,12 @@ def one_model(model: str, dev: torch.device, restarts: int, rounds: int, tmp: Pa
         for key, res in (("c", False), ("d", True)):
             recs = executor_switch(plan, res, dev.type, "tcp" if tr == "tcp" else "auto")
             # the device's idle time between the previous task's compute and this one's
-            row["by_transport"][f"{key} {tr}"] = {
-                "overhead": [r["overhead_s"] for r in recs],
-                "wait": [r["wait_s"] for r in recs],
-                "via": sorted({str(r.get("via", "tcp")) for r in recs})}
+            for task in (0, 1):  # task 0 waits for its job's last round (push, step, pull)
+                rs = [r for r in recs if r["task"] == task]
+                row["by_transport"][f"{key} {tr} t{task}"] = {
+                    "overhead": [r["overhead_s"] for r in rs],
+                    "wait": [r["wait_s"] for r in rs],
+                    "via": sorted({str(r.get("via", "tcp")) for r in rs})}
             if tr != transports[0]:
                 continue
             row[key] = [r["switch_s"] for r in recs]
@@ -302,10 +304,12 @@ def report(rows: list[dict[str, Any]], dev: torch.device) -> None:
                  f"{ms(r['c_overhead'], 50)} / {ms(r['d_overhead'], 50)}", ms(r["d_task"], 50)]
         print(" | ".join(cells))
     print("critical-path overhead by transport (same run): p50 / max ms, and the wait for "
-          "the parameters p50 ms; (c) no residency, (d) residency")
+          "the parameters p50 ms; (c) no residency, (d) residency; t0: the round's first "
+          "task (waits for the job's previous round: its push, the optimizer step, the "
+          "pull), t1: the second (a pull of the same version, or nothing when resident)")
     for r in rows:
         for name, v in r["by_transport"].items():
-            print(f"{r['model']:<10} {name:<7} via {','.join(v['via']):<4} overhead "
+            print(f"{r['model']:<10} {name:<10} via {','.join(v['via']):<4} overhead "
                   f"{ms(v['overhead'], 50)} / {ms(v['overhead'], 100)}   wait "
                   f"{ms(v['wait'], 50)}")
     for r in rows:

@@ -136,7 +136,10 @@ class JobServer:
     def add(self, rnd: int, task: int, contribution: torch.Tensor) -> bool:
         """Add one task's contribution; True when it completed the round (step applied)."""
         self.check_put(rnd, task)
-        if not bool(torch.isfinite(contribution).all()):
+        # one pass without a temporary: a NaN or infinity anywhere makes the sum non-finite;
+        # only then (or when a huge but finite sum overflows) look element by element
+        if not math.isfinite(float(contribution.sum())) \
+                and not bool(torch.isfinite(contribution).all()):
             raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent a "
                              "gradient with NaN or infinite values; nothing was applied")
         self.grad += contribution
@@ -476,7 +479,7 @@ class Coordinator:
         if have == version:
             protocol.send(conn, {"same": True, "version": version})
             return
-        if srv.seg is not None and gpu in self.shm_gpus:
+        if gpu in self.shm_gpus and (gpu, srv.job.name) in self.grad_segs:
             # the executor copies version r out of the job's segment (seqlocked; the round
             # barrier keeps it still: round r's step needs this very task's gradient)
             protocol.send(conn, {"version": version, "shm": True})
