@@ -278,8 +278,9 @@ def test_an_executor_fails_the_pool_job_on_a_wrong_size_offer(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("victim", [1, 0])  # an executor; rank 0 (the coordinator's process)
 def test_processes_use_shared_memory_and_a_kill_leaves_nothing_in_dev_shm(
-        tmp_path: Path) -> None:
+        tmp_path: Path, victim: int) -> None:
     from test_executor_faults import _executors
 
     plan = make_plan(tmp_path, gpus=2, task_iterations=1)
@@ -299,7 +300,7 @@ def test_processes_use_shared_memory_and_a_kill_leaves_nothing_in_dev_shm(
             break
         time.sleep(0.05)
     assert len(victims) == 2, "the executors did not checkpoint in time"
-    os.kill(victims[1], signal.SIGKILL)  # an executor that is not the coordinator's
+    os.kill(victims[victim], signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert "Traceback" not in err
