@@ -40,7 +40,8 @@ MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = 'hetsched'
 
 
 def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
-              device: str = "cpu", state: Path | None = None) -> Path:
+              device: str = "cpu", state: Path | None = None, rows_from: str = "probe"
+              ) -> Path:
     jobs = (
         "jobs:\n"
         f"  - {{name: m, workload: mlp, dataset_size: {2048 * scale}, epochs: 1, "
@@ -56,16 +57,24 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
     # the built-ins' step times on this machine, measured by the probe (one thread)
     from hetsched.runtime.probe import probe
 
+    # ``rows_from="executor"``: the step time of a pool task's iteration as the executor
+    # runs it (no optimizer step: the coordinator applies one per round)
+    csv = tmp / ("tp.csv" if rows_from == "probe" else "tp-executor.csv")
     if state is None:
         rows = ["workload,gpu_type,local_batch,step_time_s"]
         for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
+            if rows_from == "executor":
+                from hetsched.runtime.executor.worker import iteration_time
+
+                rows.append(f"{w},v100,{b},{iteration_time(w, b, device):.6f}")
+                continue
             for r in probe(w, "v100", [b], device=device, sync=False).rows:
                 rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
-        (tmp / "tp.csv").write_text("\n".join(rows) + "\n")
-    out = tmp / "pool.json"
+        csv.write_text("\n".join(rows) + "\n")
+    out = tmp / f"pool-{rows_from}.json"
     # with ``state``: the planner reads that profile history (step times and the
     # executor's measured per-task overhead) instead of the probed CSV
-    tp = ["--throughputs", str(tmp / "tp.csv")] if state is None else []
+    tp = ["--throughputs", str(csv)] if state is None else []
     subprocess.run([sys.executable, "-c", MAIN, "plan", str(tmp / "jobs.yaml"), "--cluster",
                     str(tmp / "cluster.yaml"), *tp, "--mode",
                     "pool", *(["--task-iterations", str(task_iterations)] if task_iterations
@@ -115,29 +124,37 @@ def predict_loop(tmp: Path, a: Any) -> None:
     """Before: the plan from the probed step times. After: the same jobs planned from a
     profile history holding those probe rows plus the executors' reports of the run before
     (each task's compute per iteration and its critical-path overhead folded in, as
-    ``hetsched status`` does for a pool job)."""
+    ``hetsched status`` does for a pool job); and, beside them, planned from rows timed by
+    the executor's own iteration (``worker.iteration_time``: no optimizer step)."""
     from hetsched.io.profiles import load_throughputs
     from hetsched.state.history import import_rows, ingest_reports
     from hetsched.state.store import open_store
 
     workloads = {"m": "mlp", "c": "cnn", "t": "transformer"}
-    plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
-    state = tmp / "state.db"
-    with open_store(state) as st:
-        tab = load_throughputs(tmp / "tp.csv")
-        import_rows(st, [r for rs in tab.rows.values() for r in rs], "probe")
-    for k in range(a.predict):
-        rep = tmp / f"rep-predict-{k}"
-        run_once(plan, rep, False, a.device)
+
+    def show(label: str, plan: Path, rep: Path) -> None:
         res = predicted_vs_measured(plan, rep)
-        label = "probe only" if k == 0 else f"history after {k} run(s)"
-        print(f"{label:<24} predicted {res['predicted_s']:.3f} s  measured "
+        print(f"{label:<26} predicted {res['predicted_s']:.3f} s  measured "
               f"{res['measured_s']:.3f} s  measured/predicted {res['ratio']:.3f}")
         for name, j in res["jobs"].items():
             print(f"    job {name} ({workloads[name]}): {j['rounds']} rounds of "
                   f"{j['iterations']} iterations; planned task {j['planned_task_s'] * 1e3:.1f}"
                   f" ms, measured compute {j['compute_s'] * 1e3:.1f} ms + overhead "
                   f"{j['overhead_s'] * 1e3:.2f} ms (medians)")
+
+    ex = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, rows_from="executor")
+    plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
+    state = tmp / "state.db"
+    with open_store(state) as st:
+        tab = load_throughputs(tmp / "tp.csv")
+        import_rows(st, [r for rs in tab.rows.values() for r in rs], "probe")
+    for k in range(a.predict):
+        if k == 1:  # beside the first run: planned from the executor's own iteration
+            run_once(ex, tmp / "rep-executor", False, a.device)
+            show("executor iteration rows", ex, tmp / "rep-executor")
+        rep = tmp / f"rep-predict-{k}"
+        run_once(plan, rep, False, a.device)
+        show("probe only" if k == 0 else f"history after {k} run(s)", plan, rep)
         with open_store(state) as st:
             ingest_reports(st, sorted((rep).rglob("gpu-*.jsonl")), workloads=workloads)
         plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state)

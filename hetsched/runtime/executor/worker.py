@@ -76,6 +76,49 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
 
+def iteration(model: Any, loss_fn: Any, data: Any, idx: np.ndarray, dev: torch.device,
+              scale: float) -> None:
+    """One iteration of a pool task: gather the slice, copy it to the device, forward, and
+    the backward of the loss scaled by the slice's share, accumulating into the gradients.
+    No optimizer step: the coordinator applies one per round."""
+    from hetsched.runtime.workloads import gather
+
+    x, y = gather(data, idx)
+    x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+    (loss_fn(model(x), y) * scale).backward()
+
+
+def iteration_time(workload: str, local_batch: int, device: torch.device | str = "cpu", *,
+                   steps: int = 20, warmup: int = 3, seed: int = 0,
+                   entrypoint: str | None = None) -> float:
+    """Median seconds of one pool-task iteration (:func:`iteration`, the executor's own,
+    on a :class:`JobSlot` as the executor holds it) of ``local_batch`` samples: the step a
+    pool job's task runs, which has no optimizer step, where the probe's step (a job of
+    its own) has one."""
+    from hetsched.runtime.workloads import load_workload
+
+    dev = torch.device(device)
+    size = max(local_batch * 4, 64)
+    wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
+    slot = JobSlot(wl.model.to(torch.float32), dev)
+    slot.load(0)
+    slot.model.train()
+    rng = np.random.default_rng(seed)
+    times = []
+    for k in range(warmup + steps):
+        idx = rng.permutation(size)[:local_batch]
+        t0 = time.perf_counter()
+        iteration(slot.model, wl.loss_fn, wl.dataset, idx, dev, 1.0 / local_batch)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        if k >= warmup:
+            times.append(time.perf_counter() - t0)
+        if k == 0:
+            slot.check_loaded()
+    slot.evict()
+    return float(np.median(times))
+
+
 class _Pulled:
     """A parameter pull in flight: its request's residency guess and its reply."""
 
@@ -386,8 +429,6 @@ class Executor:
     def _compute(self, t: ExecTask, job: ExecJob, slot: JobSlot
                  ) -> tuple[float, int, int, float]:
         """Run the task's iterations: (seconds, samples, iterations, perf_counter at start)."""
-        from hetsched.runtime.workloads import gather
-
         counts = job.task_counts(t.round, t.task)
         total = job.round_samples(t.round)
         dev = self.opts.device
@@ -400,11 +441,9 @@ class Executor:
             if n == 0:
                 continue
             idx = task_indices(job, self.opts.seed, t.round, t.task, k)
-            x, y = gather(self.data[t.job], idx)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             scale = 1.0 / (job.tasks_per_round * len(counts)) if self.opts.average \
                 else n / total
-            (loss_fn(model(x), y) * scale).backward()
+            iteration(model, loss_fn, self.data[t.job], idx, dev, scale)
             if k == 0:
                 slot.check_loaded()
             if self.opts.emulation is not None:
