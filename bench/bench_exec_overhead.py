@@ -71,7 +71,7 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
             for r in probe(w, "v100", [b], device=device, sync=False).rows:
                 rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
         csv.write_text("\n".join(rows) + "\n")
-    out = tmp / f"pool-{rows_from}.json"
+    out = tmp / (f"pool-{rows_from}.json" if state is None else "pool-history.json")
     # with ``state``: the planner reads that profile history (step times and the
     # executor's measured per-task overhead) instead of the probed CSV
     tp = ["--throughputs", str(csv)] if state is None else []
@@ -121,43 +121,56 @@ def predicted_vs_measured(plan: Path, rep: Path) -> dict[str, Any]:
 
 
 def predict_loop(tmp: Path, a: Any) -> None:
-    """Before: the plan from the probed step times. After: the same jobs planned from a
-    profile history holding those probe rows plus the executors' reports of the run before
-    (each task's compute per iteration and its critical-path overhead folded in, as
-    ``hetsched status`` does for a pool job); and, beside them, planned from rows timed by
-    the executor's own iteration (``worker.iteration_time``: no optimizer step)."""
+    """Predicted vs measured weighted JCT of the same jobs planned four ways: from the
+    probed step times; from rows timed by the executor's own iteration
+    (``worker.iteration_time``: no optimizer step); from a profile history holding the
+    probe rows plus the executors' reports of one run (each task's compute per iteration
+    and its critical-path overhead folded in, as ``hetsched status`` does for a pool
+    job); and from that history after a second run. The history runs come first; then
+    the four plans run ``--repeats`` times, alternating (so a change of load hits all
+    alike), and the median measured/predicted of each is printed."""
     from hetsched.io.profiles import load_throughputs
     from hetsched.state.history import import_rows, ingest_reports
     from hetsched.state.store import open_store
 
     workloads = {"m": "mlp", "c": "cnn", "t": "transformer"}
-
-    def show(label: str, plan: Path, rep: Path) -> None:
-        res = predicted_vs_measured(plan, rep)
-        print(f"{label:<26} predicted {res['predicted_s']:.3f} s  measured "
-              f"{res['measured_s']:.3f} s  measured/predicted {res['ratio']:.3f}")
-        for name, j in res["jobs"].items():
-            print(f"    job {name} ({workloads[name]}): {j['rounds']} rounds of "
-                  f"{j['iterations']} iterations; planned task {j['planned_task_s'] * 1e3:.1f}"
-                  f" ms, measured compute {j['compute_s'] * 1e3:.1f} ms + overhead "
-                  f"{j['overhead_s'] * 1e3:.2f} ms (medians)")
-
-    ex = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, rows_from="executor")
-    plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
+    plans: dict[str, Path] = {}
+    plans["executor iteration rows"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale,
+                                                 a.device, rows_from="executor")
+    plans["probe only"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
     state = tmp / "state.db"
     with open_store(state) as st:
         tab = load_throughputs(tmp / "tp.csv")
         import_rows(st, [r for rs in tab.rows.values() for r in rs], "probe")
-    for k in range(a.predict):
-        if k == 1:  # beside the first run: planned from the executor's own iteration
-            run_once(ex, tmp / "rep-executor", False, a.device)
-            show("executor iteration rows", ex, tmp / "rep-executor")
-        rep = tmp / f"rep-predict-{k}"
-        run_once(plan, rep, False, a.device)
-        show("probe only" if k == 0 else f"history after {k} run(s)", plan, rep)
+    last = plans["probe only"]
+    for k in range(1, a.predict + 1):
+        rep = tmp / f"rep-history-{k}"
+        run_once(last, rep, False, a.device)
         with open_store(state) as st:
-            ingest_reports(st, sorted((rep).rglob("gpu-*.jsonl")), workloads=workloads)
-        plan = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state)
+            ingest_reports(st, sorted(rep.rglob("gpu-*.jsonl")), workloads=workloads)
+        last = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state)
+        dest = tmp / f"pool-history-{k}.json"
+        last.replace(dest)
+        plans[f"history after {k} run(s)"] = last = dest
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in plans}
+    for k in range(a.repeats):
+        for name, plan in plans.items():
+            rep = tmp / f"rep-{k}-{name.replace(' ', '_')}"
+            run_once(plan, rep, False, a.device)
+            got[name].append(predicted_vs_measured(plan, rep))
+    print(f"medians of {a.repeats} runs per plan (alternating)")
+    for name, res in got.items():
+        ratio = statistics.median(float(r["ratio"]) for r in res)
+        print(f"{name:<26} predicted {res[0]['predicted_s']:.3f} s  measured "
+              f"{statistics.median(r['measured_s'] for r in res):.3f} s  "
+              f"measured/predicted {ratio:.3f} "
+              f"(runs: {', '.join(format(r['ratio'], '.2f') for r in res)})")
+        for job, j in res[0]["jobs"].items():
+            comp = statistics.median(r["jobs"][job]["compute_s"] for r in res)
+            ov = statistics.median(r["jobs"][job]["overhead_s"] for r in res)
+            print(f"    job {job} ({workloads[job]}): {j['rounds']} rounds of "
+                  f"{j['iterations']} iterations; planned task {j['planned_task_s'] * 1e3:.1f}"
+                  f" ms, measured compute {comp * 1e3:.1f} ms + overhead {ov * 1e3:.2f} ms")
 
 
 def run_once(plan: Path, rep: Path, in_line: bool, device: str, transport: str = "auto"
@@ -196,8 +209,9 @@ def main() -> None:
     ap.add_argument("--transports", default="tcp,shm",
                     help="tcp (forced) and/or shm (shared memory on this node), side by side")
     ap.add_argument("--predict", type=int, default=0, metavar="RUNS",
-                    help="instead: predicted vs measured weighted JCT, first from the probe, "
-                    "then planned again from the history each run's reports refined")
+                    help="instead: predicted vs measured weighted JCT of plans from the "
+                    "probe, from the executor's own iteration and from the history after "
+                    "1..RUNS runs' reports")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     # the probe and the executors size their threads by cpu_threads(), which honours it
