@@ -174,7 +174,7 @@ def test_names_are_gone_from_dev_shm_once_every_gpu_answered(coord: Any) -> None
 
 
 @pytest.mark.parametrize("attack", ["params-name", "other-gpu", "path", "nbytes", "stale",
-                                    "payload", "unproven", "unoffered"])
+                                    "payload", "unproven", "unoffered", "round", "nan"])
 def test_a_hostile_shared_memory_put_is_refused_and_nothing_applied(coord: Any,
                                                                     attack: str) -> None:
     before = {n: s.flat.clone() for n, s in coord.jobs.items()}
@@ -182,9 +182,11 @@ def test_a_hostile_shared_memory_put_is_refused_and_nothing_applied(coord: Any,
     job = sorted(segs)[0]
     gseg = segs[job][1]
     n = coord.jobs[job].seg.nbytes
-    seq = gseg.write_grad(np.ones(n // 4, np.float32), 0, 0)
+    rnd = 1 if attack == "round" else 0
+    fill = np.nan if attack == "nan" else 1.0
+    seq = gseg.write_grad(np.full(n // 4, fill, np.float32), rnd, 0)
     desc: dict[str, Any] = {"name": gseg.name, "nbytes": n, "seq": seq}
-    head: dict[str, Any] = {"op": "put", "job": job, "round": 0, "task": 0}
+    head: dict[str, Any] = {"op": "put", "job": job, "round": rnd, "task": 0}
     payload = None
     if attack == "params-name":
         desc["name"] = coord.jobs[job].seg.name  # the master parameters' segment
@@ -212,7 +214,9 @@ def test_a_hostile_shared_memory_put_is_refused_and_nothing_applied(coord: Any,
     want = {"params-name": "is not the one given", "other-gpu": "is not the one given",
             "path": "is not the one given", "nbytes": "expected", "stale": "not the announced",
             "payload": "carries a payload", "unproven": "given no shared memory",
-            "unoffered": "unknown request"}[attack]
+            "unoffered": "unknown request",
+            "round": "gradient for round 1 while the job is at round 0",
+            "nan": "NaN or infinite"}[attack]
     assert want in r["error"], r
     assert untouched(coord, before)
     ch.close()
