@@ -28,7 +28,11 @@ blocks reads only zeros).
 Usage::
 
     python bench/bench_switch.py [--device cpu|cuda] [--models mlp,resnet50,bert-base]
-                                 [--restarts 3] [--rounds 6] [--json]
+                                 [--restarts 3] [--rounds 6] [--transports tcp,shm] [--json]
+
+``--restarts 0`` leaves out (a) and (b). The executor modes run once per
+transport (``tcp``: forced, ``shm``: shared memory on this node), side by side;
+the main table is the first transport's.
 """
 
 from __future__ import annotations
@@ -167,12 +171,13 @@ def alternating_plan(tmp: Path, model: str, rounds: int) -> Path:
     return out
 
 
-def executor_switch(plan: Path, residency: bool, device: str) -> list[dict[str, Any]]:
+def executor_switch(plan: Path, residency: bool, device: str, transport: str = "auto"
+                    ) -> list[dict[str, Any]]:
     from hetsched.runtime.executor.entry import run_threads
 
     seen: list[dict[str, Any]] = []
-    res = run_threads(str(plan), {"seed": 0, "residency": residency, "on_task": seen.append},
-                      device=device)
+    res = run_threads(str(plan), {"seed": 0, "residency": residency, "on_task": seen.append,
+                                  "transport": transport}, device=device)
     bad = [r for r in res if not isinstance(r, dict)]
     if bad:
         raise RuntimeError(f"executor failed: {bad[0]}")
@@ -241,25 +246,36 @@ def zeroing_check(model: str, dev: torch.device) -> dict[str, Any]:
 
 # -- driver -----------------------------------------------------------------------------
 
-def one_model(model: str, dev: torch.device, restarts: int, rounds: int, tmp: Path
-              ) -> dict[str, Any]:
+def one_model(model: str, dev: torch.device, restarts: int, rounds: int, tmp: Path,
+              transports: tuple[str, ...] = ("tcp", "shm")) -> dict[str, Any]:
     m = BUILD[model](1, 0).model
     nbytes = sum(p.numel() * p.element_size() for p in m.parameters())
     ckpt = tmp / f"{model}.pt"
     torch.save(m.state_dict(), ckpt)
     row: dict[str, Any] = {"model": model, "params_M": nbytes / 4e6, "MB": nbytes / 2**20}
-    row["a"] = restart_switch(model, ckpt, dev, restarts)
-    row["b"] = warm_switch(model, ckpt, dev, max(restarts, 5))
+    row["a"] = restart_switch(model, ckpt, dev, restarts) if restarts else []
+    row["b"] = warm_switch(model, ckpt, dev, max(restarts, 5)) if restarts else []
     (tmp / model).mkdir()
     plan = alternating_plan(tmp / model, model, rounds)
-    for key, res in (("c", False), ("d", True)):
-        recs = executor_switch(plan, res, dev.type)
-        row[key] = [r["switch_s"] for r in recs]
-        row[key + "_pull"] = [r["switch_s"] + r["wait_s"] for r in recs]
-        row[key + "_share"] = [r["switch_s"] / (r["switch_s"] + r["compute_s"]) for r in recs]
-        row[key + "_task"] = [r["compute_s"] for r in recs]
-        # the device's idle time between the previous task's compute and this one's
-        row[key + "_overhead"] = [r["overhead_s"] for r in recs]
+    row["by_transport"] = {}
+    for tr in transports:  # the first one fills the main table; each its overhead row
+        for key, res in (("c", False), ("d", True)):
+            recs = executor_switch(plan, res, dev.type, "tcp" if tr == "tcp" else "auto")
+            # the device's idle time between the previous task's compute and this one's
+            for task in (0, 1):  # task 0 waits for its job's last round (push, step, pull)
+                rs = [r for r in recs if r["task"] == task]
+                row["by_transport"][f"{key} {tr} t{task}"] = {
+                    "overhead": [r["overhead_s"] for r in rs],
+                    "wait": [r["wait_s"] for r in rs],
+                    "via": sorted({str(r.get("via", "tcp")) for r in rs})}
+            if tr != transports[0]:
+                continue
+            row[key] = [r["switch_s"] for r in recs]
+            row[key + "_pull"] = [r["switch_s"] + r["wait_s"] for r in recs]
+            row[key + "_share"] = [r["switch_s"] / (r["switch_s"] + r["compute_s"])
+                                   for r in recs]
+            row[key + "_task"] = [r["compute_s"] for r in recs]
+            row[key + "_overhead"] = [r["overhead_s"] for r in recs]
     if dev.type == "cuda":
         row["h2d"] = h2d_floor(nbytes, dev)
         row["zeroing"] = zeroing_check(model, dev)
@@ -267,7 +283,7 @@ def one_model(model: str, dev: torch.device, restarts: int, rounds: int, tmp: Pa
 
 
 def ms(xs: list[float], q: float) -> str:
-    return f"{pct(xs, q) * 1e3:.3g}"
+    return f"{pct(xs, q) * 1e3:.3g}" if xs else "-"
 
 
 def report(rows: list[dict[str, Any]], dev: torch.device) -> None:
@@ -287,6 +303,15 @@ def report(rows: list[dict[str, Any]], dev: torch.device) -> None:
                  f"{pct(r['d_share'], 50):.2%}",
                  f"{ms(r['c_overhead'], 50)} / {ms(r['d_overhead'], 50)}", ms(r["d_task"], 50)]
         print(" | ".join(cells))
+    print("critical-path overhead by transport (same run): p50 / max ms, and the wait for "
+          "the parameters p50 ms; (c) no residency, (d) residency; t0: the round's first "
+          "task (waits for the job's previous round: its push, the optimizer step, the "
+          "pull), t1: the second (a pull of the same version, or nothing when resident)")
+    for r in rows:
+        for name, v in r["by_transport"].items():
+            print(f"{r['model']:<10} {name:<10} via {','.join(v['via']):<4} overhead "
+                  f"{ms(v['overhead'], 50)} / {ms(v['overhead'], 100)}   wait "
+                  f"{ms(v['wait'], 50)}")
     for r in rows:
         if "h2d" in r:
             print(f"{r['model']}: H2D floor {r['h2d']['floor_ms']:.3g} ms at "
@@ -303,6 +328,8 @@ def main() -> None:
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--transports", default="tcp,shm",
+                    help="executor transports run side by side: tcp (forced), shm")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -311,7 +338,8 @@ def main() -> None:
         torch.cuda.set_device(dev)
         torch.randn(1, device=dev)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [one_model(m, dev, args.restarts, args.rounds, Path(tmp))
+        rows = [one_model(m, dev, args.restarts, args.rounds, Path(tmp),
+                          tuple(args.transports.split(",")))
                 for m in args.models.split(",")]
     if args.json:
         print(json.dumps(rows, indent=1))

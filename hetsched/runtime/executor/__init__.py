@@ -6,7 +6,8 @@
 * :mod:`.worker` — one GPU's executor loop (get, load, compute, put, clean);
 * :mod:`.slots` — pinned host state, layer-by-layer pipelined loading, residency, zeroing;
 * :mod:`.state` — flat parameters and round-boundary checkpoints;
-* :mod:`.protocol` — the JSON-header + raw-payload messages (nothing unpickled).
+* :mod:`.protocol` — the JSON-header + raw-payload messages (nothing unpickled);
+* :mod:`.shm` — shared memory segments for executors on the coordinator's node.
 
 See docs/executor.md.
 """

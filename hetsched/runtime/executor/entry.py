@@ -147,9 +147,10 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
     """One executor (with the coordinator when ``rank0``) on an explicit rendezvous;
     ``key`` is the pool job's secret."""
     from hetsched.runtime.emulate import emulation_for
-    from hetsched.runtime.executor import protocol
+    from hetsched.runtime.executor import protocol, shm
     from hetsched.runtime.executor.worker import ExecOptions, Executor, PoolFailed
 
+    transport = shm.transport(opts, os.environ if env is None else env)
     coord = None
     if rank0:
         from hetsched.runtime.executor.coordinator import Coordinator
@@ -168,7 +169,8 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
                                 hello_timeout_s=float(opts.get("hello_timeout_s")
                                                       or CONNECT_TIMEOUT_S),
                                 ckpt_every_s=float(opts.get("checkpoint_every_s") or 0.0),
-                                idle_timeout_s=opts.get("idle_timeout_s"))
+                                idle_timeout_s=opts.get("idle_timeout_s"),
+                                transport=transport)
         except BaseException:
             listener.close()
             raise
@@ -181,6 +183,7 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
                      residency=bool(opts.get("residency", True)),
                      average=bool(opts.get("average", False)),
                      emulation=emulation_for(gpu.gpu_type, env), on_task=opts.get("on_task"),
+                     transport=transport,
                      connect=None if opts.get("in_line") else (
                          lambda channel: protocol.connect(addr, port, key, gid,
                                                           channel=channel)))
@@ -195,6 +198,10 @@ def run_gpu(xplan: ExecPlan, gid: str, gpus: list[str], rank0: bool, addr: str, 
             coord.fail(str(e))
             coord.close()
         raise ExecFailed(gid, str(e)) from None
+    except BaseException:
+        if coord is not None:  # nothing of the pool job stays in /dev/shm
+            coord.close()
+        raise
     if coord is not None:
         why = coord.wait_done()
         coord.close()

@@ -23,11 +23,16 @@ byte of the payload.
 
 Requests (executor -> coordinator) and replies:
 
-* ``hello {gpu}`` -> ``{rounds_done: {job: k}}`` (resume point from the checkpoints)
+* ``hello {gpu, node?}`` -> ``{rounds_done: {job: k}, shm?: {params, grads}}`` (resume
+  point from the checkpoints; with ``node`` equal to the coordinator's, the names of the
+  shared memory segments for this GPU's jobs: :mod:`.shm`)
+* ``shm {gpu, tokens}`` -> ``{shm: bool}``: the executor's answer to the offer (the
+  tokens it read from the segments, or null: it stays on TCP)
 * ``get {job, round, have}`` -> waits for the round barrier; ``{same: true}`` when
-  the executor's resident copy (version ``have``) is current, else
-  ``{version, nbytes}`` + parameters
-* ``put {job, round, task, nbytes}`` + gradient -> ``{round_done, job_done}``
+  the executor's resident copy (version ``have``) is current, ``{version, shm: true}``
+  when it copies them from the job's segment, else ``{version, nbytes}`` + parameters
+* ``put {job, round, task, nbytes}`` + gradient, or ``put {job, round, task, shm: {name,
+  nbytes, seq}}`` (the gradient in this GPU's segment) -> ``{round_done, job_done}``
 * ``bye {gpu}`` -> ``{}``
 
 Any reply may be ``{error: "..."}``: the pool job failed (an executor was lost).

@@ -30,12 +30,18 @@ def flatten_params(model: nn.Module) -> tuple[torch.Tensor, list[str]]:
         if p.dtype != torch.float32:
             raise ValueError(f"parameter {n} is {p.dtype}; the executor handles float32 models")
     flat = torch.cat([p.detach().reshape(-1) for _, p in named]) if named else torch.zeros(0)
+    return rebind_params(model, flat), [n for n, _ in named]
+
+
+def rebind_params(model: nn.Module, flat: torch.Tensor) -> torch.Tensor:
+    """Make the parameters views of ``flat`` (which must already hold their values in
+    order, e.g. a shared memory segment they were copied into); returns ``flat``."""
     off = 0
-    for _, p in named:
+    for p in model.parameters():
         k = p.numel()
         p.data = flat[off:off + k].view_as(p)
         off += k
-    return flat, [n for n, _ in named]
+    return flat
 
 
 def attach_grads(model: nn.Module, grad: torch.Tensor) -> None:

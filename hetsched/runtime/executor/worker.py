@@ -31,7 +31,7 @@ import torch
 
 from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import Emulation
-from hetsched.runtime.executor import protocol
+from hetsched.runtime.executor import protocol, shm
 from hetsched.runtime.executor.plan import ExecGpu, ExecJob, ExecPlan, ExecTask
 from hetsched.runtime.executor.slots import JobSlot, scrub_free_memory
 from hetsched.runtime.sampler import split_counts
@@ -52,6 +52,9 @@ class ExecOptions:
     #: opens another authenticated connection to the coordinator: with it parameters
     #: are pulled ahead and gradients pushed in the background (see Executor)
     connect: Callable[[str], protocol.Channel] | None = None
+    #: ``auto``: parameters and gradients through shared memory when the coordinator is
+    #: on this node and offers it (:mod:`.shm`); ``tcp``: every byte over TCP
+    transport: str = "auto"
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,6 +74,49 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
     counts = split_counts(n, job.slices())
     lo = off + sum(counts[:task])
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
+
+
+def iteration(model: Any, loss_fn: Any, data: Any, idx: np.ndarray, dev: torch.device,
+              scale: float) -> None:
+    """One iteration of a pool task: gather the slice, copy it to the device, forward, and
+    the backward of the loss scaled by the slice's share, accumulating into the gradients.
+    No optimizer step: the coordinator applies one per round."""
+    from hetsched.runtime.workloads import gather
+
+    x, y = gather(data, idx)
+    x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+    (loss_fn(model(x), y) * scale).backward()
+
+
+def iteration_time(workload: str, local_batch: int, device: torch.device | str = "cpu", *,
+                   steps: int = 20, warmup: int = 3, seed: int = 0,
+                   entrypoint: str | None = None) -> float:
+    """Median seconds of one pool-task iteration (:func:`iteration`, the executor's own,
+    on a :class:`JobSlot` as the executor holds it) of ``local_batch`` samples: the step a
+    pool job's task runs, which has no optimizer step, where the probe's step (a job of
+    its own) has one."""
+    from hetsched.runtime.workloads import load_workload
+
+    dev = torch.device(device)
+    size = max(local_batch * 4, 64)
+    wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
+    slot = JobSlot(wl.model.to(torch.float32), dev)
+    slot.load(0)
+    slot.model.train()
+    rng = np.random.default_rng(seed)
+    times = []
+    for k in range(warmup + steps):
+        idx = rng.permutation(size)[:local_batch]
+        t0 = time.perf_counter()
+        iteration(slot.model, wl.loss_fn, wl.dataset, idx, dev, 1.0 / local_batch)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        if k >= warmup:
+            times.append(time.perf_counter() - t0)
+        if k == 0:
+            slot.check_loaded()
+    slot.evict()
+    return float(np.median(times))
 
 
 class _Pulled:
@@ -115,6 +161,9 @@ class Executor:
         self.totals = {"compute": 0.0, "overhead": 0.0, "stall": 0.0}
         self.overheads: list[float] = []
         self.first_compute_age: float | None = None
+        #: job -> (its parameter segment, this GPU's gradient segment) when the coordinator
+        #: is on this node (shared memory); jobs not in it move over TCP
+        self.shm: dict[str, tuple[shm.Segment, shm.Segment]] = {}
 
     def _call(self, head: dict[str, Any], payload: Any = None, into: Any = None,
               conn: protocol.Channel | None = None) -> dict[str, Any]:
@@ -130,7 +179,13 @@ class Executor:
 
     def run(self) -> int:
         """Run the sequence; returns the number of tasks run (skipped ones not counted)."""
-        done = self._call({"op": "hello", "gpu": self.gpu.id})["rounds_done"]
+        hello: dict[str, Any] = {"op": "hello", "gpu": self.gpu.id}
+        if self.opts.transport != "tcp" and shm.available():
+            hello["node"] = shm.node_identity()
+        reply = self._call(hello)
+        done = reply["rounds_done"]
+        if "shm" in reply:
+            self._attach(reply["shm"])
         todo = [t for t in self.gpu.tasks if t.round >= int(done.get(t.job, 0))]
         t_start = time.perf_counter()
         self.last_compute_end = t_start
@@ -149,6 +204,59 @@ class Executor:
         finally:
             self._close_side()
         return len(todo)
+
+    # -- shared memory ---------------------------------------------------------------------
+    def _attach(self, offer: Any) -> None:
+        """Open the segments the coordinator offered and prove it with their tokens; a name,
+        owner, mode or size that is not right fails the pool job (one line); segments this
+        process cannot see (another node or container after all) leave it on TCP."""
+        segs: dict[str, tuple[shm.Segment, shm.Segment]] = {}
+        params = offer.get("params") if isinstance(offer, dict) else None
+        grads = offer.get("grads") if isinstance(offer, dict) else None
+        try:
+            if not isinstance(params, dict) or not isinstance(grads, dict) \
+                    or set(params) != set(grads) or not set(params) <= set(self.slots):
+                raise shm.ShmRefused("the coordinator's shared memory offer names jobs this "
+                                     "GPU does not run")
+            for job, pname in params.items():
+                nbytes = self.slots[job].nbytes  # this job's exact size, from our own model
+                segs[job] = (shm.Segment.attach(pname, nbytes, writable=False),
+                             shm.Segment.attach(grads[job], nbytes, writable=True))
+        except shm.ShmRefused as e:
+            raise PoolFailed(f"{e}; refused") from None
+        except OSError:
+            segs = {}  # not visible from here: TCP
+        tokens = {j: p.token.hex() + g.token.hex() for j, (p, g) in segs.items()} \
+            if segs else None
+        if self._call({"op": "shm", "gpu": self.gpu.id, "tokens": tokens}).get("shm"):
+            self.shm = segs
+
+    def _get(self, head: dict[str, Any], into: Any, conn: protocol.Channel | None = None
+             ) -> dict[str, Any]:
+        """``get`` the parameters into ``into``: received from the socket, or copied out of
+        the job's shared segment when the reply says so (version checked, seqlocked)."""
+        reply = self._call(head, into=into, conn=conn)
+        if reply.get("shm"):
+            segs = self.shm.get(str(head["job"]))
+            if segs is None:
+                raise PoolFailed(f"the coordinator answered job {head['job']}'s parameters "
+                                 "through shared memory this executor did not attach")
+            try:
+                segs[0].read_params(into, int(reply["version"]))
+            except shm.ShmRefused as e:
+                raise PoolFailed(str(e)) from None
+        return reply
+
+    def _put_head(self, t: ExecTask, buf: Any) -> tuple[dict[str, Any], Any]:
+        """The ``put`` for ``t``'s contribution in ``buf``: through this GPU's gradient
+        segment (only the header crosses TCP) or with the bytes as payload."""
+        head: dict[str, Any] = {"op": "put", "job": t.job, "round": t.round, "task": t.task}
+        segs = self.shm.get(t.job)
+        if segs is None:
+            return head, buf
+        seq = segs[1].write_grad(buf, t.round, t.task)
+        head["shm"] = {"name": segs[1].name, "nbytes": segs[1].nbytes, "seq": seq}
+        return head, None
 
     # -- the pull and push connections ---------------------------------------------------
     def _open_side(self) -> None:
@@ -200,7 +308,7 @@ class Executor:
         head = {"op": "get", "job": t.job, "round": t.round, "have": have}
         fut: Future[dict[str, Any]]
         if self.pull_pool is not None:
-            fut = self.pull_pool.submit(self._call, head, None, into, self.side[0])
+            fut = self.pull_pool.submit(self._get, head, into, self.side[0])
         else:
             fut = Future()
             fut.set_result({"deferred": True})
@@ -211,13 +319,13 @@ class Executor:
         t = p.task
         if self.pull_pool is None:
             have = slot.version if (slot.resident and self.opts.residency) else -1
-            return self._call({"op": "get", "job": t.job, "round": t.round, "have": have},
-                              into=slot.host.numpy())
+            return self._get({"op": "get", "job": t.job, "round": t.round, "have": have},
+                             slot.host.numpy())
         reply = p.future.result()
         if reply.get("same") and not (slot.resident and slot.version == int(reply["version"])):
             # the guess was wrong (an out-of-memory retry evicted it): fetch it now
             reply = self.pull_pool.submit(
-                self._call, {"op": "get", "job": t.job, "round": t.round, "have": -1}, None,
+                self._get, {"op": "get", "job": t.job, "round": t.round, "have": -1},
                 slot.receive_buffer().numpy(), self.side[0]).result()
         if not reply.get("same"):
             slot.adopt_received()
@@ -225,11 +333,11 @@ class Executor:
 
     def _push(self, t: ExecTask, slot: JobSlot, rec: dict[str, Any]) -> None:
         """Send ``t``'s gradient; the task's record is written when the server took it."""
-        head = {"op": "put", "job": t.job, "round": t.round, "task": t.task}
         job = self.plan.jobs[t.job]
         if self.push_pool is None:
             t0 = time.perf_counter()
-            res = self._call(head, payload=slot.grad_host.numpy())
+            head, payload = self._put_head(t, slot.grad_host.numpy())
+            res = self._call(head, payload=payload)
             self._pushed(rec, res, job, time.perf_counter() - t0)
             return
         futs = self.pushes.setdefault(t.job, [])
@@ -239,7 +347,8 @@ class Executor:
 
         def send() -> None:
             t0 = time.perf_counter()
-            res = self._call(head, buf.numpy(), None, self.side[1])
+            head, payload = self._put_head(t, buf.numpy())
+            res = self._call(head, payload, None, self.side[1])
             self._pushed(rec, res, job, time.perf_counter() - t0)
 
         futs.append(self.push_pool.submit(send))
@@ -286,7 +395,8 @@ class Executor:
                "compute_s": round(compute_s, 6), "switch_s": round(switch_s, 6),
                "start": round(start, 6), "end": round(end, 6), "warm": warm,
                "wait_s": round(t1 - t0, 6), "overhead_s": round(overhead, 6),
-               "load_s": round(load_s, 6), "bytes_in": 0 if reply.get("same") else slot.nbytes}
+               "load_s": round(load_s, 6), "bytes_in": 0 if reply.get("same") else slot.nbytes,
+               "via": "shm" if t.job in self.shm else "tcp"}
         self.totals["compute"] += compute_s
         self.totals["overhead"] += overhead
         self.totals["stall"] += t1 - t0
@@ -313,13 +423,12 @@ class Executor:
                        wall_over_compute=round(wall / comp, 4) if comp > 0 else None,
                        start_to_first_compute_s=round(self.first_compute_age, 3)
                        if self.first_compute_age is not None else None,
-                       pipelined=self.pull_pool is not None)
+                       pipelined=self.pull_pool is not None,
+                       transport="shm" if self.shm else "tcp")
 
     def _compute(self, t: ExecTask, job: ExecJob, slot: JobSlot
                  ) -> tuple[float, int, int, float]:
         """Run the task's iterations: (seconds, samples, iterations, perf_counter at start)."""
-        from hetsched.runtime.workloads import gather
-
         counts = job.task_counts(t.round, t.task)
         total = job.round_samples(t.round)
         dev = self.opts.device
@@ -332,11 +441,9 @@ class Executor:
             if n == 0:
                 continue
             idx = task_indices(job, self.opts.seed, t.round, t.task, k)
-            x, y = gather(self.data[t.job], idx)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             scale = 1.0 / (job.tasks_per_round * len(counts)) if self.opts.average \
                 else n / total
-            (loss_fn(model(x), y) * scale).backward()
+            iteration(model, loss_fn, self.data[t.job], idx, dev, scale)
             if k == 0:
                 slot.check_loaded()
             if self.opts.emulation is not None:
