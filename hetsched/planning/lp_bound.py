@@ -55,7 +55,10 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.planning.lp_configs import merge_configs, pareto_configs
 from hetsched.planning.lp_grid import activity_grid, columns, windows
 
-MAX_VARS = 30_000  # LP columns; the time grid is coarsened to fit, else no LP bound
+MAX_VARS = 45_000  # LP columns; the time grid is coarsened to fit, else no LP bound
+#: and at most this many per job (few jobs: a finer grid no longer pays for its cuts)
+VARS_PER_JOB = 1_000
+MIN_VARS = 20_000  # ... but this many whatever the jobs
 MAX_CONFIGS = 400  # Pareto configurations per job
 INTERVALS = 192  # bounded time intervals at most (placed where the jobs run)
 #: a job's bounded intervals reach this many times its estimated stay past its arrival;
@@ -98,7 +101,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     if any(c is None or len(c[0]) == 0 for c in confs):
         return None
     # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
-    cap = int(min(MAX_CONFIGS, max(4, MAX_VARS // (GRID_TARGET * max(p.S, 1)))))
+    max_vars = min(MAX_VARS, max(VARS_PER_JOB * p.S, MIN_VARS))
+    cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * max(p.S, 1)))))
     merged = [merge_configs(c[0], c[1], cap) for c in confs if c is not None]
     Pmin = np.array([float(pt.min()) for _, pt in merged])
     a = p.arrival.astype(float)
@@ -109,11 +113,13 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     n = n_intervals
     while True:  # the finest activity grid whose windowed LP fits
         bnd = activity_grid(a, span, t0, t1, n)
-        first, last = windows(bnd, a, a + WINDOW * span)
-        if columns(n_conf, first, last) <= MAX_VARS or n <= MIN_INTERVALS:
+        first, last = windows(bnd, a, np.full(p.S, t1))  # whole horizon while it fits
+        if columns(n_conf, first, last) > max_vars:
+            first, last = windows(bnd, a, a + WINDOW * span)
+        if columns(n_conf, first, last) <= max_vars or n <= MIN_INTERVALS:
             break
         n = max(MIN_INTERVALS, int(n * 0.7))
-    if columns(n_conf, first, last) > MAX_VARS:
+    if columns(n_conf, first, last) > max_vars:
         return None
     scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
     lp = _build(p, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first, last)
@@ -141,6 +147,8 @@ class _LP:
     x: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: per job: its tail's y columns (the unbounded last interval)
     tail: list[list[int]] = field(default_factory=list)
+    #: cuts found this round, added together
+    pending: _Rows = field(default_factory=lambda: _Rows())
 
 
 class _Rows:
@@ -168,8 +176,6 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
     from ``left[last[i]]`` on (no capacity or length limit there: a relaxation).
     """
     import highspy
-
-    from hetsched.planning.solver import quiet_stdout
 
     inf = highspy.kHighsInf
     col_lo: list[float] = []
@@ -224,12 +230,22 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         lp.C.append(c)
     for (ty, k), terms in cap.items():
         rows.add(terms, -inf, float(p.n_type[ty]) * float(left[k + 1] - left[k]))
+    lp.h = _highs(rows, col_lo, cost)
+    return lp
+
+
+def _highs(rows: _Rows, col_lo: list[float], cost: list[float]) -> Any:
+    """A quiet HiGHS instance holding ``min cost.x`` over ``rows``, ``x >= col_lo``."""
+    import highspy
+
+    from hetsched.planning.solver import quiet_stdout
+
     model = highspy.HighsLp()
     n = len(col_lo)
     model.num_col_, model.num_row_ = n, len(rows.lo)
     model.col_cost_ = np.array(cost)
     model.col_lower_ = np.array(col_lo)
-    model.col_upper_ = np.full(n, inf)
+    model.col_upper_ = np.full(n, highspy.kHighsInf)
     model.row_lower_ = np.array(rows.lo)
     model.row_upper_ = np.array(rows.hi)
     model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
@@ -241,8 +257,7 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.passModel(model)
-    lp.h = h
-    return lp
+    return h
 
 
 def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
@@ -265,9 +280,12 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
         lp.x = np.asarray(h.getSolution().col_value)
         value = max(value, sum(float(w[i]) * (float(lp.x[lp.C[i]]) - float(au[i]))
                                for i in range(len(lp.C))) * scale)
+        if rounds == MAX_ROUNDS:
+            break  # no cuts that no round would use
         tails = _add_tail_cuts(lp, confs, scale)
         if not (_add_interval_cuts(lp, confs, scale) or tails):
             break
+        _flush_rows(lp)
     return value, rounds
 
 
@@ -277,11 +295,23 @@ def tail(u: np.ndarray, pt: np.ndarray) -> float:
 
 
 def _add_row(lp: _LP, terms: list[tuple[int, float]], lower: float) -> None:
+    """Queue the cut ``sum coef * x[col] >= lower`` (:func:`_flush_rows` adds them)."""
+    lp.pending.add(terms, lower, math.inf)
+
+
+def _flush_rows(lp: _LP) -> None:
+    """Add the queued cuts to the live model in one call."""
     import highspy
 
-    idx = np.array([c for c, _ in terms], dtype=np.int32)
-    val = np.array([v for _, v in terms], dtype=float)
-    lp.h.addRow(float(lower), highspy.kHighsInf, len(idx), idx, val)
+    rows = lp.pending
+    if not rows.lo:
+        return
+    n = len(rows.lo)
+    starts = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])[:-1]]).astype(np.int32)
+    idx = np.array([c for r in rows.idx for c in r], dtype=np.int32)
+    val = np.array([v for r in rows.val for v in r], dtype=float)
+    lp.h.addRows(n, np.array(rows.lo), np.full(n, highspy.kHighsInf), len(idx), starts, idx, val)
+    lp.pending = _Rows()
 
 
 def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float) -> bool:

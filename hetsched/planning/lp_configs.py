@@ -20,12 +20,15 @@ def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray, iters: float | Non
     X, it = X[ok], it[ok]
     order = np.lexsort((X.sum(axis=1), it))  # fastest first, fewer GPUs first among ties
     X, it = X[order], it[order]
-    keep: list[int] = []
-    for r in range(len(X)):
-        # dominated if a kept (faster or as fast) configuration uses no more of every type
-        if keep and (X[keep] <= X[r]).all(axis=1).any():
+    # dominated if an earlier (faster or as fast) configuration uses no more of every type;
+    # ``up`` marks every count vector at or above a kept one (its up-set)
+    up = np.zeros(tuple(int(v) + 1 for v in X.max(axis=0, initial=0)), dtype=bool)
+    keep = np.zeros(len(X), dtype=bool)
+    for r, x in enumerate(X.tolist()):
+        if up[tuple(x)]:
             continue
-        keep.append(r)
+        keep[r] = True
+        up[tuple(slice(v, None) for v in x)] = True
     return X[keep], it[keep] * float(p.iters[i] if iters is None else iters)
 
 

@@ -12,24 +12,30 @@ from __future__ import annotations
 
 import numpy as np
 
-#: where between a job's arrival and its estimated completion the activity grid puts
-#: points (multiples of that span after the arrival)
-SPREAD = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
+#: where after a job's arrival the activity grid puts points: multiples of its estimated
+#: stay from ``SPREAD[0]`` (or 1 / the points per job, if more) to ``SPREAD[1]``
+#: (geometric), and the arrival itself
+SPREAD = (1 / 32, 4.0)
 
 
 def activity_grid(a: np.ndarray, span: np.ndarray, t0: float, t1: float, n: int) -> np.ndarray:
     """About ``n`` interval boundaries from ``t0`` to ``t1``, dense where jobs run.
 
     ``span[i]``: an estimate of how long job i is in the system. The boundaries
-    are quantiles of the points ``a_i + f span_i`` (``f`` in ``SPREAD``), so
+    are quantiles of the points ``a_i + f span_i`` (``f`` 0 and geometric over ``SPREAD``), so
     the grid is fine where many jobs arrive and run, coarse where few do,
     whatever the arrivals' spread (a geometric grid from the first arrival is
     fine only at the start). Any grid keeps the LP valid.
     """
-    pts = np.concatenate([a + f * span for f in SPREAD])
+    m = max(10, 2 * n // max(len(a), 1))  # points per job: a fine grid for few jobs too
+    f = np.concatenate([[0.0], np.geomspace(max(SPREAD[0], 1.0 / m), SPREAD[1], m - 1)])
+    pts = (a[:, None] + f[None, :] * span[:, None]).ravel()
     pts = np.clip(pts, t0, t1)
     q = np.quantile(pts, np.linspace(0.0, 1.0, max(n, 1) + 1), method="lower")
-    return np.unique(np.concatenate([[t0], q, [t1]]))
+    arr = np.unique(a)
+    if len(arr) > n // 2:  # arrivals as boundaries too while they are few
+        arr = arr[:0]
+    return np.unique(np.concatenate([[t0], q, arr, [t1]]))
 
 
 def windows(bnd: np.ndarray, a: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
