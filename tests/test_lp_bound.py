@@ -70,7 +70,7 @@ def test_plan_json_names_the_active_bound(runner, examples) -> None:
                                str(examples["throughputs"]), "--format", "json"])
     assert res.exit_code == 0, res.output
     lb = json.loads(res.stdout)["lower_bound"]
-    assert lb["kind"] in ("lp", "alone", "fluid")
+    assert lb["kind"] in ("lp", "alone", "fluid", "pooled")
     assert 0 < lb["weighted_jct_s"] <= json.loads(res.stdout)["objective"]["weighted_jct_s"]
 
 

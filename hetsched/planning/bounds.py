@@ -1,7 +1,7 @@
 """A valid lower bound on total weighted JCT for space sharing.
 
-Both bounds below are relaxations, so no plan can beat them; the reported bound
-is the larger. They use the planner's model with two optimistic twists that
+The bounds below are relaxations, so no plan can beat them; the reported bound
+is the largest. They use the planner's model with two optimistic twists that
 make them bounds on what the evaluator can produce: continuous (not integer)
 batch shares, and the all-reduce at intra-node bandwidth whenever a job's GPUs
 could fit in one node.
@@ -21,13 +21,24 @@ could fit in one node.
    ``sum w_i a_i`` bounds the weighted JCT. Every price vector gives a valid
    bound; we take the best of a few (one per GPU, and each type's speed).
 
-3. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
+3. *Pooled speed with release dates* (pooled_bound.py): the same priced pool,
+   arrivals kept, preemptive WSPT's mean busy times plus half of each job's
+   least time; never below 2.
+
+4. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
    configurations that sees jobs competing for the same GPU types; solved
-   while it is small, and usually by far the tightest.
+   up to ``LP_MAX_JOBS`` jobs within its size limit, and usually by far the
+   tightest.
 
 The reported bound is the largest valid one; ``lower_bound_info`` says which
-(``alone``, ``fluid`` or ``lp``), and the plan carries it as
+(``alone``, ``fluid``, ``pooled`` or ``lp``), and the plan carries it as
 ``lower_bound.kind``.
+
+*Elastic jobs* may run at any batch in their range, and a larger batch runs a
+GPU faster, so their iteration times here are every GPU at its peak rate, no
+communication, at the best statistical efficiency of the range
+(:func:`_elastic_gain`), on up to ``min(max_batch, max_gpus)`` GPUs: valid for
+any batch the planner picks.
 
 The minima over ``x`` are taken over the lattice of count vectors when it is
 small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation

@@ -68,8 +68,8 @@ TIME_LIMIT_S = 60.0  # per LP solve, a safety net only: the iteration limit ends
 #: simplex iterations per LP solve: a solve that hits it ends the rounds (counted, not
 #: timed, so the same inputs give the same bound on a quiet and on a busy machine)
 ITERATION_LIMIT = 100_000
-#: lattice points (count vectors over all jobs) above which the LP is not tried: finding
-#: the Pareto configurations is quadratic in them
+#: lattice points (count vectors over distinct workloads and batches) above which the LP is
+#: not tried: every one is a Pareto candidate
 MAX_LATTICE_POINTS = 400_000
 SAFETY = 1e-6  # relative shave for solver tolerances
 MAX_ROUNDS = 4  # cutting-plane rounds for the tail inequality
@@ -94,9 +94,9 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         time_limit_s = TIME_LIMIT_S
     if any(X is None or not len(X) for X in lattices):
         return None
-    if sum(len(X) for X in lattices if X is not None) > MAX_LATTICE_POINTS:
-        return None
     if confs is None:
+        if sum(len(X) for X in lattices if X is not None) > MAX_LATTICE_POINTS:
+            return None
         confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
     if any(c is None or len(c[0]) == 0 for c in confs):
         return None
