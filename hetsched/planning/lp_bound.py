@@ -28,8 +28,11 @@ relaxation with the mean-busy-time inequality, with configurations as modes):
   every round's value is a valid bound; a fixed number of rounds, so the
   same inputs give the same bound). With all work on the fastest
   configuration this is the classic ``C >= M + P/2``.
-* the last interval ``[horizon, inf)`` has no capacity or length limit, so
-  the LP is feasible and valid whatever the horizon.
+* each job's last interval ``[end of its window, inf)`` has no capacity or
+  length limit (its work there counts at the window's end), so the LP is
+  feasible and valid whatever the horizon and the windows (lp_grid.py: the
+  grid is placed where the jobs are in the system, a job's window reaches
+  ``WINDOW`` times its estimated stay when the whole horizon does not fit).
 
 Every schedule the evaluator can produce (integer batches, real placements,
 restart costs, one configuration per segment) induces a feasible point of
@@ -37,9 +40,12 @@ this LP with ``C_i`` its completion times, so ``sum w_i (C_i - a_i)`` at the
 LP optimum bounds the total weighted JCT from below. HiGHS's tolerances are
 covered by shaving 1e-6 off the value.
 
-It is solved only while it is small (``MAX_VARS`` variables, a per-job
-lattice of at most ``bounds.LATTICE_MAX`` count vectors); above that,
-:func:`lp_lower_bound` returns ``None`` and the older bounds stand alone.
+Its size is capped (``MAX_VARS`` columns, ``VARS_PER_JOB`` per job above
+``MIN_VARS``): the grid is coarsened and each job's configurations merged
+into fewer optimistic ones (lp_configs.py) until it fits. Where a job's
+lattice is too large (``bounds.LATTICE_MAX``) or even the coarsest grid
+does not fit, :func:`lp_lower_bound` returns ``None`` and the other bounds
+stand alone.
 """
 
 from __future__ import annotations
