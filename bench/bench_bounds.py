@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,18 +96,24 @@ def best_plan(p: PlanningProblem) -> tuple[float, str]:
     return best, who
 
 
-def traces() -> list[dict[str, object]]:
-    """Larger instances from Gavel's traces (free sizes, 12 V100 + 12 P100 + 12 K80):
-    the bound of each kind, its CPU time and the gap to auto's plan (restart cost 0)."""
-    import os
+#: the offline planners tried besides ``auto`` on the trace instances (not the product's:
+#: more samples, other seeds), to see how far the best plan drops: (label, policy, params)
+STRONGER = (("exhaustive", "exhaustive", None), ("has refill", "has", {"refill": True}),
+            ("jps 256 seed 1", "jps", {"samples": 256, "seed": 1}),
+            ("jps 256 seed 2", "jps", {"samples": 256, "seed": 2}))
+#: a larger LP than the product's (columns, rounds, configurations per job, intervals):
+#: how far the bound rises with ~10x its CPU
+CEILING = {"MAX_VARS": 200_000, "VARS_PER_JOB": 10_000, "MIN_VARS": 200_000, "MAX_ROUNDS": 8,
+           "GRID_TARGET": 2, "INTERVALS": 400, "ITERATION_LIMIT": 10_000_000}
 
+
+def trace_problems() -> list[tuple[str, PlanningProblem]]:
+    """Gavel's traces with free sizes on 12 V100 + 12 P100 + 12 K80 (the Gavel replay's)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_gavel_replay import GAVEL, TABLE, cluster
 
     from hetsched.io.specs import parse_jobs
     from hetsched.io.traces import parse_trace
-    from hetsched.planning.bounds import lower_bound_info
-    from hetsched.planning.planner import plan_problem
 
     out = []
     for name, limit in (("medium_test.trace", 1000), ("msr-seed0-0e4a51.trace", 50),
@@ -114,17 +121,59 @@ def traces() -> list[dict[str, object]]:
         specs, _ = parse_trace(GAVEL / "traces" / name, limit)
         jobs = parse_jobs([{**s, "requested_gpus": None} for s in specs
                            if s["requested_gpus"] <= 12], name)
-        p = PlanningProblem(jobs, cluster(), TABLE)
+        out.append((name, PlanningProblem(jobs, cluster(), TABLE)))
+    return out
+
+
+def ceiling_bound(p: PlanningProblem) -> tuple[float | None, float]:
+    """The joint LP with the ``CEILING`` sizes (offline), and its CPU seconds; None when
+    its first solve ends at the iteration limit."""
+    from hetsched.planning import bounds, lp_bound
+    from hetsched.planning.pooled_bound import pooled_bound
+
+    saved = {k: getattr(lp_bound, k) for k in CEILING}
+    c0 = time.process_time()
+    try:
+        for k, v in CEILING.items():
+            setattr(lp_bound, k, v)
+        sb = bounds._simple_bounds(p)
+        _, comp = pooled_bound(p.weight, p.arrival, sb.P, sb.E_pool, p.n_type.astype(float),
+                               sb.pool_prices)
+        lp = lp_bound.lp_lower_bound(p, sb.lattices, n_intervals=CEILING["INTERVALS"],
+                                     confs=sb.confs, hint=comp)
+    finally:
+        for k, v in saved.items():
+            setattr(lp_bound, k, v)
+    return (float(lp["weighted_jct_s"]) if lp else None), time.process_time() - c0
+
+
+def traces(stronger: bool, ceiling: bool) -> list[dict[str, object]]:
+    """Larger instances: the bound of each kind, its CPU time and the gap to the best plan
+    (auto's, or with ``stronger`` the best of auto and ``STRONGER``; restart cost 0)."""
+    import os
+
+    out = []
+    for name, p in trace_problems():
         c0 = time.process_time()
         info = lower_bound_info(p)
         cpu = time.process_time() - c0
-        plan = plan_problem(p, "auto", restart_cost_s=0.0)
-        best = plan.weighted_jct_s
+        plans: dict[str, dict[str, Any]] = {}
+        for label, pol, params in (("auto", "auto", None),) + (STRONGER if stronger else ()):
+            c1 = time.process_time()
+            plan = plan_problem(p, pol, params, restart_cost_s=0.0)
+            plans[label] = {"value": plan.weighted_jct_s, "policy": plan.policy,
+                            "cpu_s": round(time.process_time() - c1, 1)}
+        who = min(plans, key=lambda k: plans[k]["value"])
+        best = float(plans[who]["value"])
         row = {"trace": name, "jobs": p.S, "gpus": p.K, "kind": info["kind"],
-               "bounds": info["bounds"], "bound_cpu_s": round(cpu, 2), "best": best,
-               "best_policy": plan.policy, "gap": (best - info["weighted_jct_s"]) / best,
-               "old_gap": (best - max(info["bounds"]["alone"], info["bounds"]["fluid"])) / best,
+               "bounds": info["bounds"], "bound_cpu_s": round(cpu, 2), "plans": plans,
+               "best": best, "best_by": who, "gap": (best - info["weighted_jct_s"]) / best,
+               "auto_above_best": plans["auto"]["value"] / best - 1,
                "load": os.getloadavg()[0]}
+        if ceiling:
+            v, c = ceiling_bound(p)
+            row.update(ceiling_bound=v, ceiling_cpu_s=round(c, 1),
+                       ceiling_gap=None if v is None else (best - v) / best)
         print(json.dumps(row), flush=True)
         out.append(row)
     return out
@@ -138,9 +187,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_bounds.json"))
     ap.add_argument("--traces", action="store_true",
                     help="only the larger Gavel-trace instances (19-200 jobs)")
+    ap.add_argument("--stronger", action="store_true",
+                    help="with --traces: also the offline planners of STRONGER (minutes)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="with --traces: also the larger LP of CEILING (~10x the CPU)")
     args = ap.parse_args()
     if args.traces:
-        rows_t = traces()
+        rows_t = traces(args.stronger, args.ceiling)
         Path(args.out).write_text(json.dumps({"machine": platform.platform(),
                                               "command": " ".join(["python", *sys.argv]),
                                               "rows": rows_t}, indent=2) + "\n")
@@ -149,16 +202,16 @@ def main() -> None:
     rows = []
     for k in range(args.n):
         p = instance(rng, arrivals=not args.batch)
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU seconds: the same on a busy machine
         info = lower_bound_info(p)
-        t_lb = time.perf_counter() - t0
+        t_lb = time.process_time() - t0
         best, who = best_plan(p)
         old = max(info["bounds"]["alone"], info["bounds"]["fluid"])
         new = info["weighted_jct_s"]
         rows.append({"jobs": p.S, "gpus": int(p.K), "types": p.T, "best": best, "best_by": who,
                      "old_bound": old, "new_bound": new, "kind": info["kind"],
                      "old_gap": (best - old) / best, "new_gap": (best - new) / best,
-                     "bound_time_s": t_lb})
+                     "bound_cpu_s": t_lb})
         r = rows[-1]
         print(f"{k:3d} S={p.S} K={p.K} T={p.T} best={best:12.1f} ({who:17s}) "
               f"old gap {r['old_gap']:6.1%} new gap {r['new_gap']:6.1%} [{r['kind']}] "
@@ -171,8 +224,8 @@ def main() -> None:
         "p90_new_gap": float(np.quantile([r["new_gap"] for r in rows], 0.9)),
         "max_new_gap": max(r["new_gap"] for r in rows),
         "lp_active": sum(r["kind"] == "lp" for r in rows),
-        "median_bound_time_s": statistics.median(r["bound_time_s"] for r in rows),
-        "max_bound_time_s": max(r["bound_time_s"] for r in rows),
+        "median_bound_cpu_s": statistics.median(r["bound_cpu_s"] for r in rows),
+        "max_bound_cpu_s": max(r["bound_cpu_s"] for r in rows),
         "bound_above_best_plan": len(invalid),
     }
     out = {"machine": platform.platform(), "python": platform.python_version(),

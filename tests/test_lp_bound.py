@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.bounds import _lattice, lower_bound_info
-from hetsched.planning.lp_bound import pareto_configs, tail
+from hetsched.planning.lp_bound import tail
+from hetsched.planning.lp_configs import pareto_configs
 from hetsched.planning.planner import plan_problem
 from tests.planner_helpers import instances, make_cluster, make_job, make_table
 
@@ -18,14 +19,19 @@ from tests.planner_helpers import instances, make_cluster, make_job, make_table
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(max_jobs=5, max_gpus=10))
 def test_lp_bound_never_above_an_exact_or_any_plan(inst) -> None:
-    """Valid: at most the objective of exhaustive (per event and static) and auto, restart 0."""
+    """Valid: at most the objective of exhaustive (per event and static) and auto, with
+    restart cost 0 and 30 s; the pooled bound is never below the priced-capacity one."""
     p = inst.problem()
     info = lower_bound_info(p)
     assert info["weighted_jct_s"] == max(info["bounds"].values())
     assert info["weighted_jct_s"] >= max(info["bounds"]["alone"], info["bounds"]["fluid"]) - 1e-9
-    for policy, static in (("exhaustive", False), ("exhaustive", True), ("auto", False)):
-        plan = plan_problem(p, policy, static=static, restart_cost_s=0.0)
-        assert info["weighted_jct_s"] <= plan.weighted_jct_s * (1 + 1e-9) + 1e-9, (policy, static)
+    assert info["bounds"]["pooled"] >= info["bounds"]["fluid"] * (1 - 1e-9) - 1e-9
+    for policy, static, restart in (("exhaustive", False, 0.0), ("exhaustive", True, 0.0),
+                                    ("auto", False, 0.0), ("exhaustive", False, 30.0),
+                                    ("auto", False, 30.0)):
+        plan = plan_problem(p, policy, static=static, restart_cost_s=restart)
+        assert info["weighted_jct_s"] <= plan.weighted_jct_s * (1 + 1e-9) + 1e-9, \
+            (policy, static, restart)
 
 
 def contended() -> PlanningProblem:
@@ -64,7 +70,7 @@ def test_plan_json_names_the_active_bound(runner, examples) -> None:
                                str(examples["throughputs"]), "--format", "json"])
     assert res.exit_code == 0, res.output
     lb = json.loads(res.stdout)["lower_bound"]
-    assert lb["kind"] in ("lp", "alone", "fluid")
+    assert lb["kind"] in ("lp", "alone", "fluid", "pooled")
     assert 0 < lb["weighted_jct_s"] <= json.loads(res.stdout)["objective"]["weighted_jct_s"]
 
 
@@ -113,23 +119,77 @@ def many_jobs(n: int = 40) -> PlanningProblem:
 
 
 @pytest.mark.slow
-def test_lp_bound_sees_40_jobs_with_merged_configurations_and_thinned_arrivals() -> None:
+def test_lp_bound_sees_40_jobs_with_merged_configurations_and_windows() -> None:
     """Above the old 16-job limit the joint LP still runs (configurations merged and
-    arrivals thinned to fit its size cap), stays below every plan, beats the per-job
-    bounds and is reproducible."""
+    each job's intervals limited to a window after its arrival to fit its size cap),
+    stays below every plan, beats the per-job bounds and is reproducible."""
     from hetsched.planning import lp_bound
 
     p = many_jobs()
     info = lower_bound_info(p)
     assert info["kind"] == "lp"
     lp = lp_bound.lp_lower_bound(p, [_lattice(p, i) for i in range(p.S)])
-    assert lp is not None and lp["intervals"] < p.S  # fewer boundaries than arrivals
+    assert lp is not None
     full = sum(len(pareto_configs(p, i, _lattice(p, i))[0]) for i in range(p.S))
     assert lp["configs"] < full  # merged
-    assert lp["configs"] * lp["intervals"] <= lp_bound.MAX_VARS
+    assert lp["columns"] <= lp_bound.MAX_VARS < lp["configs"] * lp["intervals"]  # windows
     old = max(info["bounds"]["alone"], info["bounds"]["fluid"])
     plan = plan_problem(p, "auto", restart_cost_s=0.0)
     assert old < info["weighted_jct_s"] <= plan.weighted_jct_s
     assert plan.to_dict()["lower_bound"]["gap"] == pytest.approx(
         plan.weighted_jct_s / info["weighted_jct_s"] - 1, rel=1e-4)
     assert lower_bound_info(many_jobs()) == info
+
+
+def test_wspt_mean_busy_times_bound_every_order_with_release_dates() -> None:
+    """Preemptive WSPT's sum w M is at most every non-preemptive order's (brute force),
+    with release dates, and equals Smith's rule without them."""
+    import itertools
+
+    from hetsched.planning.pooled_bound import wspt_mean_busy
+
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        n = 4
+        w, q = rng.uniform(0.5, 2.0, n), rng.uniform(0.0, 5.0, n)
+        r = rng.choice([0.0, 0.0, 1.0, 3.0, 6.0], n)
+        lb = float(w @ wspt_mean_busy(w, q, r))
+        for order in itertools.permutations(range(n)):
+            t, val = 0.0, 0.0
+            for j in order:
+                t = max(t, r[j])
+                val += w[j] * (t + q[j] / 2)
+                t += q[j]
+            assert lb <= val + 1e-9
+    w, q = np.array([1.0, 2.0, 1.0]), np.array([3.0, 1.0, 2.0])
+    M = wspt_mean_busy(w, q, np.zeros(3))  # Smith's order: 1, 2, 0
+    assert M == pytest.approx([3 + 1.5, 0.5, 1 + 1.0])
+
+
+def elastic_instance() -> PlanningProblem:
+    """Three elastic jobs whose spec batch is small: a larger batch runs each GPU faster."""
+    import dataclasses
+
+    from hetsched.core.spec import Elastic
+
+    table = make_table({(w, t): (0.01, c, 256) for w in ("w0", "w1")
+                        for t, c in (("v100", 0.001), ("k80", 0.004))})
+    cluster = make_cluster([("v", "v100", 4), ("k0", "k80", 4)])
+    jobs = [dataclasses.replace(make_job(f"j{k}", f"w{k % 2}", dataset_size=16 * 3000,
+                                         global_batch=16),
+                                elastic=Elastic(8, 1024)) for k in range(3)]
+    return PlanningProblem(jobs, cluster, table)
+
+
+@pytest.mark.slow
+def test_bound_covers_elastic_plans_that_change_the_batch() -> None:
+    """An elastic job may run at any batch in its range (ones does: larger batches, faster
+    per GPU), so the bound may not assume its spec batch: it stays below ones's plan
+    (the bound at the spec batch, 163.9 s, was above its 149.6 s)."""
+    p = elastic_instance()
+    info = lower_bound_info(p)
+    ones = plan_problem(p, "ones", restart_cost_s=0.0)
+    assert any(s.global_batch not in (None, 16) for jp in ones.jobs for s in jp.segments)
+    assert 0 < info["weighted_jct_s"] <= ones.weighted_jct_s
+    fixed = plan_problem(p, "exhaustive", restart_cost_s=0.0)
+    assert info["weighted_jct_s"] <= fixed.weighted_jct_s

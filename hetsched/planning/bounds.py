@@ -1,7 +1,7 @@
 """A valid lower bound on total weighted JCT for space sharing.
 
-Both bounds below are relaxations, so no plan can beat them; the reported bound
-is the larger. They use the planner's model with two optimistic twists that
+The bounds below are relaxations, so no plan can beat them; the reported bound
+is the largest. They use the planner's model with two optimistic twists that
 make them bounds on what the evaluator can produce: continuous (not integer)
 batch shares, and the all-reduce at intra-node bandwidth whenever a job's GPUs
 could fit in one node.
@@ -21,13 +21,24 @@ could fit in one node.
    ``sum w_i a_i`` bounds the weighted JCT. Every price vector gives a valid
    bound; we take the best of a few (one per GPU, and each type's speed).
 
-3. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
+3. *Pooled speed with release dates* (pooled_bound.py): the same priced pool,
+   arrivals kept, preemptive WSPT's mean busy times plus half of each job's
+   least time; never below 2.
+
+4. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
    configurations that sees jobs competing for the same GPU types; solved
-   while it is small, and usually by far the tightest.
+   up to ``LP_MAX_JOBS`` jobs within its size limit, and usually by far the
+   tightest.
 
 The reported bound is the largest valid one; ``lower_bound_info`` says which
-(``alone``, ``fluid`` or ``lp``), and the plan carries it as
+(``alone``, ``fluid``, ``pooled`` or ``lp``), and the plan carries it as
 ``lower_bound.kind``.
+
+*Elastic jobs* may run at any batch in their range, and a larger batch runs a
+GPU faster, so their iteration times here are every GPU at its peak rate, no
+communication, at the best statistical efficiency of the range
+(:func:`_elastic_gain`), on up to ``min(max_batch, max_gpus)`` GPUs: valid for
+any batch the planner picks.
 
 The minima over ``x`` are taken over the lattice of count vectors when it is
 small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation
@@ -36,13 +47,17 @@ small enough (``LATTICE_MAX`` points per job); above it, a cruder relaxation
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from hetsched.core.efficiency import efficiency
 from hetsched.core.estimates import Bound
 from hetsched.core.problem import PlanningProblem
-from hetsched.planning.lp_bound import lp_lower_bound
+from hetsched.planning.lp_bound import MAX_LATTICE_POINTS, lp_lower_bound
+from hetsched.planning.lp_configs import pareto_configs
+from hetsched.planning.pooled_bound import pooled_bound, price_family
 
 LATTICE_MAX = 60_000  # count vectors per job for the exact minima
 TOTAL_LATTICE_MAX = 600_000  # and over all distinct (workload, batch) pairs
@@ -51,15 +66,35 @@ TOTAL_LATTICE_MAX = 600_000  # and over all distinct (workload, batch) pairs
 LP_MAX_JOBS = 200
 
 
+def _hi(p: PlanningProblem, i: int) -> int:
+    """The most GPUs job i may use: an elastic job's batch may grow to its ``max_batch``."""
+    el = p.jobs[i].elastic
+    if el is None:
+        return int(p.hi[i])
+    hi = min(int((p.allowed[i] * p.n_type).sum()), int(el.max_batch))
+    cap = p.jobs[i].max_gpus
+    return hi if cap is None else min(hi, int(cap))
+
+
+def _elastic_gain(p: PlanningProblem, i: int) -> float:
+    """The most spec-batch iterations one sample can be worth for an elastic job: its
+    statistical efficiency at ``min_batch`` (1 with no known noise scale), at least 1."""
+    el = p.jobs[i].elastic
+    if el is None:
+        return 1.0
+    return max(1.0, efficiency(float(el.min_batch), float(p.B[i]), el.noise_scale))
+
+
 def _lattice(p: PlanningProblem, i: int) -> np.ndarray | None:
     """All per-type count vectors job i may use (0..min(n_t, hi) of allowed types)."""
-    dims = [int(min(p.n_type[t], p.hi[i])) + 1 if p.allowed[i, t] else 1 for t in range(p.T)]
+    hi_i = _hi(p, i)
+    dims = [int(min(p.n_type[t], hi_i)) + 1 if p.allowed[i, t] else 1 for t in range(p.T)]
     size = int(np.prod(dims))
     if size > LATTICE_MAX:
         return None
     X = np.array(np.unravel_index(np.arange(size), dims)).T
     k = X.sum(axis=1)
-    return X[(k >= p.lo[i]) & (k <= p.hi[i])]
+    return X[(k >= p.lo[i]) & (k <= hi_i)]
 
 
 def best_iteration_time(p: PlanningProblem, i: int) -> float:
@@ -107,10 +142,13 @@ def lower_bound(p: PlanningProblem) -> float:
     Computes every bound afresh; the values per kind are left in
     ``p.estimates.extra["lower_bounds"]``. :func:`lower_bound_info` memoises.
     """
-    lb_alone, lb_fluid, lattices = _simple_bounds(p)
-    vals = {"alone": lb_alone, "fluid": lb_fluid}
+    sb = _simple_bounds(p)
+    vals = {"alone": sb.alone, "fluid": sb.fluid}
+    pooled, completion = pooled_bound(p.weight.astype(float), p.arrival.astype(float), sb.P,
+                                      sb.E_pool, p.n_type.astype(float), sb.pool_prices)
+    vals["pooled"] = pooled
     if p.S <= LP_MAX_JOBS:
-        lp = lp_lower_bound(p, lattices)
+        lp = lp_lower_bound(p, sb.lattices, confs=sb.confs, hint=completion)
         if lp is not None:
             vals["lp"] = float(lp["weighted_jct_s"])
     p.estimates.extra["lower_bounds"] = vals
@@ -129,8 +167,54 @@ def lower_bound_info(p: PlanningProblem) -> dict[str, Any]:
             "bounds": dict(p.estimates.extra.get("lower_bounds") or {})}
 
 
-def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | None]]:
-    """The alone and priced-capacity bounds, and each job's lattice (None where too large)."""
+@dataclass
+class _Simple:
+    """The per-job bounds and what the pooled and LP bounds reuse."""
+
+    alone: float
+    fluid: float
+    lattices: list[np.ndarray | None]
+    #: per job, its Pareto configurations and their times (None where not computed)
+    confs: list[tuple[np.ndarray, np.ndarray] | None]
+    P: np.ndarray  # (S,) least time of each job on any configuration
+    E_pool: np.ndarray  # (len(pool_prices), S) least priced GPU-seconds
+    pool_prices: list[np.ndarray]
+
+
+def _job_minima(p: PlanningProblem, i: int, X: np.ndarray | None, prices: list[np.ndarray],
+                pareto: bool) -> tuple[float, list[float], tuple[np.ndarray, np.ndarray] | None]:
+    """Job i's best iteration time, least priced seconds per iteration under each price,
+    and (if ``pareto``) its Pareto configurations with per-iteration times."""
+    r = p.per_gpu_rate(i)  # peak samples/s per GPU of each type
+    elastic = p.jobs[i].elastic is not None
+    if X is not None and len(X):
+        if elastic:  # any batch: every GPU at its peak rate, no communication, best efficiency
+            it = float(p.B[i]) / (_elastic_gain(p, i) * np.maximum(X @ r, 1e-300))
+        else:
+            it = p.iter_time(i, X)
+        per_it = [float(np.min(it * (X @ pi))) for pi in prices]
+        return float(it.min()), per_it, (pareto_configs(p, i, X, iters=1.0, it=it)
+                                          if pareto else None)
+    if elastic:
+        best_rate = float(np.sort(np.repeat(r, p.n_type))[::-1][:_hi(p, i)].sum())
+        gain = _elastic_gain(p, i)
+        return (float(p.B[i]) / (gain * best_rate),
+                [0.0 if (p.allowed[i] & (pi <= 0)).any() else
+                 float(p.B[i]) / (gain * np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0),
+                                                  0.0).max()) for pi in prices], None)
+    per_it = []
+    for pi in prices:
+        if (p.allowed[i] & (pi <= 0)).any():
+            per_it.append(0.0)  # a free GPU type: no priced work is needed
+            continue
+        per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
+        per_it.append(float(p.B[i] / per_price.max()))
+    return best_iteration_time(p, i), per_it, None
+
+
+def _simple_bounds(p: PlanningProblem) -> _Simple:
+    """The alone and priced-capacity bounds, each job's lattice (None where too large),
+    Pareto configurations (while the LP may run) and pooled-bound inputs."""
     S = p.S
     w = p.weight
     prices = [np.ones(p.T)]
@@ -139,35 +223,31 @@ def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | 
                       for t in range(p.T)])
     if speed.max() > 0:
         prices.append(speed)
+    pool_prices = price_family(speed)
+    allp = prices + pool_prices
     best_iter = np.empty(S)
-    E = np.empty((len(prices), S))
+    E = np.empty((len(allp), S))
     # Jobs of one workload and batch share the minima (per iteration): compute once.
-    memo: dict[tuple, tuple[float, list[float]]] = {}
+    memo: dict[tuple, tuple[float, list[float], tuple[np.ndarray, np.ndarray] | None]] = {}
     lat_memo: dict[tuple, np.ndarray | None] = {}
     lattices: list[np.ndarray | None] = []
+    confs: list[tuple[np.ndarray, np.ndarray] | None] = []
     budget = TOTAL_LATTICE_MAX
+    pareto_budget = MAX_LATTICE_POINTS if S <= LP_MAX_JOBS else 0
     for i in range(S):
         key = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(), p.allowed[i].tobytes(),
-               int(p.B[i]), float(p.model_mb[i]), p.sync[i].tobytes(), int(p.lo[i]), int(p.hi[i]))
+               int(p.B[i]), float(p.model_mb[i]), p.sync[i].tobytes(), int(p.lo[i]), int(p.hi[i]),
+               p.jobs[i].elastic)
         if key not in memo:
             X = _lattice(p, i) if budget > 0 else None
             lat_memo[key] = X
-            if X is not None and len(X):
-                budget -= len(X)
-                it = p.iter_time(i, X)
-                memo[key] = (float(it.min()), [float(np.min(it * (X @ pi))) for pi in prices])
-            else:
-                r = p.per_gpu_rate(i)  # peak samples/s per GPU of each type
-                per_it = []
-                for pi in prices:
-                    if (p.allowed[i] & (pi <= 0)).any():
-                        per_it.append(0.0)  # a free GPU type: no priced work is needed
-                        continue
-                    per_price = np.where(p.allowed[i], r / np.where(pi > 0, pi, 1.0), 0.0)
-                    per_it.append(float(p.B[i] / per_price.max()))
-                memo[key] = (best_iteration_time(p, i), per_it)
+            n = len(X) if X is not None else 0
+            budget -= n
+            memo[key] = _job_minima(p, i, X, allp, 0 < n <= pareto_budget)
+            pareto_budget -= n
         lattices.append(lat_memo[key])
-        best, per_it = memo[key]
+        best, per_it, cf = memo[key]
+        confs.append(None if cf is None else (cf[0], cf[1] * float(p.iters[i])))
         best_iter[i] = best
         E[:, i] = p.iters[i] * np.array(per_it)
     lb_alone = float((w * p.iters * best_iter).sum())
@@ -176,4 +256,5 @@ def _simple_bounds(p: PlanningProblem) -> tuple[float, float, list[np.ndarray | 
         cap = float(pi @ p.n_type)
         if cap > 0:
             lb_fluid = max(lb_fluid, _wspt(w, E[k] / cap) - float((w * p.arrival).sum()))
-    return lb_alone, lb_fluid, lattices
+    return _Simple(lb_alone, lb_fluid, lattices, confs, p.iters * best_iter,
+                   E[len(prices):], pool_prices)

@@ -28,8 +28,11 @@ relaxation with the mean-busy-time inequality, with configurations as modes):
   every round's value is a valid bound; a fixed number of rounds, so the
   same inputs give the same bound). With all work on the fastest
   configuration this is the classic ``C >= M + P/2``.
-* the last interval ``[horizon, inf)`` has no capacity or length limit, so
-  the LP is feasible and valid whatever the horizon.
+* each job's last interval ``[end of its window, inf)`` has no capacity or
+  length limit (its work there counts at the window's end), so the LP is
+  feasible and valid whatever the horizon and the windows (lp_grid.py: the
+  grid is placed where the jobs are in the system, a job's window reaches
+  ``WINDOW`` times its estimated stay when the whole horizon does not fit).
 
 Every schedule the evaluator can produce (integer batches, real placements,
 restart costs, one configuration per segment) induces a feasible point of
@@ -37,9 +40,12 @@ this LP with ``C_i`` its completion times, so ``sum w_i (C_i - a_i)`` at the
 LP optimum bounds the total weighted JCT from below. HiGHS's tolerances are
 covered by shaving 1e-6 off the value.
 
-It is solved only while it is small (``MAX_VARS`` variables, a per-job
-lattice of at most ``bounds.LATTICE_MAX`` count vectors); above that,
-:func:`lp_lower_bound` returns ``None`` and the older bounds stand alone.
+Its size is capped (``MAX_VARS`` columns, ``VARS_PER_JOB`` per job above
+``MIN_VARS``): the grid is coarsened and each job's configurations merged
+into fewer optimistic ones (lp_configs.py) until it fits. Where a job's
+lattice is too large (``bounds.LATTICE_MAX``) or even the coarsest grid
+does not fit, :func:`lp_lower_bound` returns ``None`` and the other bounds
+stand alone.
 """
 
 from __future__ import annotations
@@ -52,64 +58,41 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
-from hetsched.planning.lp_grid import fitting_grid
+from hetsched.planning.lp_configs import merge_configs, pareto_configs
+from hetsched.planning.lp_grid import activity_grid, columns, windows
 
-MAX_VARS = 60_000  # LP columns; the time grid is coarsened to fit, else no LP bound
+MAX_VARS = 45_000  # LP columns; the time grid is coarsened to fit, else no LP bound
+#: and at most this many per job (few jobs: a finer grid no longer pays for its cuts)
+VARS_PER_JOB = 1_000
+MIN_VARS = 20_000  # ... but this many whatever the jobs
 MAX_CONFIGS = 400  # Pareto configurations per job
-INTERVALS = 32  # bounded time intervals (geometric; arrivals added)
+INTERVALS = 192  # bounded time intervals at most (placed where the jobs run)
+#: a job's bounded intervals reach this many times its estimated stay past its arrival;
+#: after that its tail (a relaxation: no capacity or length limit there)
+WINDOW = 4.0
 TIME_LIMIT_S = 60.0  # per LP solve, a safety net only: the iteration limit ends a solve first
 #: simplex iterations per LP solve: a solve that hits it ends the rounds (counted, not
 #: timed, so the same inputs give the same bound on a quiet and on a busy machine)
 ITERATION_LIMIT = 100_000
-#: lattice points (count vectors over all jobs) above which the LP is not tried: finding
-#: the Pareto configurations is quadratic in them
+#: lattice points (count vectors over distinct workloads and batches) above which the LP is
+#: not tried: every one is a Pareto candidate
 MAX_LATTICE_POINTS = 400_000
 SAFETY = 1e-6  # relative shave for solver tolerances
-MAX_ROUNDS = 6  # cutting-plane rounds for the tail inequality
+MAX_ROUNDS = 4  # cutting-plane rounds for the tail inequality
 MIN_INTERVALS = 8  # a coarser grid is not worth an LP
-GRID_TARGET = 12  # intervals the per-job configuration cap leaves room for
-
-
-def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Configurations of job i that no smaller-or-equal one matches in speed; (X, p_i(x))."""
-    it = p.iter_time(i, X)
-    ok = np.isfinite(it)
-    X, it = X[ok], it[ok]
-    order = np.lexsort((X.sum(axis=1), it))  # fastest first, fewer GPUs first among ties
-    X, it = X[order], it[order]
-    keep: list[int] = []
-    for r in range(len(X)):
-        # dominated if a kept (faster or as fast) configuration uses no more of every type
-        if keep and (X[keep] <= X[r]).all(axis=1).any():
-            continue
-        keep.append(r)
-    return X[keep], it[keep] * float(p.iters[i])
-
-
-def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``cap`` configurations: runs of neighbours (fastest first) merged into one
-    that uses the fewest GPUs of each type of the run at its fastest time.
-
-    A relaxation, so the bound stays valid: every schedule maps onto the merged
-    configurations with no more GPUs and no more time per piece, so capacity and
-    running-time rows only loosen, and the tail ``Q`` (whose kernel is
-    ``min(p_r, p_l)``) of the merged split is at most the original's.
-    """
-    if len(X) <= cap:
-        return X, pt
-    order = np.argsort(pt, kind="stable")
-    groups = np.array_split(order, cap)
-    Xm = np.array([X[g].min(axis=0) for g in groups])
-    pm = np.array([float(pt[g].min()) for g in groups])
-    return Xm, pm
+GRID_TARGET = 4  # intervals per job the per-job configuration cap leaves room for
 
 
 def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
                    n_intervals: int = INTERVALS,
-                   time_limit_s: float | None = None) -> dict[str, Any] | None:
+                   time_limit_s: float | None = None,
+                   confs: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
+                   hint: np.ndarray | None = None) -> dict[str, Any] | None:
     """The LP bound (module docstring) or ``None`` when the LP would be too large or fails.
 
-    ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many.
+    ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many;
+    ``confs[i]``, if given, job i's Pareto configurations (:func:`pareto_configs`);
+    ``hint``, if given, estimated completion times where the grid should be fine.
     Returns ``{"weighted_jct_s", "intervals", "configs", "time_s"}``.
     """
     t_start = time.perf_counter()
@@ -117,31 +100,42 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         time_limit_s = TIME_LIMIT_S
     if any(X is None or not len(X) for X in lattices):
         return None
-    if sum(len(X) for X in lattices if X is not None) > MAX_LATTICE_POINTS:
-        return None
-    confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
-    if any(len(X) == 0 for X, _ in confs):
+    if confs is None:
+        if sum(len(X) for X in lattices if X is not None) > MAX_LATTICE_POINTS:
+            return None
+        confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
+    if any(c is None or len(c[0]) == 0 for c in confs):
         return None
     # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
-    cap = int(min(MAX_CONFIGS, max(4, MAX_VARS // (GRID_TARGET * max(p.S, 1)))))
-    confs = [merge_configs(X, pt, cap) for X, pt in confs]
-    Pmin = np.array([float(pt.min()) for _, pt in confs])
+    max_vars = min(MAX_VARS, max(VARS_PER_JOB * p.S, MIN_VARS))
+    cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * max(p.S, 1)))))
+    merged = [merge_configs(c[0], c[1], cap) for c in confs if c is not None]
+    Pmin = np.array([float(pt.min()) for _, pt in merged])
     a = p.arrival.astype(float)
     t0 = float(a.min())
     t1 = float(a.max() + Pmin.sum())
-    n_conf = sum(len(X) for X, _ in confs)
-    bnd = fitting_grid(a, t0, t1, max(float(Pmin.min()) / 4.0, (t1 - t0) * 1e-6, 1e-9),
-                       n_intervals, n_conf, MAX_VARS, MIN_INTERVALS)
-    if bnd is None:
+    span = np.maximum(Pmin, (hint - a) if hint is not None else Pmin)
+    n_conf = np.array([len(X) for X, _ in merged])
+    n = n_intervals
+    while True:  # the finest activity grid whose windowed LP fits
+        bnd = activity_grid(a, span, t0, t1, n)
+        first, last = windows(bnd, a, np.full(p.S, t1))  # whole horizon while it fits
+        if columns(n_conf, first, last) > max_vars:
+            first, last = windows(bnd, a, a + WINDOW * span)
+        if columns(n_conf, first, last) <= max_vars or n <= MIN_INTERVALS:
+            break
+        n = max(MIN_INTERVALS, int(n * 0.7))
+    if columns(n_conf, first, last) > max_vars:
         return None
     scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
-    lp = _build(p, confs, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale)
-    value, rounds = _solve_rounds(lp, p.weight.astype(float), (a - t0) / scale, confs, scale,
+    lp = _build(p, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first, last)
+    value, rounds = _solve_rounds(lp, p.weight.astype(float), (a - t0) / scale, merged, scale,
                                   time_limit_s)
     if not math.isfinite(value):
         return None
     return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
-            "configs": n_conf, "rounds": rounds, "time_s": time.perf_counter() - t_start}
+            "configs": int(n_conf.sum()), "columns": columns(n_conf, first, last),
+            "rounds": rounds, "time_s": time.perf_counter() - t_start}
 
 
 @dataclass
@@ -157,6 +151,10 @@ class _LP:
     #: per job: per bounded interval it may run in, (z column, that interval's y columns)
     Z: list[list[tuple[int, list[int]]]] = field(default_factory=list)
     x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per job: its tail's y columns (the unbounded last interval)
+    tail: list[list[int]] = field(default_factory=list)
+    #: cuts found this round, added together
+    pending: _Rows = field(default_factory=lambda: _Rows())
 
 
 class _Rows:
@@ -176,14 +174,16 @@ class _Rows:
 
 
 def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
-           left: np.ndarray, au: np.ndarray, scale: float) -> _LP:
-    """The time-indexed LP over each job's configurations (module docstring), in HiGHS."""
+           left: np.ndarray, au: np.ndarray, scale: float, first: np.ndarray, last: np.ndarray
+           ) -> _LP:
+    """The time-indexed LP over each job's configurations (module docstring), in HiGHS.
+
+    Job i has pieces in intervals ``first[i]`` .. ``last[i] - 1`` and an unbounded tail
+    from ``left[last[i]]`` on (no capacity or length limit there: a relaxation).
+    """
     import highspy
 
-    from hetsched.planning.solver import quiet_stdout
-
     inf = highspy.kHighsInf
-    K = len(left) - 1  # bounded intervals; index K is [t1, inf)
     col_lo: list[float] = []
     cost: list[float] = []
 
@@ -202,7 +202,8 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         mbt: list[tuple[int, float]] = []
         per_conf: list[list[int]] = [[] for _ in range(len(X))]
         zs: list[tuple[int, list[int]]] = []
-        for k in range(K + 1):
+        K = int(last[i])
+        for k in range(int(first[i]), K + 1):
             hi = left[k + 1] if k < K else math.inf
             if hi <= au[i] + 1e-12:
                 continue
@@ -222,6 +223,8 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
                 rows.add(row, -inf, float(hi - lo))
                 # the work done in this interval has its mean at least Q(y_k) after ``lo``
                 zs.append((col(), [v for v, _ in row]))
+            else:
+                lp.tail.append([v for v, _ in row])
         rows.add(work, 1.0, 1.0)
         c = col(float(au[i] + Pmin[i] / scale), float(p.weight[i]))
         rows.add([(c, 1.0)] + [(v, -q) for v, q in run], float(au[i]), inf)
@@ -233,12 +236,22 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         lp.C.append(c)
     for (ty, k), terms in cap.items():
         rows.add(terms, -inf, float(p.n_type[ty]) * float(left[k + 1] - left[k]))
+    lp.h = _highs(rows, col_lo, cost)
+    return lp
+
+
+def _highs(rows: _Rows, col_lo: list[float], cost: list[float]) -> Any:
+    """A quiet HiGHS instance holding ``min cost.x`` over ``rows``, ``x >= col_lo``."""
+    import highspy
+
+    from hetsched.planning.solver import quiet_stdout
+
     model = highspy.HighsLp()
     n = len(col_lo)
     model.num_col_, model.num_row_ = n, len(rows.lo)
     model.col_cost_ = np.array(cost)
     model.col_lower_ = np.array(col_lo)
-    model.col_upper_ = np.full(n, inf)
+    model.col_upper_ = np.full(n, highspy.kHighsInf)
     model.row_lower_ = np.array(rows.lo)
     model.row_upper_ = np.array(rows.hi)
     model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
@@ -250,8 +263,7 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.passModel(model)
-    lp.h = h
-    return lp
+    return h
 
 
 def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
@@ -274,9 +286,12 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
         lp.x = np.asarray(h.getSolution().col_value)
         value = max(value, sum(float(w[i]) * (float(lp.x[lp.C[i]]) - float(au[i]))
                                for i in range(len(lp.C))) * scale)
+        if rounds == MAX_ROUNDS:
+            break  # no cuts that no round would use
         tails = _add_tail_cuts(lp, confs, scale)
         if not (_add_interval_cuts(lp, confs, scale) or tails):
             break
+        _flush_rows(lp)
     return value, rounds
 
 
@@ -286,11 +301,23 @@ def tail(u: np.ndarray, pt: np.ndarray) -> float:
 
 
 def _add_row(lp: _LP, terms: list[tuple[int, float]], lower: float) -> None:
+    """Queue the cut ``sum coef * x[col] >= lower`` (:func:`_flush_rows` adds them)."""
+    lp.pending.add(terms, lower, math.inf)
+
+
+def _flush_rows(lp: _LP) -> None:
+    """Add the queued cuts to the live model in one call."""
     import highspy
 
-    idx = np.array([c for c, _ in terms], dtype=np.int32)
-    val = np.array([v for _, v in terms], dtype=float)
-    lp.h.addRow(float(lower), highspy.kHighsInf, len(idx), idx, val)
+    rows = lp.pending
+    if not rows.lo:
+        return
+    n = len(rows.lo)
+    starts = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])[:-1]]).astype(np.int32)
+    idx = np.array([c for r in rows.idx for c in r], dtype=np.int32)
+    val = np.array([v for r in rows.val for v in r], dtype=float)
+    lp.h.addRows(n, np.array(rows.lo), np.full(n, highspy.kHighsInf), len(idx), starts, idx, val)
+    lp.pending = _Rows()
 
 
 def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float) -> bool:

@@ -1,61 +1,54 @@
-"""The time grid of the joint LP bound (:mod:`.lp_bound`): its interval boundaries.
+"""The time grid of the joint LP bound (:mod:`.lp_bound`): its interval boundaries, and
+each job's window of bounded intervals.
 
-Geometric steps from a first interval of a fraction of the shortest job, plus
-the jobs' arrival times, coarsened (fewer steps, then fewer arrival
-boundaries) until the LP's columns fit its size limit. A coarser grid only
-loosens the bound: it stays valid.
+Boundaries are placed where the jobs are in the system (quantiles of points
+between each job's arrival and a few times its estimated stay), and each job
+has columns only from its arrival's interval to the end of its window, then
+one unbounded tail. Any grid and any windows keep the bound valid; a finer
+grid where the jobs run tightens it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+#: where after a job's arrival the activity grid puts points: multiples of its estimated
+#: stay from ``SPREAD[0]`` (or 1 / the points per job, if more) to ``SPREAD[1]``
+#: (geometric), and the arrival itself
+SPREAD = (1 / 32, 4.0)
 
-def grid(arrivals: np.ndarray, t0: float, t1: float, first: float, n: int,
-         max_arrivals: int | None = None) -> np.ndarray:
-    """``n`` interval boundaries from ``t0`` to ``t1``: geometric steps from ``first``, plus arrivals.
 
-    Uniform when ``n`` steps of ``first`` already span the horizon. With
-    ``max_arrivals``, only that many arrival times (evenly spread over the
-    sorted distinct ones) become boundaries: a job arriving inside an
-    interval may only use the part after its arrival (``lp_bound._build``),
-    so fewer boundaries loosen the bound but keep it valid.
+def activity_grid(a: np.ndarray, span: np.ndarray, t0: float, t1: float, n: int) -> np.ndarray:
+    """About ``n`` interval boundaries from ``t0`` to ``t1``, dense where jobs run.
+
+    ``span[i]``: an estimate of how long job i is in the system. The boundaries
+    are quantiles of the points ``a_i + f span_i`` (``f`` 0 and geometric over ``SPREAD``), so
+    the grid is fine where many jobs arrive and run, coarse where few do,
+    whatever the arrivals' spread (a geometric grid from the first arrival is
+    fine only at the start). Any grid keeps the LP valid.
     """
-    arr = np.unique(arrivals[arrivals > t0])
-    if max_arrivals is not None and len(arr) > max_arrivals:
-        arr = arr[np.unique(np.linspace(0, len(arr) - 1, max(max_arrivals, 0)).astype(int))] \
-            if max_arrivals > 0 else arr[:0]
-    arrivals = arr
-    span = max(t1 - t0, first)
-    n = max(n, 1)
-    if n * first >= span:
-        pts: np.ndarray = t0 + span * np.arange(n + 1) / n
-    else:  # first * ((1+g)^n - 1) / g = span, solved for the growth g by bisection
-        lo, hi = 0.0, 1.0
-        while first * ((1 + hi) ** n - 1) / hi < span:
-            hi *= 2.0
-        for _ in range(60):
-            g = 0.5 * (lo + hi)
-            if g > 0 and first * ((1 + g) ** n - 1) / g >= span:
-                hi = g
-            else:
-                lo = g
-        pts = t0 + first * ((1 + hi) ** np.arange(n + 1) - 1) / hi
-    return np.unique(np.concatenate([pts, arrivals]))
+    m = max(10, 2 * n // max(len(a), 1))  # points per job: a fine grid for few jobs too
+    f = np.concatenate([[0.0], np.geomspace(max(SPREAD[0], 1.0 / m), SPREAD[1], m - 1)])
+    pts = (a[:, None] + f[None, :] * span[:, None]).ravel()
+    pts = np.clip(pts, t0, t1)
+    q = np.quantile(pts, np.linspace(0.0, 1.0, max(n, 1) + 1), method="lower")
+    arr = np.unique(a)
+    if len(arr) > n // 2:  # arrivals as boundaries too while they are few
+        arr = arr[:0]
+    return np.unique(np.concatenate([[t0], q, arr, [t1]]))
 
 
-def fitting_grid(a: np.ndarray, t0: float, t1: float, first: float, n: int,
-                 n_conf: int, max_vars: int, min_intervals: int) -> np.ndarray | None:
-    """The finest geometric grid (halving ``n``, then thinning the arrival boundaries)
-    whose LP stays under max_vars, else None (fewer than min_intervals would fit)."""
-    while True:
-        bnd = grid(a, t0, t1, first, n)
-        if n_conf * len(bnd) <= max_vars or n <= 8:
-            break
-        n //= 2
-    if n_conf * len(bnd) > max_vars:  # many arrivals: keep as many as fit
-        fit = max_vars // max(n_conf, 1) - (n + 1)
-        if fit + n + 1 < min_intervals:
-            return None
-        bnd = grid(a, t0, t1, first, n, max_arrivals=max(fit, 0))
-    return None if n_conf * len(bnd) > max_vars else bnd
+def windows(bnd: np.ndarray, a: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, the interval holding its arrival and the index of the boundary that opens
+    its unbounded tail: the first boundary at or after ``end_i`` (at least one interval
+    after the arrival's; at most the last boundary)."""
+    K = len(bnd) - 1
+    first = np.clip(np.searchsorted(bnd, a, side="right") - 1, 0, K)
+    last = np.clip(np.searchsorted(bnd, end, side="left"), first + 1, K)
+    return first, np.minimum(last, K)
+
+
+def columns(n_conf: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
+    """LP columns of the windowed LP: per job, its configurations in every interval from
+    its arrival's to its tail (included)."""
+    return int((n_conf * (last - first + 1)).sum())

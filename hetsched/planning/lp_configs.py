@@ -1,0 +1,65 @@
+"""Each job's configurations for the joint LP bound (:mod:`.lp_bound`): the Pareto ones,
+and fewer, optimistic ones when the LP must stay small."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.core.problem import PlanningProblem
+
+__all__ = ["pareto_configs", "merge_configs"]
+
+
+def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray, iters: float | None = None,
+                   it: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Configurations of job i that no smaller-or-equal one matches in speed; (X, p_i(x)),
+    the time of ``iters`` iterations (default: the job's own) at iteration times ``it``
+    (default: the model's, ``p.iter_time``)."""
+    it = p.iter_time(i, X) if it is None else it
+    ok = np.isfinite(it)
+    X, it = X[ok], it[ok]
+    order = np.lexsort((X.sum(axis=1), it))  # fastest first, fewer GPUs first among ties
+    X, it = X[order], it[order]
+    # dominated if an earlier (faster or as fast) configuration uses no more of every type;
+    # ``up`` marks every count vector at or above a kept one (its up-set)
+    up = np.zeros(tuple(int(v) + 1 for v in X.max(axis=0, initial=0)), dtype=bool)
+    keep = np.zeros(len(X), dtype=bool)
+    for r, x in enumerate(X.tolist()):
+        if up[tuple(x)]:
+            continue
+        keep[r] = True
+        up[tuple(slice(v, None) for v in x)] = True
+    return X[keep], it[keep] * float(p.iters[i] if iters is None else iters)
+
+
+def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``cap`` configurations: runs of neighbours merged into one that uses the
+    fewest GPUs of each type of the run at its fastest time.
+
+    Runs are taken within configurations that use the same set of GPU types
+    (fastest first), each set getting runs in proportion to its size, so a
+    merged configuration keeps its members' kind of GPUs (merging a V100-only
+    with a K80-only configuration would give one that uses neither). A
+    relaxation, so the bound stays valid: every schedule maps onto the merged
+    configurations with no more GPUs and no more time per piece, so capacity and
+    running-time rows only loosen, and the tail ``Q`` (whose kernel is
+    ``min(p_r, p_l)``) of the merged split is at most the original's.
+    """
+    if len(X) <= cap:
+        return X, pt
+    support = (X > 0) @ (1 << np.arange(X.shape[1]))
+    kinds, counts = np.unique(support, return_counts=True)
+    if len(kinds) > cap:  # too few runs to keep the sets apart: fastest-first runs
+        kinds, counts, support = kinds[:1], np.array([len(X)]), np.full(len(X), kinds[0])
+    share = np.maximum(1, np.floor(cap * counts / len(X))).astype(int)
+    for j in np.argsort(-counts, kind="stable"):  # hand out what flooring left
+        if share.sum() >= cap:
+            break
+        share[j] += min(cap - share.sum(), counts[j] - share[j])
+    groups = []
+    for kind, n in zip(kinds, share, strict=True):
+        idx = np.nonzero(support == kind)[0]
+        groups += np.array_split(idx[np.argsort(pt[idx], kind="stable")], min(n, len(idx)))
+    Xm = np.array([X[g].min(axis=0) for g in groups])
+    pm = np.array([float(pt[g].min()) for g in groups])
+    return Xm, pm
