@@ -105,8 +105,10 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         plan = _or_space(plan, space_plan)
     elif space_plan is not None:  # seeded only: say how the task plan compares
         plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
-                                       "space_weighted_jct_s": float(space_plan.weighted_jct_s),
-                                       "kept": "pool plan (space=seed)"}
+                                    "space_weighted_jct_s": float(space_plan.weighted_jct_s),
+                                    "pool_weighted_jct_s": float(plan.weighted_jct_s),
+                                    "kept": "pool plan (space=seed)"}
+        _union_bound(plan, space_plan)
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -122,15 +124,18 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
     uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
     if not uses:
         space_plan = None
-    elif space_plan is None:  # only a seed: a quarter of auto's budget is enough for an order
-        space_plan = _space_plan(problem, restart_cost_s, None if "keep" in uses else 0.25)
+    elif space_plan is None:  # the same plan space mode gives (Hare starts from it)
+        space_plan = _space_plan(problem, restart_cost_s)
     if space_plan is not None:
+        from hetsched.planning.pool.from_space import space_tasks
         from hetsched.planning.pool.space_seed import space_seed
 
         space_plan = copy.deepcopy(space_plan)
+        exact = space_tasks(pp, space_plan)
         for pol in pols.values():
             if getattr(pol, "space", "off") != "off":
                 pol.seeds = {"space": space_seed(pp, space_plan)}
+                pol.space_tasks = None if exact is None else exact[0]
     return uses, space_plan
 
 
@@ -148,6 +153,21 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
         return plan_problem(problem, "auto", restart_cost_s=rc, budget_s=budget)
     except PlanningError:
         return None
+
+
+def _union_bound(plan: Plan, space: Plan) -> None:
+    """The bound of pool-model and space plans together: the smaller of the two bounds.
+
+    A task plan seeded from the space plan has uneven tasks (the space plan's workers
+    and shares), outside the pool relaxation's model; the space bound covers it.
+    """
+    if space.lower_bound_s < plan.lower_bound_s:
+        plan.lower_bound_extra = {
+            **plan.lower_bound_extra,
+            "kind": f"min(pool relaxation {plan.lower_bound_s:.6g}, space "
+                    f"{space.lower_bound_extra.get('kind', 'bound')} "
+                    f"{space.lower_bound_s:.6g}): bounds pool-model and space plans"}
+        plan.lower_bound_s = float(space.lower_bound_s)
 
 
 def _or_space(plan: Plan, space: Plan) -> Plan:

@@ -1,0 +1,193 @@
+"""Improve a task plan where time sharing helps: fill GPU time it leaves idle.
+
+Starting from a feasible task plan with uneven tasks (the space plan's exact
+task plan, :mod:`.from_space`), two kinds of move, each kept only when the
+evaluator says the total weighted JCT went down:
+
+1. **left shift**: every task at its earliest time in the plan's order on its
+   GPU (:func:`~.from_space.retime` without releases). It removes the space
+   plan's restart gaps (pool mode switches tasks, it does not restart jobs) and
+   whatever waiting those gaps caused downstream; it never moves a task later.
+2. **backfill**: a job's rounds that run while an allowed GPU sits idle (before
+   another job arrives, after one ends, or never given to anyone because the
+   space plan capped a job's GPU count) get one more task there, and the
+   round's global batch is split again over its workers (balanced shares, the
+   space planner's rule; never beyond the job's GPU cap, ``max_gpus``); the plan
+   is then re-timed in its order. Rounds are
+   tried block by block (a block: consecutive rounds of a job on one worker
+   set), the blocks of the heaviest jobs first, each with the fastest GPUs that
+   are idle through most of its rounds.
+
+The search is bounded by counted work (tasks placed by the re-timing), never by
+the clock, so the same input gives the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hetsched.core.model import SharesError, balanced_shares
+from hetsched.planning.pool.evaluator import TaskSchedule, evaluate
+from hetsched.planning.pool.from_space import retime
+from hetsched.planning.pool.problem import PoolProblem
+
+#: re-timings (each places every task once) the backfill may spend, in all
+MAX_TRIES = 64
+#: ... and tasks placed, in all (bounds large plans)
+MAX_WORK = 4_000_000
+#: GPUs tried per block
+CANDIDATES = 2
+
+
+@dataclass
+class Improved:
+    schedule: TaskSchedule
+    objective: float
+    tries: int
+    accepted: int
+
+
+def left_shift(pp: PoolProblem, s: TaskSchedule) -> TaskSchedule:
+    """Every task at its earliest time, in the plan's order (never later)."""
+    return replace(s, start=retime(pp, s, np.asarray(s.start, dtype=float)))
+
+
+def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
+    """Left shift, then backfill idle GPUs; every kept move lowers the objective."""
+    best = s
+    best_v = evaluate(pp, s).objective
+    ls = left_shift(pp, s)
+    v = evaluate(pp, ls).objective
+    if v < best_v:
+        best, best_v = ls, v
+    tries = accepted = work = 0
+    st = _State(pp, best)
+    for blk in _blocks(pp, best):
+        for g, rounds in st.candidates(blk):
+            if tries >= MAX_TRIES or work + len(best.job) > MAX_WORK:
+                return Improved(best, best_v, tries, accepted)
+            cand = _add_gpu(pp, best, st.table, rounds, g)
+            if cand is None:
+                continue
+            tries += 1
+            work += len(cand.job)
+            v = evaluate(pp, cand).objective
+            if v < best_v - 1e-9 * max(1.0, abs(best_v)):
+                best, best_v, accepted = cand, v, accepted + 1
+                st = _State(pp, best)
+                break
+    return Improved(best, best_v, tries, accepted)
+
+
+class _State:
+    """A plan's rounds, windows and per-GPU busy intervals (rebuilt after each move)."""
+
+    def __init__(self, pp: PoolProblem, s: TaskSchedule) -> None:
+        self.pp, self.s = pp, s
+        ev = evaluate(pp, s)
+        self.table = _round_table(s)
+        start = np.asarray(s.start, dtype=float)
+        self.win = {jr: (float(start[rows].min()), float(ev.sync_end[rows].max()))
+                    for jr, rows in self.table.items()}
+        order = np.lexsort((start, np.asarray(s.gpu)))
+        g_sorted = np.asarray(s.gpu)[order]
+        bounds = np.searchsorted(g_sorted, np.arange(pp.K + 1))
+        self.busy = [(start[order[a:b]], ev.end[order[a:b]])
+                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+
+    def candidates(self, blk: list[tuple[int, int]]) -> list[tuple[int, list[tuple[int, int]]]]:
+        """Up to CANDIDATES (GPU, rounds of the block during which it is idle): GPUs the
+        job may use outside its worker set, most idle rounds (times speed) first."""
+        pp, s = self.pp, self.s
+        p = pp.base
+        j = blk[0][0]
+        used = {int(s.gpu[k]) for k in self.table[blk[0]]}
+        if len(used) >= int(p.hi[j]):  # the job's GPU cap (max_gpus, its batch)
+            return []
+        win = np.array([self.win[jr] for jr in blk])
+        rate = p.per_gpu_rate(j)
+        scored = []
+        for g in range(pp.K):
+            t = int(pp.gpu_type[g])
+            if g in used or not p.allowed[j, t]:
+                continue
+            st, en = self.busy[g]
+            if len(st) == 0:
+                idle = np.ones(len(win), dtype=bool)
+            else:
+                idx = np.searchsorted(st, win[:, 1] - 1e-9, side="left")
+                idle = (idx == 0) | (en[np.maximum(idx - 1, 0)] <= win[:, 0] + 1e-9)
+            if idle.any():
+                scored.append((-float(idle.sum()) * float(rate[t]), g, idle))
+        scored.sort(key=lambda x: (x[0], x[1]))
+        return [(g, [jr for jr, ok in zip(blk, idle.tolist(), strict=True) if ok])
+                for _, g, idle in scored[:CANDIDATES]]
+
+
+def _round_table(s: TaskSchedule) -> dict[tuple[int, int], list[int]]:
+    """(job, round) -> its task rows, in task order."""
+    out: dict[tuple[int, int], list[int]] = {}
+    order = np.lexsort((np.asarray(s.task), np.asarray(s.rnd), np.asarray(s.job)))
+    for k, j, r in zip(order.tolist(), np.asarray(s.job)[order].tolist(),
+                       np.asarray(s.rnd)[order].tolist(), strict=True):
+        out.setdefault((j, r), []).append(k)
+    return out
+
+
+def _blocks(pp: PoolProblem, s: TaskSchedule) -> list[list[tuple[int, int]]]:
+    """Runs of consecutive rounds of a job on one worker set, heaviest jobs first."""
+    assert s.batch is not None
+    gpu, batch = np.asarray(s.gpu).tolist(), np.asarray(s.batch).tolist()
+    out: list[tuple[float, int, list[tuple[int, int]]]] = []
+    prev: tuple[int, tuple[tuple[int, int], ...]] | None = None
+    for (j, r), rows in _round_table(s).items():
+        sig = (j, tuple((gpu[k], batch[k]) for k in rows))
+        if sig == prev:
+            out[-1][2].append((j, r))
+        else:
+            out.append((-float(pp.weight[j]), len(out), [(j, r)]))
+        prev = sig
+    out.sort(key=lambda x: (x[0], x[1]))
+    return [b for _, _, b in out]
+
+
+def _add_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], list[int]],
+             blk: list[tuple[int, int]], g: int) -> TaskSchedule | None:
+    """``s`` with one more task on GPU g in each round of ``blk`` (rounds of one job on
+    one worker set), their batches re-split, re-timed in the plan's order."""
+    assert s.batch is not None and s.iters is not None
+    p = pp.base
+    j = blk[0][0]
+    first = table[blk[0]]
+    types = [int(pp.gpu_type[int(s.gpu[k])]) for k in first] + [int(pp.gpu_type[g])]
+    curves = p.curves[j]
+    cv = None if curves is None else [curves[t] for t in types]
+    try:
+        shares = balanced_shares([float(p.a[j, t]) for t in types],
+                                 [float(p.c[j, t]) for t in types],
+                                 [int(p.cap[j, t]) for t in types], int(p.B[j]), cv)
+    except SharesError:
+        return None
+    batch = np.asarray(s.batch, dtype=np.int64).copy()
+    add: list[list[float]] = [[] for _ in range(7)]
+    for jr in blk:
+        rows = table[jr]
+        batch[rows] = shares[:-1]
+        k0 = rows[0]
+        for col, v in zip(add, (j, jr[1], len(rows), g, shares[-1], int(s.iters[k0]),
+                                float(s.start[k0])), strict=True):
+            col.append(v)
+    job, rnd, task, gp, bt, it = (np.concatenate([np.asarray(x, dtype=np.int64),
+                                                  np.array(a, dtype=np.int64)])
+                                  for x, a in zip((s.job, s.rnd, s.task, s.gpu, batch, s.iters),
+                                                  add[:6], strict=True))
+    key = np.concatenate([np.asarray(s.start, dtype=float), np.array(add[6])])
+    new = TaskSchedule(job, rnd, task, gp, key, policy=s.policy, params=dict(s.params),
+                       batch=bt, iters=it)
+    new.start = retime(pp, new, key)
+    return new
+
+
+__all__ = ["Improved", "improve", "left_shift"]
