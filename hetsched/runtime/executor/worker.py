@@ -64,11 +64,11 @@ def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
 
 def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.ndarray:
     """Sample indices of task ``task``'s iteration ``k`` in round ``rnd``."""
-    step = rnd * job.iterations + k
+    step = job.round_step(rnd) + k
     epoch = step // job.steps_per_epoch()
     off, n = job.step_samples(step)
     perm = _permutation(seed, epoch, job.dataset_size)
-    counts = split_counts(n, job.slices())
+    counts = split_counts(n, job.slices(rnd))
     lo = off + sum(counts[:task])
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
@@ -334,7 +334,7 @@ class Executor:
             idx = task_indices(job, self.opts.seed, t.round, t.task, k)
             x, y = gather(self.data[t.job], idx)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            scale = 1.0 / (job.tasks_per_round * len(counts)) if self.opts.average \
+            scale = 1.0 / (job.tasks_in(t.round) * len(counts)) if self.opts.average \
                 else n / total
             (loss_fn(model(x), y) * scale).backward()
             if k == 0:
