@@ -10,7 +10,8 @@ evaluator says the total weighted JCT went down:
    whatever waiting those gaps caused downstream; it never moves a task later.
 2. **backfill**: a job's rounds that run while an allowed GPU sits idle (before
    another job arrives, after one ends, or never given to anyone because the
-   space plan capped a job's GPU count) get one more task there, and the
+   space plan capped a job's GPU count) get one more task there (or, when that
+   does not pay and the idle GPU is faster, their slowest worker moves to it), and the
    round's global batch is split again over its workers (balanced shares, the
    space planner's rule; never beyond the job's GPU cap, ``max_gpus``); the plan
    is then re-timed in its order. Rounds are
@@ -66,17 +67,21 @@ def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
     st = _State(pp, best)
     for blk in _blocks(pp, best):
         for g, rounds in st.candidates(blk):
-            if tries >= MAX_TRIES or work + len(best.job) > MAX_WORK:
-                return Improved(best, best_v, tries, accepted)
-            cand = _add_gpu(pp, best, st.table, rounds, g)
-            if cand is None:
-                continue
-            tries += 1
-            work += len(cand.job)
-            v = evaluate(pp, cand).objective
-            if v < best_v - 1e-9 * max(1.0, abs(best_v)):
-                best, best_v, accepted = cand, v, accepted + 1
-                st = _State(pp, best)
+            kept = False
+            for move in (_add_gpu, _move_gpu):
+                if tries >= MAX_TRIES or work + len(best.job) > MAX_WORK:
+                    return Improved(best, best_v, tries, accepted)
+                cand = move(pp, best, st.table, rounds, g)
+                if cand is None:
+                    continue
+                tries += 1
+                work += len(cand.job)
+                v = evaluate(pp, cand).objective
+                if v < best_v - 1e-9 * max(1.0, abs(best_v)):
+                    best, best_v, accepted, kept = cand, v, accepted + 1, True
+                    st = _State(pp, best)
+                    break
+            if kept:
                 break
     return Improved(best, best_v, tries, accepted)
 
@@ -153,22 +158,57 @@ def _blocks(pp: PoolProblem, s: TaskSchedule) -> list[list[tuple[int, int]]]:
     return [b for _, _, b in out]
 
 
+def _shares(pp: PoolProblem, j: int, types: list[int]) -> list[int] | None:
+    """Balanced local batches of job j over workers of ``types`` (None: they cannot)."""
+    p = pp.base
+    curves = p.curves[j]
+    cv = None if curves is None else [curves[t] for t in types]
+    try:
+        return balanced_shares([float(p.a[j, t]) for t in types],
+                               [float(p.c[j, t]) for t in types],
+                               [int(p.cap[j, t]) for t in types], int(p.B[j]), cv)
+    except SharesError:
+        return None
+
+
+def _move_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], list[int]],
+              blk: list[tuple[int, int]], g: int) -> TaskSchedule | None:
+    """``s`` with the block's slowest worker replaced by the faster GPU g in each round of
+    ``blk``, batches re-split, re-timed (None: g is not faster)."""
+    assert s.batch is not None
+    j = blk[0][0]
+    first = table[blk[0]]
+    rate = pp.base.per_gpu_rate(j)
+    types = [int(pp.gpu_type[int(s.gpu[k])]) for k in first]
+    slow = min(range(len(types)), key=lambda k: (rate[types[k]], k))
+    tg = int(pp.gpu_type[g])
+    if rate[tg] <= rate[types[slow]]:
+        return None
+    types[slow] = tg
+    shares = _shares(pp, j, types)
+    if shares is None:
+        return None
+    batch = np.asarray(s.batch, dtype=np.int64).copy()
+    gpu = np.asarray(s.gpu, dtype=np.int64).copy()
+    for jr in blk:
+        rows = table[jr]
+        batch[rows] = shares
+        gpu[rows[slow]] = g
+    new = replace(s, gpu=gpu, batch=batch, params=dict(s.params))
+    new.start = retime(pp, new, np.asarray(s.start, dtype=float))
+    return new
+
+
 def _add_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], list[int]],
              blk: list[tuple[int, int]], g: int) -> TaskSchedule | None:
     """``s`` with one more task on GPU g in each round of ``blk`` (rounds of one job on
     one worker set), their batches re-split, re-timed in the plan's order."""
     assert s.batch is not None and s.iters is not None
-    p = pp.base
     j = blk[0][0]
     first = table[blk[0]]
     types = [int(pp.gpu_type[int(s.gpu[k])]) for k in first] + [int(pp.gpu_type[g])]
-    curves = p.curves[j]
-    cv = None if curves is None else [curves[t] for t in types]
-    try:
-        shares = balanced_shares([float(p.a[j, t]) for t in types],
-                                 [float(p.c[j, t]) for t in types],
-                                 [int(p.cap[j, t]) for t in types], int(p.B[j]), cv)
-    except SharesError:
+    shares = _shares(pp, j, types)
+    if shares is None:
         return None
     batch = np.asarray(s.batch, dtype=np.int64).copy()
     add: list[list[float]] = [[] for _ in range(7)]

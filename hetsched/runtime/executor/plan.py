@@ -135,9 +135,12 @@ def _layout(source: str, job: ExecJob, shares: dict[tuple[int, int], tuple[int, 
             ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """Each round's (iterations, task batches) from rows with their own batch; one clear
     line unless every round has tasks 0..k-1 with one iteration count and batches adding
-    up to the job's global batch."""
-    out = []
-    for r in range(job.rounds):
+    up to the job's global batch. Rounds before the first one listed are done (a
+    replanned remainder, rounds renumbered to continue): ``iterations_per_task`` each,
+    no tasks."""
+    first = min(r for r, _ in shares)
+    out: list[tuple[int, tuple[int, ...]]] = [(job.iterations, ())] * first
+    for r in range(first, job.rounds):
         k = 0
         batches, iters = [], set()
         while (r, k) in shares:
