@@ -30,14 +30,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hetsched.core.model import SharesError, balanced_shares
-from hetsched.planning.pool.evaluator import TaskSchedule, evaluate
+from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, evaluate
 from hetsched.planning.pool.from_space import retime
 from hetsched.planning.pool.problem import PoolProblem
 
 #: re-timings (each places every task once) the backfill may spend, in all
 MAX_TRIES = 64
 #: ... and tasks placed, in all (bounds large plans)
-MAX_WORK = 4_000_000
+MAX_WORK = 2_000_000
 #: GPUs tried per block
 CANDIDATES = 2
 
@@ -64,7 +64,7 @@ def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
     if v < best_v:
         best, best_v = ls, v
     tries = accepted = work = 0
-    st = _State(pp, best)
+    st = _State(pp, best, evaluate(pp, best))
     for blk in _blocks(pp, best):
         for g, rounds in st.candidates(blk):
             kept = False
@@ -76,10 +76,10 @@ def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
                     continue
                 tries += 1
                 work += len(cand.job)
-                v = evaluate(pp, cand).objective
-                if v < best_v - 1e-9 * max(1.0, abs(best_v)):
-                    best, best_v, accepted, kept = cand, v, accepted + 1, True
-                    st = _State(pp, best)
+                ev = evaluate(pp, cand)
+                if ev.objective < best_v - 1e-9 * max(1.0, abs(best_v)):
+                    best, best_v, accepted, kept = cand, ev.objective, accepted + 1, True
+                    st = _State(pp, best, ev)
                     break
             if kept:
                 break
@@ -89,13 +89,16 @@ def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
 class _State:
     """A plan's rounds, windows and per-GPU busy intervals (rebuilt after each move)."""
 
-    def __init__(self, pp: PoolProblem, s: TaskSchedule) -> None:
+    def __init__(self, pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> None:
         self.pp, self.s = pp, s
-        ev = evaluate(pp, s)
-        self.table = _round_table(s)
+        self.table, rid = _round_table(s)
         start = np.asarray(s.start, dtype=float)
-        self.win = {jr: (float(start[rows].min()), float(ev.sync_end[rows].max()))
-                    for jr, rows in self.table.items()}
+        lo = np.full(len(self.table), np.inf)
+        hi = np.full(len(self.table), -np.inf)
+        np.minimum.at(lo, rid, start)
+        np.maximum.at(hi, rid, ev.sync_end)
+        self.win = dict(zip(self.table, zip(lo.tolist(), hi.tolist(), strict=True),
+                            strict=True))
         order = np.lexsort((start, np.asarray(s.gpu)))
         g_sorted = np.asarray(s.gpu)[order]
         bounds = np.searchsorted(g_sorted, np.arange(pp.K + 1))
@@ -131,14 +134,20 @@ class _State:
                 for _, g, idle in scored[:CANDIDATES]]
 
 
-def _round_table(s: TaskSchedule) -> dict[tuple[int, int], list[int]]:
-    """(job, round) -> its task rows, in task order."""
-    out: dict[tuple[int, int], list[int]] = {}
-    order = np.lexsort((np.asarray(s.task), np.asarray(s.rnd), np.asarray(s.job)))
-    for k, j, r in zip(order.tolist(), np.asarray(s.job)[order].tolist(),
-                       np.asarray(s.rnd)[order].tolist(), strict=True):
-        out.setdefault((j, r), []).append(k)
-    return out
+def _round_table(s: TaskSchedule) -> tuple[dict[tuple[int, int], list[int]], np.ndarray]:
+    """(job, round) -> its task rows in task order (job by job, rounds in order), and
+    each task's position among those rounds."""
+    job, rnd = np.asarray(s.job, dtype=np.int64), np.asarray(s.rnd, dtype=np.int64)
+    order = np.lexsort((np.asarray(s.task), rnd, job))
+    key = job[order] * (int(rnd.max()) + 1) + rnd[order]
+    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    ol = order.tolist()
+    fl, cl = first.tolist(), counts.tolist()
+    jl, rl = job[order[first]].tolist(), rnd[order[first]].tolist()
+    table = {(j, r): ol[a:a + c] for j, r, a, c in zip(jl, rl, fl, cl, strict=True)}
+    rid = np.empty(len(ol), dtype=np.int64)
+    rid[order] = np.repeat(np.arange(len(fl)), counts)
+    return table, rid
 
 
 def _blocks(pp: PoolProblem, s: TaskSchedule) -> list[list[tuple[int, int]]]:
@@ -147,7 +156,7 @@ def _blocks(pp: PoolProblem, s: TaskSchedule) -> list[list[tuple[int, int]]]:
     gpu, batch = np.asarray(s.gpu).tolist(), np.asarray(s.batch).tolist()
     out: list[tuple[float, int, list[tuple[int, int]]]] = []
     prev: tuple[int, tuple[tuple[int, int], ...]] | None = None
-    for (j, r), rows in _round_table(s).items():
+    for (j, r), rows in _round_table(s)[0].items():
         sig = (j, tuple((gpu[k], batch[k]) for k in rows))
         if sig == prev:
             out[-1][2].append((j, r))
@@ -171,6 +180,24 @@ def _shares(pp: PoolProblem, j: int, types: list[int]) -> list[int] | None:
         return None
 
 
+def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old: list[int],
+            shares_new: list[int]) -> bool:
+    """Whether job j's iteration on GPUs ``new`` at ``shares_new`` is shorter than on ``old``
+    (slowest step plus the worker set's sync; the node layout taken as it is now)."""
+    from hetsched.planning.pool.uneven import gpu_nodes, round_sync, step_at
+
+    nodes = gpu_nodes(pp)
+
+    def it(gs: list[int], b: list[int]) -> float:
+        g = np.array(gs, dtype=np.int64)
+        typ = pp.gpu_type[g]
+        step = step_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
+        sync = round_sync(pp, j, tuple(sorted(typ.tolist())), len(set(nodes[g].tolist())) == 1)
+        return float(step.max()) + sync
+
+    return it(new, shares_new) < it(old, shares_old) * (1 - 1e-6)
+
+
 def _move_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], list[int]],
               blk: list[tuple[int, int]], g: int) -> TaskSchedule | None:
     """``s`` with the block's slowest worker replaced by the faster GPU g in each round of
@@ -186,7 +213,10 @@ def _move_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], lis
         return None
     types[slow] = tg
     shares = _shares(pp, j, types)
-    if shares is None:
+    old = [int(s.gpu[k]) for k in first]
+    new_g = old[:slow] + [g] + old[slow + 1:]
+    if shares is None or not _faster(pp, j, old, new_g, [int(s.batch[k]) for k in first],
+                                     shares):
         return None
     batch = np.asarray(s.batch, dtype=np.int64).copy()
     gpu = np.asarray(s.gpu, dtype=np.int64).copy()
@@ -208,7 +238,9 @@ def _add_gpu(pp: PoolProblem, s: TaskSchedule, table: dict[tuple[int, int], list
     first = table[blk[0]]
     types = [int(pp.gpu_type[int(s.gpu[k])]) for k in first] + [int(pp.gpu_type[g])]
     shares = _shares(pp, j, types)
-    if shares is None:
+    old = [int(s.gpu[k]) for k in first]
+    if shares is None or not _faster(pp, j, old, old + [g], [int(s.batch[k]) for k in first],
+                                     shares):
         return None
     batch = np.asarray(s.batch, dtype=np.int64).copy()
     add: list[list[float]] = [[] for _ in range(7)]

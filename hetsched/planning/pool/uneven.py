@@ -136,18 +136,19 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
     step = step_at(pp, job, typ, batch)
     tc = iters * (step + pp.task_overhead_s[job, typ] / pp.N[job])
     nodes = gpu_nodes(pp)[gpu]
-    order = np.argsort(rid, kind="stable")
-    bounds = np.searchsorted(rid[order], np.arange(len(rj) + 1))
-    typ_l, node_l = typ[order].tolist(), nodes[order].tolist()
-    cache: dict[tuple[int, tuple[int, ...], bool], float] = {}
-    s_round = np.zeros(len(rj))
-    for r in range(len(rj)):
-        a, b = int(bounds[r]), int(bounds[r + 1])
-        key = (int(rj[r]), tuple(sorted(typ_l[a:b])), len(set(node_l[a:b])) == 1)
-        v = cache.get(key)
-        if v is None:
-            v = cache[key] = round_sync(pp, *key)
-        s_round[r] = v
+    nr = len(rj)
+    counts = np.zeros((nr, pp.T), dtype=np.int64)  # each round's workers per GPU type
+    np.add.at(counts, (rid, typ), 1)
+    nlo = np.full(nr, np.iinfo(np.int64).max)
+    nhi = np.full(nr, -1)
+    np.minimum.at(nlo, rid, nodes)
+    np.maximum.at(nhi, rid, nodes)
+    sig = np.column_stack([rj, counts, (nlo == nhi).astype(np.int64)])
+    uniq, inv = np.unique(sig, axis=0, return_inverse=True)
+    vals = np.array([round_sync(pp, int(u[0]), tuple(t for t in range(pp.T)
+                                                      for _ in range(int(u[1 + t]))),
+                                bool(u[-1])) for u in uniq])
+    s_round = vals[np.asarray(inv).reshape(-1)]
     return tc, iters * s_round[rid]
 
 
