@@ -115,7 +115,8 @@ class PoolJobTasks:
 
     @property
     def iterations(self) -> int:
-        """The job's iterations over all its rounds."""
+        """The job's iterations over all its rounds (equal rounds; for uneven tasks
+        :meth:`PoolTasks.iterations_before` sums the rows)."""
         return (self.rounds - 1) * self.iterations_per_task + self.last_round_iterations
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,6 +183,15 @@ class PoolTasks:
     stored_rows: int | None = None
     memory: PoolMemory | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def iterations_before(self, job: str, rounds: int) -> int:
+        """Iterations job ``job`` runs in its rounds ``0..rounds-1``: from the rows where
+        they carry their own (uneven tasks), else ``rounds * iterations_per_task``."""
+        own = {r.round: r.iterations for g in self.gpus for r in g.rows()
+               if r.job == job and r.iterations is not None}
+        if not own:
+            return rounds * self.jobs[job].iterations_per_task
+        return sum(own.get(r, 0) for r in range(rounds))
 
     def gpu(self, node: str, index: int) -> GpuTasks:
         for g in self.gpus:

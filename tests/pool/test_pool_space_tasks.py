@@ -160,3 +160,18 @@ def test_executor_reads_each_rounds_own_slices() -> None:
     r = next(r for r in range(a.rounds) if a.tasks_in(r) == 2)
     assert sum(a.task_counts(r, k)[0] for k in range(2)) == 64
     assert a.round_step(r) == sum(a.round_iterations(q) for q in range(r))
+
+
+def test_iterations_before_reads_uneven_rounds() -> None:
+    """What a replan of an uneven plan needs: the iterations its completed rounds ran."""
+    p, space = _two_jobs()
+    plan = plan_pool(p, "hare", space_plan=space)
+    assert plan.tasks is not None
+    meta = plan.tasks.jobs["a"]
+    assert plan.tasks.iterations_before("a", meta.rounds) == 2000  # the job's iterations
+    rows = [r for g in plan.tasks.gpus for r in g.rows() if r.job == "a" and r.task == 0]
+    per = {r.round: r.iterations for r in rows}
+    assert plan.tasks.iterations_before("a", 3) == per[0] + per[1] + per[2]
+    eq = plan_pool(p, "hare", {"space": "off"})
+    assert eq.tasks is not None
+    assert eq.tasks.iterations_before("a", 3) == 3 * eq.tasks.jobs["a"].iterations_per_task
