@@ -10,8 +10,9 @@ changes where its segments change. The evaluator times such a round exactly as
 the space planner times an iteration of the segment (slowest worker's step plus
 the worker set's synchronisation), so the task plan's weighted JCT is the space
 plan's, up to whole iterations: a segment runs a fractional number of
-iterations in the space plan and a whole number here (cumulative rounding, the
-job's last segment takes what is left).
+iterations in the space plan and a whole number here (rounded to nearest
+cumulatively, or each up, or each down, whichever the evaluator times lowest;
+the job's last segment takes what is left).
 
 :func:`retime` places a task plan's tasks in a given order at their earliest
 times (round barrier, GPU free, release): it keeps every task on its GPU and
@@ -22,20 +23,32 @@ overhead) never moves a task later.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hetsched.core.plan import Plan
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
 
+#: how a segment's fractional iterations become whole ones (the job's last segment
+#: takes what is left): cumulative nearest, each rounded up, each rounded down
+ROUNDINGS = ("nearest", "up", "down")
 
-def _whole_iterations(pp: PoolProblem, i: int, its: list[float]) -> list[int]:
-    """Whole iterations per segment: cumulative rounding, the last takes what is left."""
+
+def _whole_iterations(pp: PoolProblem, i: int, its: list[float], how: str) -> list[int]:
+    """Whole iterations per segment, rounded ``how`` (:data:`ROUNDINGS`)."""
     total = int(pp.total_iters[i])
     out, done, cum = [], 0, 0.0
     for k, x in enumerate(its):
         cum += x
-        upto = total if k == len(its) - 1 else min(total, max(done, int(round(cum))))
+        if k == len(its) - 1:
+            upto = total
+        elif how == "nearest":
+            upto = int(round(cum))
+        else:
+            upto = done + (math.ceil(x - 1e-9) if how == "up" else math.floor(x + 1e-9))
+        upto = min(total, max(done, upto))
         out.append(upto - done)
         done = upto
     return out
@@ -44,7 +57,27 @@ def _whole_iterations(pp: PoolProblem, i: int, its: list[float]) -> list[int]:
 def space_tasks(pp: PoolProblem, plan: Plan) -> tuple[TaskSchedule, np.ndarray] | None:
     """The task plan of space ``plan`` and each task's release (its segment's first
     iteration); None when the plan is not one the pool model can express (a job
-    missing, co-located segments, an elastic batch other than the spec's)."""
+    missing, co-located segments, an elastic batch other than the spec's).
+
+    Of the three ways to make segments' iterations whole (:data:`ROUNDINGS`), the one
+    the evaluator times lowest."""
+    from hetsched.planning.pool.evaluator import evaluate
+
+    best: tuple[TaskSchedule, np.ndarray] | None = None
+    best_v = math.inf
+    for how in ROUNDINGS:
+        got = _space_tasks(pp, plan, how)
+        if got is None:
+            return None
+        v = evaluate(pp, got[0]).objective
+        if v < best_v:
+            best, best_v = got, v
+    return best
+
+
+def _space_tasks(pp: PoolProblem, plan: Plan, how: str
+                 ) -> tuple[TaskSchedule, np.ndarray] | None:
+    """:func:`space_tasks` with one rounding."""
     p = pp.base
     gindex = {(g.node, int(g.index)): k for k, g in enumerate(p.cluster.gpus)}
     by_name = {jp.name: jp for jp in plan.jobs}
@@ -60,7 +93,7 @@ def space_tasks(pp: PoolProblem, plan: Plan) -> tuple[TaskSchedule, np.ndarray] 
             return None
         rnd = 0
         N = int(pp.N[i])
-        for seg, n in zip(segs, _whole_iterations(pp, i, [s.iterations for s in segs]),
+        for seg, n in zip(segs, _whole_iterations(pp, i, [s.iterations for s in segs], how),
                           strict=True):
             ws = [(gindex.get((w.node, int(w.gpu)), -1), int(w.local_batch))
                   for w in seg.workers]
