@@ -61,7 +61,8 @@ def test_pool_mode_is_never_worse_than_space_mode(p, n) -> None:  # type: ignore
         assert plan.weighted_jct_s == min(info["pool_weighted_jct_s"],
                                           info["space_weighted_jct_s"])
         assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
-        assert plan.lower_bound_s == min(info["pool_bound_s"], info["space_bound_s"])
+        assert plan.lower_bound_s == min(info["pool_bound_s"], info["alone_bound_s"])
+        assert info["alone_bound_s"] <= info["space_bound_s"] + 1e-9
         if info["kept"] == "pool plan":
             assert plan.mode == "pool"
             check_plan(PoolProblem(p, task_iterations=n), plan)

@@ -71,6 +71,7 @@ def test_hare_starts_from_the_space_plan_and_only_improves(p, n) -> None:  # typ
     assert check_plan(pp, plan) == pytest.approx(plan.weighted_jct_s, rel=1e-6, abs=1e-4)
     assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
     assert plan.lower_bound_s <= space.lower_bound_s + 1e-9
+    assert "each job alone" in plan.lower_bound_extra["kind"]
 
 
 def _two_jobs(restart_cost_s: float = 60.0) -> tuple[PlanningProblem, Plan]:

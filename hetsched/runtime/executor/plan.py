@@ -14,6 +14,8 @@ A plan whose task rows carry their own ``local_batch`` and ``iterations``
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass, replace
 
 from hetsched.core.plan import Plan
@@ -63,7 +65,11 @@ class ExecJob:
         """The job's global step at which round ``r`` starts."""
         if self.layout is None:
             return r * self.iterations
-        return sum(n for n, _ in self.layout[:r])
+        return self._round_starts[r]
+
+    @functools.cached_property
+    def _round_starts(self) -> tuple[int, ...]:
+        return tuple(itertools.accumulate((n for n, _ in self.layout or ()), initial=0))
 
     def tasks_in(self, r: int) -> int:
         """Tasks of round ``r``."""
