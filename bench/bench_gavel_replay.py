@@ -24,6 +24,10 @@ Subsampled to the first ``--jobs`` jobs of each trace to keep the run short.
 3. *hetsched, free*: the same jobs without size pins (sizing, mixing, uneven
    batches), ``auto``, restart cost 0.
 
+``--pool``: instead, pool mode against space mode on the free jobs (restart cost
+0) of medium_test, small_test and the MSR trace, before and after pool plans
+contain space plans (bench/pool_vs_space.py).
+
 hetsched predicts with its calibrated model (one-GPU step time plus the sync
 time calibrated from the 2/4/8-GPU rows; docs/model.md), the pinned replay with
 Gavel's raw numbers, so the columns compare policies on (nearly) the same
@@ -37,6 +41,7 @@ import argparse
 import ast
 import heapq
 import json
+import os
 import platform
 import re
 import sys
@@ -155,11 +160,46 @@ def run_trace(name: str, limit: int) -> dict[str, object]:
     return row
 
 
+def free_jobs(name: str, limit: int) -> list[Job]:
+    """The trace's first ``limit`` jobs Gavel measured, without size pins."""
+    it = gavel_iteration_times()
+    specs, _ = parse_trace(GAVEL / "traces" / name, limit)
+    specs = [s for s in specs if s["requested_gpus"] <= PER_TYPE and any(
+        (s["workload"], s["global_batch"] // s["requested_gpus"], t, s["requested_gpus"]) in it
+        for t in TYPES)]
+    return [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None)
+            for j in parse_jobs(specs, name)]
+
+
+def pool_vs_space(limit: int, out: str) -> None:
+    """Pool mode against space mode, before and after (the module docstring's --pool)."""
+    from pool_vs_space import HEADER, compare, row
+
+    res: dict[str, object] = {}
+    print(HEADER)
+    for name in ("medium_test.trace", "small_test.trace", "msr-seed0-0e4a51.trace"):
+        if not (GAVEL / "traces" / name).is_file():
+            res[name] = MISSING
+            continue
+        jobs = free_jobs(name, limit)
+        r = compare(PlanningProblem(jobs, cluster(), TABLE), restart_cost_s=0.0)
+        res[name] = {"jobs": len(jobs), **r}
+        print(row(f"{name} ({len(jobs)} jobs)", r), flush=True)
+    meta = {"machine": platform.platform(), "python": platform.python_version(),
+            "command": " ".join(["python", *sys.argv]), "load": os.getloadavg()}
+    Path(out).write_text(json.dumps({"meta": meta, "pool_vs_space": res}, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=120, help="first N jobs of each trace")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_gavel_replay.json"))
+    ap.add_argument("--pool", action="store_true",
+                    help="pool mode against space mode instead (before/after)")
     args = ap.parse_args()
+    if args.pool:
+        pool_vs_space(args.jobs, args.out)
+        return
     res = {}
     for name in ("small_test.trace", "msr-seed0-0e4a51.trace"):
         if not (GAVEL / "traces" / name).is_file():

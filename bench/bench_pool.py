@@ -114,30 +114,11 @@ def run_scenario(name: str, n_jobs: int, mix: dict[str, int], load: str) -> dict
 
 
 def space_vs_pool(name: str, n_jobs: int, mix: dict[str, int], load: str) -> dict[str, Any]:
-    """Pool mode against space mode on the same inputs (docs/pool.md, "Pool plans contain
-    space plans"): space mode's auto; hare as the paper (space=off); hare seeded with the
-    space plan (space=seed, the default); hare keeping the better plan (space=keep)."""
-    from hetsched.planning.planner import plan_problem
+    """Pool mode against space mode on the same inputs, before and after pool plans
+    contain space plans (bench/pool_vs_space.py; docs/pool.md)."""
+    from pool_vs_space import compare
 
-    p = problem(n_jobs, mix, load)
-    t0 = time.perf_counter()
-    space = plan_problem(p, "auto")
-    out: dict[str, Any] = {"scenario": name, "load": load, "space": space.weighted_jct_s,
-                           "space_policy": space.policy,
-                           "space_s": round(time.perf_counter() - t0, 2)}
-    for tag, params in (("off", {"space": "off"}), ("seed", {"space": "seed"}),
-                        ("keep", {"space": "keep"})):
-        t1 = time.perf_counter()
-        plan = plan_pool(p, "hare", params, space_plan=space)
-        out[f"hare_{tag}"] = plan.weighted_jct_s
-        out[f"hare_{tag}_over_space"] = plan.weighted_jct_s / space.weighted_jct_s
-        out[f"hare_{tag}_s"] = round(time.perf_counter() - t1, 2)
-        if tag == "seed":
-            out["seed_order"] = plan.params.get("order")
-        if tag == "keep":
-            out["kept"] = plan.notes.pool_vs_space["kept"]
-            out["bound"] = plan.lower_bound_s
-    return out
+    return {"scenario": name, "load": load, **compare(problem(n_jobs, mix, load))}
 
 
 def planning_time(n_jobs: int = 200, k: int = 160) -> dict[str, Any]:
@@ -165,21 +146,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="only scenarios A and B(200)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_pool.json"))
     ap.add_argument("--space", action="store_true",
-                    help="only pool against space mode (scenarios A and B(100), both loads)")
+                    help="only pool against space mode, before and after pool plans contain "
+                         "space plans (scenarios A and B(100), both loads)")
     args = ap.parse_args()
     if args.space:
+        from pool_vs_space import HEADER, row
+
         rows_s = []
-        print("| scenario | load | space auto | hare paper / space | hare seeded / space | "
-              "hare keep / space | kept |")
-        print("|---|---|---|---|---|---|---|")
+        print(HEADER)
         for name, n, mix in (("A testbed 15", 30, mix_8_4_3(15)),
                              ("B 160 GPUs 100 jobs", 100, mix_8_4_3(160))):
             for load in ("trace", "batch"):
                 r = space_vs_pool(name, n, mix, load)
                 rows_s.append(r)
-                print(f"| {name} | {load} | {r['space']:.4g} ({r['space_policy']}) | "
-                      f"{r['hare_off_over_space']:.3f} | {r['hare_seed_over_space']:.3f} | "
-                      f"{r['hare_keep_over_space']:.3f} | {r['kept']} |", flush=True)
+                print(row(f"{name}, {load}", r), flush=True)
         meta = {"machine": platform.platform(), "cpus": os.cpu_count(),
                 "command": " ".join(["python", *sys.argv]), "load": os.getloadavg()}
         Path(args.out).write_text(json.dumps({"meta": meta, "space_vs_pool": rows_s},

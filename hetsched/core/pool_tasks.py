@@ -22,6 +22,10 @@ from typing import Any, NamedTuple
 TASKS_FORMAT = "hetsched-pool-runs/1"
 #: the columns of a stored task row, in order (``tasks.columns``)
 COLUMNS = ("job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "evict")
+#: the columns of a row that carries its own share of the job's global batch (an *uneven*
+#: task: a space plan's worker, or any task whose round splits the batch unequally) and
+#: its iterations; a row of :data:`COLUMNS` alone trains the job's equal slice
+UNEVEN_COLUMNS = COLUMNS + ("local_batch", "iterations")
 
 
 class TaskRow(NamedTuple):
@@ -29,7 +33,9 @@ class TaskRow(NamedTuple):
 
     Times are seconds from the plan's start; ``keep`` says whether the task's
     own model stays on the GPU after it (``memory: "keep"``, else ``"evict"``),
-    ``evict`` names the other jobs' models to drop after it.
+    ``evict`` names the other jobs' models to drop after it. ``local_batch`` and
+    ``iterations``: the task's own share of the job's global batch and its iterations
+    (None: the job's equal slice ``local_batch`` and its round's iterations).
     """
 
     job: str
@@ -40,6 +46,8 @@ class TaskRow(NamedTuple):
     sync_end_s: float
     keep: bool = True
     evict: tuple[str, ...] = ()
+    local_batch: int | None = None
+    iterations: int | None = None
 
     @property
     def memory(self) -> str:
@@ -47,17 +55,18 @@ class TaskRow(NamedTuple):
 
     def to_list(self) -> list[Any]:
         """The row as the plan file stores it (:data:`COLUMNS`)."""
-        job, rnd, task, start, end, sync_end, keep, evict = self
-        return [job, rnd, task, start, end, sync_end, "keep" if keep else "evict", list(evict)]
+        job, rnd, task, start, end, sync_end, keep, evict, batch, iters = self
+        out = [job, rnd, task, start, end, sync_end, "keep" if keep else "evict", list(evict)]
+        return out if batch is None else out + [batch, iters]
 
     def repeated(self, rep: int, round_step: int, period_s: float) -> TaskRow:
         """Repetition ``rep`` of this row in its run."""
         if rep == 0:
             return self
-        job, rnd, task, start, end, sync_end, keep, evict = self
+        job, rnd, task, start, end, sync_end, keep, evict, batch, iters = self
         sh = rep * period_s
         return TaskRow(job, rnd + rep * round_step, task, start + sh, end + sh, sync_end + sh,
-                       keep, evict)
+                       keep, evict, batch, iters)
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,9 @@ class TaskRun:
 class PoolJobTasks:
     """A job's round structure: ``rounds`` rounds of ``tasks_per_round`` tasks, each
     ``iterations_per_task`` iterations (the last round ``last_round_iterations``)
-    at ``local_batch`` samples."""
+    at ``local_batch`` samples. In a plan whose rows carry their own batch and
+    iterations (:data:`UNEVEN_COLUMNS`) these are the largest of any round (tasks,
+    iterations, batch) and the last round's iterations; the rows say the rest."""
 
     tasks_per_round: int
     rounds: int
@@ -104,7 +115,8 @@ class PoolJobTasks:
 
     @property
     def iterations(self) -> int:
-        """The job's iterations over all its rounds."""
+        """The job's iterations over all its rounds (equal rounds; for uneven tasks
+        :meth:`PoolTasks.iterations_before` sums the rows)."""
         return (self.rounds - 1) * self.iterations_per_task + self.last_round_iterations
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,6 +184,15 @@ class PoolTasks:
     memory: PoolMemory | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def iterations_before(self, job: str, rounds: int) -> int:
+        """Iterations job ``job`` runs in its rounds ``0..rounds-1``: from the rows where
+        they carry their own (uneven tasks), else ``rounds * iterations_per_task``."""
+        own = {r.round: r.iterations for g in self.gpus for r in g.rows()
+               if r.job == job and r.iterations is not None}
+        if not own:
+            return rounds * self.jobs[job].iterations_per_task
+        return sum(own.get(r, 0) for r in range(rounds))
+
     def gpu(self, node: str, index: int) -> GpuTasks:
         for g in self.gpus:
             if g.node == node and int(g.gpu) == int(index):
@@ -199,8 +220,10 @@ class PoolTasks:
 
 def row_from_list(row: Any) -> TaskRow:
     """A stored row (already checked, :func:`hetsched.io.pool_tasks.parse_pool_tasks`)."""
-    job, rnd, task, start, end, sync_end, memory, evict = row
-    return TaskRow(job, rnd, task, start, end, sync_end, memory == "keep", tuple(evict))
+    job, rnd, task, start, end, sync_end, memory, evict, *own = row
+    batch, iters = (int(own[0]), int(own[1])) if own else (None, None)
+    return TaskRow(job, rnd, task, start, end, sync_end, memory == "keep", tuple(evict),
+                   batch, iters)
 
 
 def memory_from_dict(d: Mapping[str, Any] | None) -> PoolMemory | None:

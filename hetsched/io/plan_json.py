@@ -165,8 +165,13 @@ def _pool(key: str, typ: Any = int) -> Any:
 # the core.pool_tasks types these models are derived from.
 _Index = Annotated[int, Field(ge=0)]
 _Time = _pool("time_s", float)
-_Row: Any = tuple.__class_getitem__(
+_Row8: Any = tuple.__class_getitem__(
     (str, _Index, _Index, _Time, _Time, _Time, Literal["keep", "evict"], list[str]))
+# an uneven task: the same row plus its own local batch and iterations
+_Row10: Any = tuple.__class_getitem__(
+    (str, _Index, _Index, _Time, _Time, _Time, Literal["keep", "evict"], list[str],
+     _pool("local_batch"), _pool("iterations_per_task")))
+_Row: Any = _Row8 | _Row10
 _PoolJobModel = _model_of(PoolJobTasks, _Open, **{
     k: _pool(k) for k in ("tasks_per_round", "rounds", "iterations_per_task",
                           "last_round_iterations", "local_batch")},
@@ -195,7 +200,8 @@ def json_schema() -> dict[str, Any]:
         "anyOf": [{"$ref": f"#/$defs/{tasks['title']}"}, {"type": "null"}], "default": None,
         "description": "pool mode: each job's rounds and each GPU's task sequence "
                        "(docs/pool.md); a row is [job, round, task, start_s, end_s, "
-                       "sync_end_s, memory, evict]"}
+                       "sync_end_s, memory, evict], plus [local_batch, iterations] for a "
+                       "task with its own share of the batch"}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "hetsched plan"
     return schema

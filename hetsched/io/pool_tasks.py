@@ -16,6 +16,7 @@ from typing import Any
 from hetsched.core import limits
 from hetsched.core.pool_tasks import (
     COLUMNS,
+    UNEVEN_COLUMNS,
     GpuTasks,
     PoolJobTasks,
     PoolTasks,
@@ -137,10 +138,14 @@ def _opt_int(v: Any) -> int | None:
 
 def _row(row: Any, src: str, where: str, shape: Mapping[str, tuple[int, int]], repeat: int,
          step: int) -> None:
-    if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
+    if not isinstance(row, list) or len(row) not in (len(ROW_COLUMNS), len(UNEVEN_COLUMNS)):
         raise InputError(src, f"a task row is a list of {len(ROW_COLUMNS)} values "
-                         f"({', '.join(ROW_COLUMNS)})", where)
-    job, rnd, task, *times, memory, evict = row
+                         f"({', '.join(ROW_COLUMNS)}), or {len(UNEVEN_COLUMNS)} with the "
+                         "task's own local_batch and iterations", where)
+    job, rnd, task, *times, memory, evict = row[:len(ROW_COLUMNS)]
+    if len(row) == len(UNEVEN_COLUMNS):
+        _num(row[-2], "local_batch", src, where)
+        _num(row[-1], "iterations_per_task", src, where)
     if not isinstance(job, str) or job not in shape:
         raise InputError(src, f"task of unknown job {str(job)[:80]!r} (jobs of "
                          f"tasks.jobs: {', '.join(sorted(shape)[:10])})", where)

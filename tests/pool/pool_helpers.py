@@ -63,33 +63,78 @@ def check_plan(pp: PoolProblem, plan: Plan, tol: float = 1e-4) -> float:
     jidx = {j.name: i for i, j in enumerate(p.jobs)}
     tidx = {t: k for k, t in enumerate(p.types)}
     seen: set[tuple[int, int, int]] = set()
-    round_start: dict[tuple[int, int], float] = defaultdict(lambda: float("inf"))
-    round_done: dict[tuple[int, int], float] = defaultdict(lambda: float("-inf"))
+    rounds: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
     for g in tasks.gpus:
         rows = [row.to_list() for row in expand_runs(list(g.runs))]
         assert len(rows) == g.tasks
         t = tidx[g.gpu_type]
         prev_end = float("-inf")
-        for job, r, k, start, end, sync_end, mem, _ in sorted(rows, key=lambda x: x[3]):
+        for job, r, k, start, end, sync_end, mem, _, *own in sorted(rows, key=lambda x: x[3]):
             i = jidx[job]
             assert (i, r, k) not in seen, "task scheduled twice"
             seen.add((i, r, k))
             assert start >= prev_end - tol, f"overlap on {g.node}/{g.gpu}"
             prev_end = end
             assert start >= p.arrival[i] - tol, "task before arrival"
-            n = pp.last[i] if r == pp.R[i] - 1 else pp.N[i]
-            assert abs((end - start) - n * pp.t_it[i, t]) <= tol, "compute time off the model"
-            assert abs((sync_end - end) - n * pp.s_it[i, t]) <= tol, "sync time off the model"
+            if own:  # the task's own batch and iterations: its step time on the profile
+                b, n = own
+                assert 1 <= b <= p.cap[i, t] and p.allowed[i, t], "batch off the GPU's cap"
+                cv = p.curves[i][t] if p.curves[i] is not None else None
+                step = p.a[i, t] + p.c[i, t] * b if cv is None else np.interp(b, cv[0], cv[1])
+                want = n * (step + pp.task_overhead_s[i, t] / pp.N[i])
+            else:
+                n = pp.last[i] if r == pp.R[i] - 1 else pp.N[i]
+                want = n * pp.t_it[i, t]
+                assert abs((sync_end - end) - n * pp.s_it[i, t]) <= tol, "sync time off the model"
+            assert abs((end - start) - want) <= tol, "compute time off the model"
             assert mem in ("keep", "evict")
-            round_start[(i, r)] = min(round_start[(i, r)], start)
-            round_done[(i, r)] = max(round_done[(i, r)], sync_end)
-    assert len(seen) == pp.n_tasks, "tasks missing"
+            rounds[(i, r)].append((k, start, end, sync_end, t, g.node, *own))
+    uneven = any(len(v[0]) > 6 for v in rounds.values())
+    if uneven:
+        _check_uneven_rounds(pp, rounds, tol)
+    else:
+        assert len(seen) == pp.n_tasks, "tasks missing"
     obj = 0.0
     for i in range(pp.S):
-        for r in range(1, int(pp.R[i])):
-            assert round_start[(i, r)] >= round_done[(i, r - 1)] - tol, "round barrier broken"
-        obj += p.weight[i] * (round_done[(i, int(pp.R[i]) - 1)] - p.arrival[i])
+        R = max(r for (j, r) in rounds if j == i) + 1
+        done = [max(x[3] for x in rounds[(i, r)]) for r in range(R)]
+        for r in range(1, R):
+            first = min(x[1] for x in rounds[(i, r)])
+            assert first >= done[r - 1] - tol, "round barrier broken"
+        obj += p.weight[i] * (done[-1] - p.arrival[i])
     return obj
+
+
+def _check_uneven_rounds(pp: PoolProblem, rounds: dict[tuple[int, int], list[tuple[Any, ...]]],
+                         tol: float) -> None:
+    """Rounds of tasks with their own batches: tasks 0..k-1, one iteration count, batches
+    adding up to the global batch, the job's iterations, the worker set's sync."""
+    from hetsched.core.model import comm_time
+
+    p = pp.base
+    for i in range(pp.S):
+        R = max(r for (j, r) in rounds if j == i) + 1
+        total = 0
+        for r in range(R):
+            rows = rounds[(i, r)]
+            assert sorted(x[0] for x in rows) == list(range(len(rows))), "a task is missing"
+            iters = {x[7] for x in rows}
+            assert len(iters) == 1, "a round's tasks run different iteration counts"
+            n = iters.pop()
+            total += n
+            assert sum(x[6] for x in rows) == p.B[i], "batches do not add up"
+            types = sorted(x[4] for x in rows)
+            single = len({x[5] for x in rows}) == 1
+            if len(rows) == 1:
+                per = 0.0
+            else:
+                cal = p.calibrated_comm(i, types, len(rows))
+                per = cal if cal is not None else comm_time(
+                    len(rows), float(p.model_mb[i]), p.bandwidth(single),
+                    max(float(p.sync[i, t]) for t in types))
+            for x in rows:
+                assert abs((x[3] - x[2]) - n * per) <= tol, "sync time off the model"
+        assert total == pp.total_iters[i], "the job's iterations are not all run"
 
 
 def exact_optimum(pp: PoolProblem, time_limit: float = 30.0) -> float:

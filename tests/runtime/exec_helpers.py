@@ -48,7 +48,10 @@ def env() -> dict[str, str]:
 
 
 def make_plan(tmp: Path, gpus: int = 2, task_iterations: int = 2, mem_gb: float = 2.0,
-              jobs: str = JOBS) -> Path:
+              jobs: str = JOBS, space: str = "off") -> Path:
+    """A pool plan of ``jobs``; ``space="off"``: Hare on the pool model alone (equal slices,
+    jobs interleaved: what these tests exercise), ``"seed"``: pool mode's default (Hare
+    from the space plan's task plan, uneven tasks)."""
     (tmp / "jobs.yaml").write_text(jobs)
     (tmp / "cluster.yaml").write_text(cluster_yaml(gpus, mem_gb))
     (tmp / "tp.csv").write_text(throughputs())
@@ -56,6 +59,7 @@ def make_plan(tmp: Path, gpus: int = 2, task_iterations: int = 2, mem_gb: float 
     subprocess.run([sys.executable, "-c", MAIN, "plan", str(tmp / "jobs.yaml"),
                     "--cluster", str(tmp / "cluster.yaml"), "--throughputs", str(tmp / "tp.csv"),
                     "--mode", "pool", "--task-iterations", str(task_iterations),
+                    "--policy", "hare", "--param", f"space={space}",
                     "--out", str(out)], check=True, env=env(), capture_output=True)
     return out
 

@@ -102,11 +102,13 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         if sel.not_run():
             plan.notes.skipped = sel.not_run()
     if space_plan is not None and "keep" in uses:
-        plan = _or_space(plan, space_plan)
+        plan = _or_space(plan, space_plan, _alone_bound(problem))
     elif space_plan is not None:  # seeded only: say how the task plan compares
         plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
-                                       "space_weighted_jct_s": float(space_plan.weighted_jct_s),
-                                       "kept": "pool plan (space=seed)"}
+                                    "space_weighted_jct_s": float(space_plan.weighted_jct_s),
+                                    "pool_weighted_jct_s": float(plan.weighted_jct_s),
+                                    "kept": "pool plan (space=seed)"}
+        _union_bound(plan, space_plan, _alone_bound(problem))
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -122,15 +124,18 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
     uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
     if not uses:
         space_plan = None
-    elif space_plan is None:  # only a seed: a quarter of auto's budget is enough for an order
-        space_plan = _space_plan(problem, restart_cost_s, None if "keep" in uses else 0.25)
+    elif space_plan is None:  # the same plan space mode gives (Hare starts from it)
+        space_plan = _space_plan(problem, restart_cost_s)
     if space_plan is not None:
+        from hetsched.planning.pool.from_space import space_tasks
         from hetsched.planning.pool.space_seed import space_seed
 
         space_plan = copy.deepcopy(space_plan)
+        exact = space_tasks(pp, space_plan)
         for pol in pols.values():
             if getattr(pol, "space", "off") != "off":
                 pol.seeds = {"space": space_seed(pp, space_plan)}
+                pol.space_tasks = None if exact is None else exact[0]
     return uses, space_plan
 
 
@@ -150,24 +155,41 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
         return None
 
 
-def _or_space(plan: Plan, space: Plan) -> Plan:
-    """Keep the pool-model plan or the space plan, whichever predicts less weighted JCT.
+def _alone_bound(problem: PlanningProblem) -> float:
+    """The space bound that also bounds task plans: every job alone on the cluster at its
+    best worker set (bounds.py, "alone"). The space LP and fluid bounds charge each job's
+    GPUs through its synchronisation; a task plan overlaps sync with other tasks, so they
+    do not bound it."""
+    from hetsched.planning.bounds import lower_bound_info
 
-    Time sharing must pay for itself: the pool plan is kept only when strictly below the
+    return float(lower_bound_info(problem)["bounds"].get("alone", 0.0))
+
+
+def _union_bound(plan: Plan, space: Plan, alone: float) -> float:
+    """The bound of equal-slice and uneven task plans and space plans together:
+    min(pool relaxation, the alone bound); set on ``plan`` with its kind."""
+    bound = min(plan.lower_bound_s, alone)
+    plan.lower_bound_extra = {
+        **plan.lower_bound_extra,
+        "kind": f"min(pool relaxation {plan.lower_bound_s:.6g}, each job alone "
+                f"{alone:.6g}): bounds equal-slice and uneven task plans and space plans"}
+    plan.lower_bound_s = float(bound)
+    return float(bound)
+
+
+def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:
+    """Keep the task plan or the space plan, whichever predicts less weighted JCT.
+
+    Time sharing must pay for itself: the task plan is kept only when strictly below the
     space plan, so a tie (one job, or rounding) keeps the plainer plan and the kept
-    plan's weighted JCT is exactly the minimum of the two.
-
-    Both sets' bounds are valid for their own plans, so their minimum bounds the
-    union: the kept plan reports it (``lower_bound_extra['kind']`` says so).
+    plan's weighted JCT is exactly the minimum of the two. The kept plan reports the
+    bound of both sets (:func:`_union_bound`).
     """
     info = {"pool_policy": plan.policy, "pool_weighted_jct_s": float(plan.weighted_jct_s),
             "space_policy": space.policy, "space_weighted_jct_s": float(space.weighted_jct_s),
             "pool_bound_s": float(plan.lower_bound_s),
-            "space_bound_s": float(space.lower_bound_s)}
-    bound = min(plan.lower_bound_s, space.lower_bound_s)
-    kind = f"min(pool relaxation {plan.lower_bound_s:.6g}, space " \
-           f"{space.lower_bound_extra.get('kind', 'bound')} {space.lower_bound_s:.6g}): " \
-           "bounds pool-model and space plans"
+            "space_bound_s": float(space.lower_bound_s), "alone_bound_s": alone}
+    pool_bound = plan.lower_bound_s
     if not plan.weighted_jct_s < space.weighted_jct_s:
         space.extra.update({k: v for k, v in plan.extra.items()
                             if k in ("bound", "alpha", "task_iterations")})
@@ -176,8 +198,8 @@ def _or_space(plan: Plan, space: Plan) -> Plan:
         info["kept"] = "space plan"
     else:
         info["kept"] = "pool plan"
-    plan.lower_bound_s = bound
-    plan.lower_bound_extra = {**plan.lower_bound_extra, "kind": kind}
+    plan.lower_bound_s = pool_bound
+    _union_bound(plan, space, alone)
     plan.notes.pool_vs_space = info
     return plan
 

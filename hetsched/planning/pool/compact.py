@@ -29,14 +29,18 @@ def _r6(x: float) -> float:
 
 def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.ndarray,
                   end: np.ndarray, sync_end: np.ndarray, keep: list[bool],
-                  evict: list[list[str]]) -> list[TaskRun]:
-    """Runs for one GPU's rows (already in start order)."""
+                  evict: list[list[str]], batch: np.ndarray | None = None,
+                  iters: np.ndarray | None = None) -> list[TaskRun]:
+    """Runs for one GPU's rows (already in start order); ``batch``/``iters``: each task's
+    own local batch and iterations (uneven tasks), None for the job's equal slices."""
     n = len(job)
+    own: list[tuple[int | None, int | None]] = [(None, None)] * n if batch is None or \
+        iters is None else [(int(b), int(k)) for b, k in zip(batch, iters, strict=True)]
     rnd_l = [int(x) for x in rnd]
     task_l = [int(x) for x in task]
     st, en, se = (np.asarray(x, dtype=float) for x in (start, end, sync_end))
     st_l, en_l, se_l = st.tolist(), en.tolist(), se.tolist()
-    ident = [(job[k], task_l[k], keep[k], tuple(evict[k])) for k in range(n)]
+    ident = [(job[k], task_l[k], keep[k], tuple(evict[k]), own[k]) for k in range(n)]
 
     def tol(x: float) -> float:
         return TIME_TOL + 1e-12 * abs(x)
@@ -78,7 +82,7 @@ def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.n
                 best = (k, L, d, period)
         k, L, d, period = best
         rows = tuple(TaskRow(job[e], rnd_l[e], task_l[e], _r6(st_l[e]), _r6(en_l[e]),
-                             _r6(se_l[e]), bool(keep[e]), tuple(evict[e]))
+                             _r6(se_l[e]), bool(keep[e]), tuple(evict[e]), *own[e])
                      for e in range(i, i + L))
         runs.append(TaskRun(rows, k, round(period, 9), d) if k > 1 else TaskRun(rows, 1))
         i += k * L

@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.plan import JobPlan, Plan, Segment, Worker
-from hetsched.core.pool_tasks import GpuTasks, PoolJobTasks, PoolMemory, PoolTasks
+from hetsched.core.pool_tasks import (
+    COLUMNS,
+    UNEVEN_COLUMNS,
+    GpuTasks,
+    PoolJobTasks,
+    PoolMemory,
+    PoolTasks,
+)
 from hetsched.planning.pool.compact import compress_rows, count_rows, expand_runs
 from hetsched.planning.pool.memory import plan_gpu_memory
 from hetsched.planning.pool.problem import PoolProblem
@@ -35,7 +42,8 @@ class InvalidSchedule(ValueError):
 
 @dataclass
 class TaskSchedule:
-    """What a pool policy decides: for every task (job, round, task) its GPU and start time."""
+    """What a pool policy decides: for every task (job, round, task) its GPU and start time
+    (and, for uneven tasks, its local batch and iterations)."""
 
     job: np.ndarray
     rnd: np.ndarray
@@ -44,6 +52,10 @@ class TaskSchedule:
     start: np.ndarray
     policy: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    #: uneven tasks (:mod:`.uneven`): each task's own local batch and iterations; None:
+    #: the pool model's equal slices and round sizes
+    batch: np.ndarray | None = None
+    iters: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.job)
@@ -77,6 +89,8 @@ def evaluate(pp: PoolProblem, s: TaskSchedule, tol: float | None = None) -> Eval
     task = np.asarray(s.task, dtype=np.int64)
     gpu = np.asarray(s.gpu, dtype=np.int64)
     start = np.asarray(s.start, dtype=float)
+    if s.batch is not None:
+        return _evaluate_uneven(pp, s, job, rnd, task, gpu, start, tol)
     n = pp.n_tasks
     if not (len(job) == len(rnd) == len(task) == len(gpu) == len(start) == n):
         raise InvalidSchedule(f"{s.policy}: {len(job)} tasks scheduled, the problem has {n}")
@@ -99,33 +113,72 @@ def evaluate(pp: PoolProblem, s: TaskSchedule, tol: float | None = None) -> Eval
         k = int(np.nonzero(~np.isfinite(tc))[0][0])
         raise InvalidSchedule(f"{s.policy}: job {pp.base.jobs[job[k]].name} runs a task on "
                               f"GPU type {pp.base.types[pp.gpu_type[gpu[k]]]} it may not use")
-    end = start + tc
-    sync_end = end + ts
+    off_round = np.concatenate([[0], np.cumsum(R)[:-1]])
+    rj = np.repeat(np.arange(pp.S), R)
+    return _finish(pp, s.policy, job, gpu, start, start + tc, start + tc + ts,
+                   off_round[job] + rnd, rj, tol)
+
+
+def _evaluate_uneven(pp: PoolProblem, s: TaskSchedule, job: np.ndarray, rnd: np.ndarray,
+                     task: np.ndarray, gpu: np.ndarray, start: np.ndarray,
+                     tol: float | None) -> Evaluation:
+    """Tasks with their own local batch and iterations (:mod:`.uneven`)."""
+    from hetsched.planning.pool.uneven import _Invalid, check_shapes, rounds_of, uneven_times
+
+    batch = np.asarray(s.batch, dtype=np.int64)
+    iters = np.asarray(s.iters if s.iters is not None else [], dtype=np.int64)
+    n = len(job)
+    if not (len(rnd) == len(task) == len(gpu) == len(start) == len(batch) == len(iters) == n):
+        raise InvalidSchedule(f"{s.policy}: the task columns differ in length")
+    if n == 0:
+        if pp.S:
+            raise InvalidSchedule(f"{s.policy}: no tasks scheduled")
+        return Evaluation(start, start, np.zeros(0), 0.0)
+    if ((job < 0) | (job >= pp.S)).any() or ((gpu < 0) | (gpu >= pp.K)).any() or \
+            (rnd < 0).any() or (task < 0).any() or (batch < 1).any() or (iters < 1).any():
+        raise InvalidSchedule(f"{s.policy}: an index, batch or iteration count out of range")
+    if not np.isfinite(start).all():
+        raise InvalidSchedule(f"{s.policy}: a start time is not finite")
+    try:
+        rid, rj, _ = rounds_of(pp, job, rnd, task)
+        check_shapes(pp, job, gpu, batch, iters, rid, rj)
+    except _Invalid as e:
+        raise InvalidSchedule(f"{s.policy}: {e}") from None
+    tc, ts = uneven_times(pp, job, gpu, batch, iters, rid, rj)
+    return _finish(pp, s.policy, job, gpu, start, start + tc, start + tc + ts, rid, rj, tol)
+
+
+def _finish(pp: PoolProblem, policy: str, job: np.ndarray, gpu: np.ndarray,
+            start: np.ndarray, end: np.ndarray, sync_end: np.ndarray, rid: np.ndarray,
+            rj: np.ndarray, tol: float | None) -> Evaluation:
+    """Arrivals, no overlap on a GPU, round barriers; completions and the objective.
+
+    ``rid``: each task's round id, numbered job by job with a job's rounds in order;
+    ``rj``: the job of each round id.
+    """
     if tol is None:
         tol = 1e-6 + 1e-9 * float(np.abs(sync_end).max())
     if (start < pp.arrival[job] - tol).any():
-        raise InvalidSchedule(f"{s.policy}: a task starts before its job's arrival")
+        raise InvalidSchedule(f"{policy}: a task starts before its job's arrival")
     order = np.lexsort((start, gpu))
     g, st, en = gpu[order], start[order], end[order]
     same = g[1:] == g[:-1]
     if (same & (st[1:] < en[:-1] - tol)).any():
         k = int(np.nonzero(same & (st[1:] < en[:-1] - tol))[0][0])
-        raise InvalidSchedule(f"{s.policy}: two tasks overlap on GPU {int(g[k])} at "
+        raise InvalidSchedule(f"{policy}: two tasks overlap on GPU {int(g[k])} at "
                               f"{st[k + 1]:.6f} < {en[k]:.6f}")
-    off_round = np.concatenate([[0], np.cumsum(R)[:-1]])
-    key = off_round[job] + rnd
-    nr = int(R.sum())
+    nr = len(rj)
     rstart = np.full(nr, np.inf)
     rdone = np.full(nr, -np.inf)
-    np.minimum.at(rstart, key, start)
-    np.maximum.at(rdone, key, sync_end)
-    not_last = np.ones(nr, dtype=bool)
-    not_last[off_round + R - 1] = False
-    idx = np.nonzero(not_last)[0]
-    if (rstart[idx + 1] < rdone[idx] - tol).any():
-        raise InvalidSchedule(f"{s.policy}: a round starts before the previous round's "
+    np.minimum.at(rstart, rid, start)
+    np.maximum.at(rdone, rid, sync_end)
+    nxt = np.nonzero(rj[1:] == rj[:-1])[0]
+    if (rstart[nxt + 1] < rdone[nxt] - tol).any():
+        raise InvalidSchedule(f"{policy}: a round starts before the previous round's "
                               "tasks and synchronisation have ended")
-    completion = rdone[off_round + R - 1]
+    last = np.nonzero(np.r_[rj[1:] != rj[:-1], True])[0]
+    completion = np.zeros(pp.S)
+    completion[rj[last]] = rdone[last]
     objective = float((pp.weight * (completion - pp.arrival)).sum())
     return Evaluation(end, sync_end, completion, objective)
 
@@ -155,18 +208,38 @@ def tasks_section(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> PoolTasks
         runs = compress_rows(
             [names[j] for j in seq], np.asarray(s.rnd)[idx], np.asarray(s.task)[idx],
             np.asarray(s.start)[idx], ev.end[idx], ev.sync_end[idx], mp.keep,
-            [[names[o] for o in e] for e in mp.evict_others])
+            [[names[o] for o in e] for e in mp.evict_others],
+            None if s.batch is None else np.asarray(s.batch)[idx],
+            None if s.iters is None else np.asarray(s.iters)[idx])
         gg = gpus[g]
         out_gpus.append(GpuTasks(gg.node, gg.index, gg.gpu_type, tuple(runs), len(idx),
                                  float(pp.gpu_mem_gb[g])))
     return PoolTasks(
-        jobs={names[i]: PoolJobTasks(int(pp.P[i]), int(pp.R[i]), int(pp.N[i]),
-                                     int(pp.last[i]), int(pp.slice_b[i]),
-                                     round(float(pp.mem_gb[i]), 6))
-              for i in range(pp.S)},
+        jobs=_job_shapes(pp, s), columns=COLUMNS if s.batch is None else UNEVEN_COLUMNS,
         gpus=out_gpus, switch_s=pp.switch_s, total_tasks=len(s),
         stored_rows=sum(g.stored_rows() for g in out_gpus),
         memory=PoolMemory(loads, warm))
+
+
+def _job_shapes(pp: PoolProblem, s: TaskSchedule) -> dict[str, PoolJobTasks]:
+    """Each job's round structure; for uneven tasks the largest round, iterations and
+    batch of any of its rounds and its last round's iterations (the rows say the rest)."""
+    names = [j.name for j in pp.base.jobs]
+    mem = [round(float(m), 6) for m in pp.mem_gb]
+    if s.batch is None or s.iters is None:
+        return {names[i]: PoolJobTasks(int(pp.P[i]), int(pp.R[i]), int(pp.N[i]),
+                                       int(pp.last[i]), int(pp.slice_b[i]), mem[i])
+                for i in range(pp.S)}
+    job, rnd, task = (np.asarray(x, dtype=np.int64) for x in (s.job, s.rnd, s.task))
+    batch, iters = np.asarray(s.batch, dtype=np.int64), np.asarray(s.iters, dtype=np.int64)
+    out: dict[str, PoolJobTasks] = {}
+    for i in range(pp.S):
+        m = job == i
+        r, k, b, it = rnd[m], task[m], batch[m], iters[m]
+        last = int(r.max())
+        out[names[i]] = PoolJobTasks(int(k.max()) + 1, last + 1, int(it.max()),
+                                     int(it[r == last][0]), int(b.max()), mem[i])
+    return out
 
 
 def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: float,
@@ -185,9 +258,14 @@ def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: flo
     used: list[set[int]] = [set() for _ in range(pp.S)]
     for j, g in zip(np.asarray(s.job).tolist(), np.asarray(s.gpu).tolist(), strict=True):
         used[j].add(g)
+    own: dict[tuple[int, int], int] = {}
+    if s.batch is not None:  # uneven tasks: each GPU's largest local batch for the job
+        for j, g, b in zip(np.asarray(s.job).tolist(), np.asarray(s.gpu).tolist(),
+                           np.asarray(s.batch).tolist(), strict=True):
+            own[(j, g)] = max(own.get((j, g), 0), int(b))
     for i, job in enumerate(p.jobs):
-        ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index, int(pp.slice_b[i]))
-              for g in sorted(used[i])]
+        ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index,
+                     own.get((i, g), int(pp.slice_b[i]))) for g in sorted(used[i])]
         span = float(ev.completion[i] - first[i])
         it = float(pp.total_iters[i])
         seg = Segment(start_s=float(first[i]), end_s=float(ev.completion[i]), workers=ws,
@@ -211,6 +289,8 @@ def schedule_from_tasks(pp: PoolProblem, tasks: PoolTasks) -> tuple[TaskSchedule
     jindex = {j.name: i for i, j in enumerate(p.jobs)}
     gindex = {(g.node, g.index): k for k, g in enumerate(p.cluster.gpus)}
     job, rnd, task, gpu, start, end, sync_end = [], [], [], [], [], [], []
+    batch: list[int | None] = []
+    iters: list[int | None] = []
     for gd in tasks.gpus:
         g = gindex[(gd.node, int(gd.gpu))]
         runs = list(gd.runs)
@@ -226,9 +306,16 @@ def schedule_from_tasks(pp: PoolProblem, tasks: PoolTasks) -> tuple[TaskSchedule
             start.append(r.start_s)
             end.append(r.end_s)
             sync_end.append(r.sync_end_s)
+            batch.append(r.local_batch)
+            iters.append(r.iterations)
+    own = [b is not None for b in batch]
+    if any(own) and not all(own):
+        raise InvalidSchedule("some task rows carry their own local batch and some do not")
     sched = TaskSchedule(np.array(job, dtype=np.int64), np.array(rnd, dtype=np.int64),
                          np.array(task, dtype=np.int64), np.array(gpu, dtype=np.int64),
-                         np.array(start, dtype=float), policy="plan")
+                         np.array(start, dtype=float), policy="plan",
+                         batch=np.array(batch, dtype=np.int64) if any(own) else None,
+                         iters=np.array(iters, dtype=np.int64) if any(own) else None)
     return sched, np.array(end, dtype=float), np.array(sync_end, dtype=float)
 
 

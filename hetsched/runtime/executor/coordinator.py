@@ -129,7 +129,7 @@ class JobServer:
         if rnd != self.version:
             raise BadRequest(f"job {self.job.name}: gradient for round {rnd} while the job "
                              f"is at round {self.version}")
-        if task in self.got or not 0 <= task < self.job.tasks_per_round:
+        if task in self.got or not 0 <= task < self.job.tasks_in(rnd):
             raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent twice or "
                              "out of range")
 
@@ -144,7 +144,7 @@ class JobServer:
                              "gradient with NaN or infinite values; nothing was applied")
         self.grad += contribution
         self.got.add(task)
-        if len(self.got) < self.job.tasks_per_round:
+        if len(self.got) < self.job.tasks_in(rnd):
             return False
         if self.seg is not None:  # readers of the shared copy see a write in progress
             self.seg.begin_write()

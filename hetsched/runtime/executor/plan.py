@@ -7,11 +7,16 @@ the job's global batch ``B`` split into ``P`` contiguous slices of sizes
 ``split_counts(B, [b]*P)`` (``b = ceil(B/P)`` is the plan's ``local_batch``,
 so the last slices may be one sample smaller); an epoch's last, partial batch
 is split in proportion (:func:`hetsched.runtime.sampler.split_counts`).
+A plan whose task rows carry their own ``local_batch`` and ``iterations``
+(uneven tasks, e.g. a space plan's workers) gives each round its own slices
+(its tasks' local batches, in task order) and iterations: ``ExecJob.layout``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import itertools
+from dataclasses import dataclass, replace
 
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import TASKS_FORMAT
@@ -39,6 +44,9 @@ class ExecJob:
     last_iterations: int
     slice_batch: int
     memory_gb: float
+    #: uneven tasks: per round (iterations, local batch of each task in task order);
+    #: None: every round has ``tasks_per_round`` equal slices
+    layout: tuple[tuple[int, tuple[int, ...]], ...] | None = None
 
     @property
     def global_batch(self) -> int:
@@ -49,10 +57,28 @@ class ExecJob:
         return self.spec.dataset_size
 
     def round_iterations(self, r: int) -> int:
+        if self.layout is not None:
+            return self.layout[r][0]
         return self.last_iterations if r == self.rounds - 1 else self.iterations
 
-    def slices(self) -> list[int]:
-        """Sizes of the P slices of one full global batch (task order)."""
+    def round_step(self, r: int) -> int:
+        """The job's global step at which round ``r`` starts."""
+        if self.layout is None:
+            return r * self.iterations
+        return self._round_starts[r]
+
+    @functools.cached_property
+    def _round_starts(self) -> tuple[int, ...]:
+        return tuple(itertools.accumulate((n for n, _ in self.layout or ()), initial=0))
+
+    def tasks_in(self, r: int) -> int:
+        """Tasks of round ``r``."""
+        return self.tasks_per_round if self.layout is None else len(self.layout[r][1])
+
+    def slices(self, r: int = 0) -> list[int]:
+        """Sizes of round ``r``'s slices of one full global batch (task order)."""
+        if self.layout is not None:
+            return list(self.layout[r][1])
         return split_counts(self.global_batch, [self.slice_batch] * self.tasks_per_round)
 
     def steps_per_epoch(self) -> int:
@@ -67,14 +93,15 @@ class ExecJob:
     def task_counts(self, r: int, task: int) -> list[int]:
         """Samples task ``task`` of round ``r`` trains in each of its iterations."""
         out = []
+        first, slices = self.round_step(r), self.slices(r)
         for k in range(self.round_iterations(r)):
-            _, n = self.step_samples(r * self.iterations + k)
-            out.append(split_counts(n, self.slices())[task])
+            _, n = self.step_samples(first + k)
+            out.append(split_counts(n, slices)[task])
         return out
 
     def round_samples(self, r: int) -> int:
-        return sum(self.step_samples(r * self.iterations + k)[1]
-                   for k in range(self.round_iterations(r)))
+        first = self.round_step(r)
+        return sum(self.step_samples(first + k)[1] for k in range(self.round_iterations(r)))
 
 
 @dataclass(frozen=True)
@@ -110,6 +137,33 @@ class ExecPlan:
         return list(self.gpus)
 
 
+def _layout(source: str, job: ExecJob, shares: dict[tuple[int, int], tuple[int, int]]
+            ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Each round's (iterations, task batches) from rows with their own batch; one clear
+    line unless every round has tasks 0..k-1 with one iteration count and batches adding
+    up to the job's global batch. Rounds before the first one listed are done (a
+    replanned remainder, rounds renumbered to continue): ``iterations_per_task`` each,
+    no tasks."""
+    first = min(r for r, _ in shares)
+    out: list[tuple[int, tuple[int, ...]]] = [(job.iterations, ())] * first
+    for r in range(first, job.rounds):
+        k = 0
+        batches, iters = [], set()
+        while (r, k) in shares:
+            b, n = shares[(r, k)]
+            batches.append(b)
+            iters.add(n)
+            k += 1
+        if not batches or len(iters) != 1 or sum(batches) != job.global_batch:
+            raise InputError(source, f"round {r}: its tasks must be 0..k-1 with one iteration "
+                             f"count and local batches adding up to {job.global_batch}",
+                             f"job {job.name!r}")
+        out.append((iters.pop(), tuple(batches)))
+    if len(shares) != sum(len(b) for _, b in out):
+        raise InputError(source, "a task row lies outside the job's rounds", f"job {job.name!r}")
+    return tuple(out)
+
+
 def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
     """The executor's view of a pool plan; one clear line (InputError) for anything else."""
     tasks = plan.tasks
@@ -129,6 +183,15 @@ def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
         jobs[name] = ExecJob(name, spec, d.tasks_per_round, d.rounds, d.iterations_per_task,
                              d.last_round_iterations, d.local_batch,
                              float(d.model_memory_gb or 0.0))
+    own: dict[str, dict[tuple[int, int], tuple[int, int]]] = {}
+    for g in tasks.gpus:
+        for r in g.rows():
+            if r.local_batch is not None and r.iterations is not None:
+                own.setdefault(r.job, {})[(r.round, r.task)] = (r.local_batch, r.iterations)
+    for name, shares in own.items():
+        if name in jobs:
+            j = jobs[name]
+            jobs[name] = replace(j, layout=_layout(source, j, shares))
     gpus: dict[str, ExecGpu] = {}
     for g in tasks.gpus:
         rows = [ExecTask(r.job, r.round, r.task, float(r.start_s), float(r.end_s), r.keep,

@@ -67,11 +67,11 @@ def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
 
 def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.ndarray:
     """Sample indices of task ``task``'s iteration ``k`` in round ``rnd``."""
-    step = rnd * job.iterations + k
+    step = job.round_step(rnd) + k
     epoch = step // job.steps_per_epoch()
     off, n = job.step_samples(step)
     perm = _permutation(seed, epoch, job.dataset_size)
-    counts = split_counts(n, job.slices())
+    counts = split_counts(n, job.slices(rnd))
     lo = off + sum(counts[:task])
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
@@ -441,7 +441,7 @@ class Executor:
             if n == 0:
                 continue
             idx = task_indices(job, self.opts.seed, t.round, t.task, k)
-            scale = 1.0 / (job.tasks_per_round * len(counts)) if self.opts.average \
+            scale = 1.0 / (job.tasks_in(t.round) * len(counts)) if self.opts.average \
                 else n / total
             iteration(model, loss_fn, self.data[t.job], idx, dev, scale)
             if k == 0:

@@ -1,0 +1,155 @@
+"""Uneven tasks: rounds whose tasks carry their own share of the global batch.
+
+The pool model of :mod:`.problem` gives job ``i`` ``R_i`` rounds of ``P_i``
+equal slices. A schedule may instead give every task its own local batch and
+iterations (``TaskSchedule.batch``/``iters``); its rounds are then what its rows
+say, and this module checks and times them:
+
+- job ``i``'s rounds are ``0..R'_i - 1`` (any number), round ``r`` has tasks
+  ``0..k_r - 1`` (any number, on any GPU types the job may use), all running
+  the round's ``n_r`` iterations, ``sum_r n_r`` = the job's iterations;
+- a round's local batches add up to the job's global batch, each within its
+  GPU type's memory cap;
+- a task's compute time is ``n_r`` times the job's step time on its GPU type at
+  its local batch (the profile's affine line or piecewise curve: the space
+  planner's model), plus the executor's measured per-task overhead as in the
+  equal model;
+- the round synchronises the gradients of its ``k_r`` workers:
+  ``n_r`` times the communication the space planner charges that worker set
+  (calibrated from multi-GPU measurements of the types used, else the ring
+  all-reduce over the bandwidth of its placement: intra-node when all its tasks
+  ran on one node), paid after each task's compute as in the equal model.
+
+So a space plan's segment (its workers, their balanced shares, ``n``
+iterations) is a chain of rounds here with exactly the space plan's time
+per iteration, ``max_k step_k + comm`` (:mod:`.from_space`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.core.model import comm_time
+from hetsched.planning.pool.problem import PoolProblem
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def round_sync(pp: PoolProblem, i: int, types: tuple[int, ...], single: bool) -> float:
+    """Sync seconds per iteration of job i's round whose workers have ``types`` (one entry
+    per task) on one node (``single``) or several: the space planner's formula."""
+    p = pp.base
+    k = len(types)
+    if k <= 1:
+        return 0.0
+    cal = p.calibrated_comm(i, types, k)
+    if cal is not None:
+        return float(cal)
+    sync = max(float(p.sync[i, t]) for t in types)
+    return float(comm_time(k, float(p.model_mb[i]), p.bandwidth(single), sync))
+
+
+def step_at(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Step time of each (job, GPU type, local batch): line, or curve where profiled so."""
+    p = pp.base
+    b = batch.astype(float)
+    out = p.a[job, typ] + p.c[job, typ] * b
+    for i in np.unique(job).tolist():
+        cv = p.curves[i]
+        if cv is None:
+            continue
+        for t, curve in enumerate(cv):
+            if curve is None:
+                continue
+            m = (job == i) & (typ == t)
+            if m.any():
+                out[m] = np.interp(b[m], curve[0], curve[1])
+    return out
+
+
+def gpu_nodes(pp: PoolProblem) -> np.ndarray:
+    """(K,) node index of each GPU of the pool."""
+    names: dict[str, int] = {}
+    return np.array([names.setdefault(g.node, len(names)) for g in pp.base.cluster.gpus],
+                    dtype=np.int64)
+
+
+def rounds_of(pp: PoolProblem, job: np.ndarray, rnd: np.ndarray, task: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(round id of each task, job of each round, first round id of each job).
+
+    Round ids are numbered job by job, rounds in order; raises _Invalid unless every
+    job has rounds ``0..R'-1`` and every round tasks ``0..k-1``, each once.
+    """
+    n = len(job)
+    maxr = int(rnd.max()) + 1
+    key = job * maxr + rnd
+    order = np.lexsort((task, key))
+    ukey, first, counts = np.unique(key[order], return_index=True, return_counts=True)
+    if (task[order] != np.arange(n) - np.repeat(first, counts)).any():
+        raise _Invalid("a task is missing or scheduled twice (a round's tasks are 0..k-1)")
+    rj, rr = ukey // maxr, ukey % maxr
+    per_job = np.bincount(rj, minlength=pp.S)
+    if (per_job == 0).any():
+        raise _Invalid(f"job {pp.base.jobs[int(np.argmin(per_job))].name} has no task")
+    first_round = np.concatenate([[0], np.cumsum(per_job)[:-1]])
+    if (rr != np.arange(len(ukey)) - np.repeat(first_round, per_job)).any():
+        raise _Invalid("a job's rounds are not 0..R-1")
+    rid = np.empty(n, dtype=np.int64)
+    rid[order] = np.repeat(np.arange(len(ukey)), counts)
+    return rid, rj, first_round
+
+
+def check_shapes(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.ndarray,
+                 iters: np.ndarray, rid: np.ndarray, rj: np.ndarray) -> np.ndarray:
+    """Each round's iterations (checked: one count per round, the job's total, batches
+    summing to the global batch, within the GPU type's cap)."""
+    p = pp.base
+    nr = len(rj)
+    lo = np.full(nr, np.iinfo(np.int64).max)
+    hi = np.zeros(nr, dtype=np.int64)
+    np.minimum.at(lo, rid, iters)
+    np.maximum.at(hi, rid, iters)
+    if (lo != hi).any():
+        raise _Invalid("the tasks of a round run different numbers of iterations")
+    done = np.bincount(rj, weights=lo.astype(float), minlength=pp.S)
+    if (np.abs(done - pp.total_iters) > 0.5).any():
+        i = int(np.argmax(np.abs(done - pp.total_iters)))
+        raise _Invalid(f"job {p.jobs[i].name} runs {int(done[i])} iterations, "
+                       f"not {int(pp.total_iters[i])}")
+    bsum = np.bincount(rid, weights=batch.astype(float), minlength=nr)
+    if (np.abs(bsum - p.B[rj]) > 0.5).any():
+        raise _Invalid("a round's local batches do not add up to the job's global batch")
+    typ = pp.gpu_type[gpu]
+    if (~p.allowed[job, typ]).any() or (batch > p.cap[job, typ]).any():
+        raise _Invalid("a task runs on a GPU type its job may not use, or above its cap")
+    return lo
+
+
+def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.ndarray,
+                 iters: np.ndarray, rid: np.ndarray, rj: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, sync) seconds of every task of a checked uneven schedule."""
+    typ = pp.gpu_type[gpu]
+    step = step_at(pp, job, typ, batch)
+    tc = iters * (step + pp.task_overhead_s[job, typ] / pp.N[job])
+    nodes = gpu_nodes(pp)[gpu]
+    nr = len(rj)
+    counts = np.zeros((nr, pp.T), dtype=np.int64)  # each round's workers per GPU type
+    np.add.at(counts, (rid, typ), 1)
+    nlo = np.full(nr, np.iinfo(np.int64).max)
+    nhi = np.full(nr, -1)
+    np.minimum.at(nlo, rid, nodes)
+    np.maximum.at(nhi, rid, nodes)
+    sig = np.column_stack([rj, counts, (nlo == nhi).astype(np.int64)])
+    uniq, inv = np.unique(sig, axis=0, return_inverse=True)
+    vals = np.array([round_sync(pp, int(u[0]), tuple(t for t in range(pp.T)
+                                                      for _ in range(int(u[1 + t]))),
+                                bool(u[-1])) for u in uniq])
+    s_round = vals[np.asarray(inv).reshape(-1)]
+    return tc, iters * s_round[rid]
+
+
+__all__ = ["round_sync", "step_at", "gpu_nodes", "rounds_of", "check_shapes", "uneven_times"]
