@@ -32,10 +32,12 @@
   is folded as that iteration plus the pair's optimizer share: the row stays
   the job's whole step, and pool planning takes the share off again.
 * Fold weight: a ``steps`` record (a window of a run's steps) moves its row by
-  ``alpha``; a pool ``task`` record is the mean of its ``iterations``
-  iterations and moves the row by ``1 - (1 - alpha) ** iterations``, at most
-  :data:`MAX_TASK_ALPHA` (as many observations of that mean; one task never
-  replaces the history outright), so a one-round job's run moves the step time
+  ``alpha``. A pool job's ``task`` records of one read of a report are pooled
+  per row (the mean over all their iterations, so a task's fixed costs are
+  spread over every iteration, not over a short last task's few) and move the
+  row once by ``1 - (1 - alpha) ** k`` for their k iterations, at most
+  :data:`MAX_TASK_ALPHA` (k observations of that mean; one read never replaces
+  the history outright), so one run of a one-round job moves the step time
   most of the way to what it measured.
 
 Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
@@ -341,6 +343,18 @@ def task_as_steps(rec: dict[str, Any], workloads: Mapping[str, str]) -> dict[str
             "iterations": its, "pool": True}
 
 
+def _valid_steps(rec: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """The row a ``steps`` record (or a task record made one) refines; None when unusable."""
+    try:
+        w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+        b, meas = int(rec["local_batch"]), float(rec["compute_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not w or not g or b < 1 or not meas > 0 or not math.isfinite(meas):
+        return None
+    return w, g, b
+
+
 def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEFAULT_ALPHA,
                    workloads: Mapping[str, str] | None = None
                    ) -> list[tuple[str, str, int, float | None, float]]:
@@ -349,9 +363,9 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
     Each file is read from where the previous call stopped (``report_offsets``),
     so calling this from every monitor cycle counts each measurement once.
     With ``workloads`` (job -> workload), pool executors' ``task`` records
-    count too (:func:`task_as_steps`): each as its iteration plus the pair's
-    optimizer share, weighted by :func:`fold_weight` of its iterations (the
-    module docstring).
+    count too (:func:`task_as_steps`): pooled per row over the read, as the mean
+    iteration plus the row's optimizer share, weighted by :func:`fold_weight` of
+    their iterations (the module docstring).
     """
     from hetsched.io.reports import read_reports
 
@@ -371,6 +385,11 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
             row = c.execute("SELECT offset FROM report_offsets WHERE path = ?",
                             (key_path,)).fetchone()
             recs, new_off = read_reports(path, int(row[0]) if row else 0)
+            # a pool job's task records of this read, pooled per row: their iterations'
+            # mean (a task's fixed costs spread over all of them, not over a short last
+            # task's few), folded once with the weight of all those iterations
+            pooled: dict[tuple[str, str, int], list[float]] = {}
+            steps: list[dict[str, Any]] = []
             for rec in recs:
                 if rec.get("kind") in ("epoch", "done"):
                     _fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
@@ -378,15 +397,20 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                 if rec.get("kind") == "task" and workloads is not None:
                     _fold_overhead(c, rec, workloads, alpha)
                     rec = task_as_steps(rec, workloads) or {}
-                if rec.get("kind") != "steps":
+                    ok = _valid_steps(rec)
+                    if ok is not None:
+                        acc = pooled.setdefault(ok, [0.0, 0.0])
+                        acc[0] += float(rec["compute_s"]) * int(rec["iterations"])
+                        acc[1] += int(rec["iterations"])
                     continue
-                try:
-                    w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
-                    b, meas = int(rec["local_batch"]), float(rec["compute_s"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                if not w or not g or b < 1 or not meas > 0 or not math.isfinite(meas):
-                    continue
+                if rec.get("kind") == "steps" and _valid_steps(rec) is not None:
+                    steps.append(rec)
+            steps += [{"workload": w, "gpu_type": g, "local_batch": b, "compute_s": tot / its,
+                       "iterations": int(its), "pool": True, "world_size": 1}
+                      for (w, g, b), (tot, its) in pooled.items()]
+            for rec in steps:
+                w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+                b, meas = int(rec["local_batch"]), float(rec["compute_s"])
                 sync = rec.get("sync_s")
                 key = (w, g, b)
                 old = current.get(key)

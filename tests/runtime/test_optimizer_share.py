@@ -289,6 +289,26 @@ def test_one_run_of_a_one_round_job_moves_the_step_most_of_the_way(tmp_path: Pat
         assert row.step_time_s == pytest.approx((1 - a) * after_task + a * 0.006)
 
 
+def test_task_records_of_one_read_pool_over_their_iterations(tmp_path: Path) -> None:
+    """A job's tasks in one report (20 iterations at 4 ms, then a short last round of 5 at
+    8 ms: fixed costs over few iterations) fold once, as their iterations' mean (4.8 ms),
+    with the weight of all 25; a later read folds again."""
+    rep = tmp_path / "gpu-n1-g0.jsonl"
+    rep.write_text(_task("m", 20, 20 * 0.004) + _task("m", 5, 5 * 0.008))
+    with open_store(tmp_path / "s.db") as st:
+        import_rows(st, [ProfileRow("mlp", "v100", 64, 0.010, optimizer_s=0.002)], "probe")
+        changes = ingest_reports(st, [rep], workloads={"m": "mlp"})
+        w = fold_weight(DEFAULT_ALPHA, 25)
+        first = (1 - w) * 0.010 + w * (0.0048 + 0.002)
+        assert changes == [("mlp", "v100", 64, 0.010, pytest.approx(first))]
+        with rep.open("a") as f:
+            f.write(_task("m", 2, 2 * 0.004))
+        changes = ingest_reports(st, [rep], workloads={"m": "mlp"})
+        w2 = fold_weight(DEFAULT_ALPHA, 2)
+        assert changes == [("mlp", "v100", 64, pytest.approx(first),
+                            pytest.approx((1 - w2) * first + w2 * 0.006))]
+
+
 def test_a_pool_task_without_a_known_share_folds_its_iteration(tmp_path: Path) -> None:
     """No share measured (an old profile): the record is the row's best measure as it
     stands, folded with the same weight."""
