@@ -10,6 +10,7 @@ figures are bench/bench_exec_overhead.py's ``--predict``).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import time
@@ -90,8 +91,8 @@ def test_fit_keeps_the_median_share_as_a_constant() -> None:
 # the probe
 
 
-torch_needed = pytest.mark.skipif(
-    __import__("importlib").util.find_spec("torch") is None, reason="needs torch")
+torch_needed = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                  reason="needs torch")
 
 
 def _slow_optimizer(monkeypatch: pytest.MonkeyPatch, pause: float) -> None:
