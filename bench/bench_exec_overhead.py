@@ -58,19 +58,34 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
     from hetsched.runtime.probe import probe
 
     # ``rows_from="executor"``: the step time of a pool task's iteration as the executor
-    # runs it (no optimizer step: the coordinator applies one per round)
-    csv = tmp / ("tp.csv" if rows_from == "probe" else "tp-executor.csv")
-    if state is None:
+    # runs it (no optimizer step: the coordinator applies one per round);
+    # ``"probe-whole"``: the rows of the last ``"probe"`` call without their optimizer
+    # share (the profile as it was before the probe measured it apart)
+    csv = tmp / {"probe": "tp.csv", "probe-whole": "tp-whole.csv"}.get(rows_from,
+                                                                       "tp-executor.csv")
+    if state is None and rows_from == "probe-whole" and csv.exists():
+        pass  # written beside tp.csv from the same probes
+    elif state is None:
+        from dataclasses import replace
+
+        from hetsched.io.profiles import write_csv
+
         rows = ["workload,gpu_type,local_batch,step_time_s"]
+        probed = []
         for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
             if rows_from == "executor":
                 from hetsched.runtime.executor.worker import iteration_time
 
                 rows.append(f"{w},v100,{b},{iteration_time(w, b, device):.6f}")
                 continue
-            for r in probe(w, "v100", [b], device=device, sync=False).rows:
-                rows.append(f"{w},v100,{r.local_batch},{r.step_time_s:.6f}")
-        csv.write_text("\n".join(rows) + "\n")
+            probed += probe(w, "v100", [b], device=device, sync=False).rows
+        if probed:
+            with open(csv, "w") as f:
+                write_csv(probed, f)
+            with open(tmp / "tp-whole.csv", "w") as f:
+                write_csv([replace(r, optimizer_s=None) for r in probed], f)
+        else:
+            csv.write_text("\n".join(rows) + "\n")
     out = tmp / (f"pool-{rows_from}.json" if state is None else "pool-history.json")
     # with ``state``: the planner reads that profile history (step times and the
     # executor's measured per-task overhead) instead of the probed CSV
@@ -121,13 +136,15 @@ def predicted_vs_measured(plan: Path, rep: Path) -> dict[str, Any]:
 
 
 def predict_loop(tmp: Path, a: Any) -> None:
-    """Predicted vs measured weighted JCT of the same jobs planned four ways: from the
-    probed step times; from rows timed by the executor's own iteration
+    """Predicted vs measured weighted JCT of the same jobs planned five ways: from the
+    probed step times (their optimizer share taken off a pool task's iteration); from the
+    same rows without that share (the whole step, as the planner took it before the
+    probe measured the share apart); from rows timed by the executor's own iteration
     (``worker.iteration_time``: no optimizer step); from a profile history holding the
     probe rows plus the executors' reports of one run (each task's compute per iteration
     and its critical-path overhead folded in, as ``hetsched status`` does for a pool
     job); and from that history after a second run. The history runs come first; then
-    the four plans run ``--repeats`` times, alternating (so a change of load hits all
+    the plans run ``--repeats`` times, alternating (so a change of load hits all
     alike), and the median measured/predicted of each is printed."""
     from hetsched.io.profiles import load_throughputs
     from hetsched.state.history import import_rows, ingest_reports
@@ -138,6 +155,9 @@ def predict_loop(tmp: Path, a: Any) -> None:
     plans["executor iteration rows"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale,
                                                  a.device, rows_from="executor")
     plans["probe only"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
+    # the same probe rows, their optimizer share not taken off (the planner before)
+    plans["probe, whole step"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale,
+                                           a.device, rows_from="probe-whole")
     state = tmp / "state.db"
     with open_store(state) as st:
         tab = load_throughputs(tmp / "tp.csv")

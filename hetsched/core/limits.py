@@ -56,6 +56,7 @@ PROFILE = {
     "sync_time_s": Bound(0, 1e6, strict=True),
     "max_local_batch": Bound(0, 10**7, strict=True, integer=True),
     "gpus": Bound(0, 10**5, strict=True, integer=True),
+    "optimizer_s": Bound(0, 1e6),  # 0: no share (under a floor the step time did not grow)
 }
 
 #: a pool plan's ``tasks`` section (``tasks.jobs[J]`` and the runs of ``tasks.gpus[G]``)

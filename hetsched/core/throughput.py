@@ -1,10 +1,14 @@
 """Throughput profiles: the CSV format, the affine step-time fit, and Gavel import.
 
 A profile row says: workload W on GPU type G at local batch b took
-``step_time_s`` per training step (forward + backward, no synchronisation) and,
-optionally, ``sync_time_s`` for the gradient exchange measured on that type.
-Per (workload, GPU type) the planner fits ``t(b) = a + c*b`` by non-negative
-least squares (the papers' Fig. 2 shows step time is affine in the batch).
+``step_time_s`` per training step (the job's whole step: forward, backward,
+optimizer) and, optionally, ``sync_time_s`` for the gradient exchange measured
+on that type and ``optimizer_s``, the optimizer step's share of the step (a
+pool task's iteration has none: its job's coordinator steps the optimizer once
+per round). Per (workload, GPU type) the planner fits ``t(b) = a + c*b`` by
+non-negative least squares (the papers' Fig. 2 shows step time is affine in
+the batch), and the optimizer's share as one constant (the median of the rows
+that have it: the optimizer updates the parameters, whatever the batch).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 CSV_COLUMNS = ("workload", "gpu_type", "local_batch", "step_time_s")
-OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus", "colocated_with")
+OPTIONAL_COLUMNS = ("sync_time_s", "max_local_batch", "gpus", "colocated_with", "optimizer_s")
 #: an affine fit missing a measured point by more than this (relative) is "poor":
 #: the step time then follows a monotone piecewise-linear curve through the points
 POOR_FIT = 0.20
@@ -36,6 +40,8 @@ class ProfileRow:
     #: ``"workload:local_batch"`` of a job sharing the same GPU during the measurement
     #: (Gavel's co-located pairs, Harmony); such rows are kept apart from the fits
     colocated_with: str | None = None
+    #: the optimizer step's share of ``step_time_s`` (measured by the probe); None: unknown
+    optimizer_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,9 @@ class StepFit:
     measured points (isotonic where the measurements themselves dip).
     ``sync_curve`` ((workers, seconds), ...) is the synchronisation time
     calibrated from measurements at several scales (``gpus`` > 1); see
-    :meth:`sync_at`.
+    :meth:`sync_at`. ``optimizer_s`` is the optimizer step's share of a step (the
+    median over the rows that measured it, a constant in the batch); ``optimizer_rows``
+    how many rows did (0: unknown, and ``optimizer_s`` is 0).
     """
 
     a: float
@@ -65,6 +73,8 @@ class StepFit:
     sync_curve: tuple[tuple[int, float], ...] = ()
     max_rel_err: float = 0.0
     memory_cap: int | None = None
+    optimizer_s: float = 0.0
+    optimizer_rows: int = 0
 
     def step_time(self, b: float) -> float:
         if self.knots:
@@ -201,10 +211,13 @@ def fit_rows(rs: list[ProfileRow], multi: list[ProfileRow] | None = None,
         knots = tuple((float(x), float(y)) for x, y in zip(ub, isotonic(mean_t), strict=True))
     syncs = [r.sync_time_s for r in rs if r.sync_time_s is not None]
     caps = [r.max_local_batch for r in rs if r.max_local_batch is not None]
+    opts = [r.optimizer_s for r in rs if r.optimizer_s is not None]
     cap = min(caps) if caps else int(b.max())
     fit = StepFit(a=a, c=c, max_batch=cap, sync_s=float(np.mean(syncs)) if syncs else 0.0,
                   points=len(rs), rel_rmse=rel, knots=knots, max_rel_err=max_err,
-                  memory_cap=min(caps) if caps else None)
+                  memory_cap=min(caps) if caps else None,
+                  optimizer_s=float(np.median(opts)) if opts else 0.0,
+                  optimizer_rows=len(opts))
     if multi:
         curve = calibrate_sync(fit, multi)
         # the scalar measured sync the model falls back on: the two-GPU value

@@ -71,7 +71,8 @@ def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
                if k is not None}
 
         def num(col: str, integer: bool = False, optional: bool = False,
-                _rec: dict[str, str | None] = rec, _where: str = where) -> float | None:
+                _rec: dict[str, str | None] = rec, _where: str = where,
+                zero: bool = False) -> float | None:
             v = _rec.get(col)
             if v is None or v == "":
                 if optional:
@@ -82,8 +83,9 @@ def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
             except ValueError:
                 raise InputError(source, f"column {col!r}: {v[:60]!r} is not a number",
                                  _where) from None
-            if not math.isfinite(x) or x <= 0:
-                raise InputError(source, f"column {col!r}: must be a positive number, got "
+            if not math.isfinite(x) or x < 0 or (x == 0 and not zero):
+                raise InputError(source, f"column {col!r}: must be a "
+                                 f"{'non-negative' if zero else 'positive'} number, got "
                                  f"{v[:60]!r}", _where)
             msg = limits.check_number(x, limits.PROFILE[col])
             if msg:
@@ -107,12 +109,16 @@ def _parse_rows(reader: csv.DictReader[str], source: str) -> list[ProfileRow]:
         cap = num("max_local_batch", integer=True, optional=True)
         k = num("gpus", integer=True, optional=True)
         co = _colocated(rec.get("colocated_with") or "", source, where)
+        opt = num("optimizer_s", optional=True, zero=True)
+        if opt is not None and opt > st:
+            raise InputError(source, f"column 'optimizer_s': {opt:g} s exceeds the step it is "
+                             f"part of (step_time_s {st:g} s)", where)
         if co is not None and (k or 1) != 1:
             raise InputError(source, "column 'colocated_with': a co-located pair is measured "
                              "on one GPU; leave 'gpus' empty or 1", where)
         rows.append(ProfileRow(workload, gpu_type, int(lb), st, sync,
                                int(cap) if cap is not None else None,
-                               int(k) if k is not None else 1, co))
+                               int(k) if k is not None else 1, co, opt))
     if not rows:
         raise InputError(source, "no profile rows after the header")
     return rows
@@ -147,9 +153,10 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
     has_cap = any(r.max_local_batch is not None for r in rows)
     has_gpus = any(r.gpus != 1 for r in rows)
     has_co = any(r.colocated_with is not None for r in rows)
+    has_opt = any(r.optimizer_s is not None for r in rows)
     cols = list(CSV_COLUMNS) + (["sync_time_s"] if has_sync else []) + (
         ["max_local_batch"] if has_cap else []) + (["gpus"] if has_gpus else []) + (
-        ["colocated_with"] if has_co else [])
+        ["colocated_with"] if has_co else []) + (["optimizer_s"] if has_opt else [])
     w = csv.writer(out, lineterminator="\n")
     w.writerow(cols)
     for r in rows:
@@ -162,6 +169,8 @@ def write_csv(rows: Iterable[ProfileRow], out: io.TextIOBase | io.StringIO) -> N
             line.append(r.gpus)
         if has_co:
             line.append(r.colocated_with or "")
+        if has_opt:
+            line.append("" if r.optimizer_s is None else f"{r.optimizer_s:.6g}")
         w.writerow(line)
 
 

@@ -14,7 +14,10 @@ a gradient-sized buffer between in-process ranks, i.e. the intra-node
 exchange cost of this model, measured at 2 and 4 ranks (``sync_gpus``): the
 one-GPU rows carry the 2-rank time in ``sync_time_s``, and one row per scale K
 (``gpus`` = K, the largest batch's step time plus the K-rank sync) lets the
-planner calibrate its communication model at several scales.
+planner calibrate its communication model at several scales. Each row also
+carries ``optimizer_s``, the optimizer step's share of its step (the step's
+phase timer over the same timed steps): a pool job's task iterations have no
+optimizer step, and the pool planner takes it off.
 
 A time limit stops the sweep early with the rows measured so far (a probe that
 measured nothing fails, and the profiler marks the pair unusable).
@@ -53,12 +56,14 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int,
-                gpu_type: str, feeder: Feeder | None = None) -> float:
-    """Seconds per training step at local batch ``b``: the job's own step
-    (:class:`~hetsched.runtime.step.TrainStep`, fed by the sampler as a one-rank job of
-    local batch ``b``), ``warmup`` steps first as a run's steady state starts after them,
-    then the mean over the timed steps between two synchronisations (a step is not
-    synchronised on its own, as in a run: its steady-state mean is measured the same way)."""
+                gpu_type: str, feeder: Feeder | None = None) -> tuple[float, float]:
+    """Seconds per training step at local batch ``b`` and the optimizer step's share of
+    it: the job's own step (:class:`~hetsched.runtime.step.TrainStep`, fed by the
+    sampler as a one-rank job of local batch ``b``), ``warmup`` steps first as a run's
+    steady state starts after them, then the mean over the timed steps between two
+    synchronisations (a step is not synchronised on its own, as in a run: its
+    steady-state mean is measured the same way); the optimizer's share is the mean of
+    the same steps' phase timer (``StepClock.optimizer_s``)."""
     run_step = build_step(wl, dev, emulation=emulation_for(gpu_type), model=wl.model,
                           feeder=feeder)
     size = len(wl.dataset)  # type: ignore[arg-type]
@@ -73,12 +78,15 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
     for _ in range(warmup):
         one(True)
     sync_device(dev)
+    run_step.clock.flush()  # the warm-up's phase times are not the timed steps'
     t0 = time.perf_counter()
     for k in range(steps):
         one(k + 1 < steps)
     sync_device(dev)
+    wall = time.perf_counter() - t0
     run_step.clock.flush()
-    return (time.perf_counter() - t0) / max(1, steps)
+    n = max(1, steps)
+    return wall / n, min(run_step.clock.optimizer_s / n, wall / n)
 
 
 def measure_sync(numel: int, repeats: int = 5, ranks: int = 2) -> float | None:
@@ -150,6 +158,7 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     wl.model.to(dev)
     feeder = Feeder(wl.dataset, dev)  # built once: the data set may move to the GPU
     measured: dict[int, float] = {}
+    optimizer: dict[int, float] = {}  # the optimizer's share of each measured step
     oom_at: int | None = None
 
     def over_time() -> bool:
@@ -158,7 +167,8 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     def attempt(b: int) -> bool:
         nonlocal oom_at
         try:
-            measured[b] = _time_steps(wl, b, dev, warmup, steps, gpu_type, feeder)
+            measured[b], optimizer[b] = _time_steps(wl, b, dev, warmup, steps, gpu_type,
+                                                    feeder)
             return True
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
             if not (use_cuda and _is_oom(e)):
@@ -194,10 +204,12 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
     # a memory cap only where memory bounded the sweep (an out-of-memory on a GPU): on a CPU,
     # or a GPU that held every batch tried, the largest batch says nothing about memory
     mem_cap = cap if use_cuda and oom_at is not None and measured else None
-    rows = [ProfileRow(workload, gpu_type.lower(), b, t, sync_s, mem_cap)
+    rows = [ProfileRow(workload, gpu_type.lower(), b, t, sync_s, mem_cap,
+                       optimizer_s=optimizer.get(b))
             for b, t in sorted(measured.items()) if math.isfinite(t)]
     if rows:  # one whole-iteration row per measured scale, at the largest batch
         top = rows[-1]
         rows += [ProfileRow(workload, gpu_type.lower(), top.local_batch, top.step_time_s + v, v,
-                            mem_cap, gpus=k) for k, v in sorted(by_scale.items())]
+                            mem_cap, gpus=k, optimizer_s=top.optimizer_s)
+                 for k, v in sorted(by_scale.items())]
     return ProbeResult(rows, cap, oom_at, time.perf_counter() - t_start, str(dev))

@@ -137,12 +137,22 @@ class Feeder:
 
 
 class StepClock:
-    """Per-phase times of steps: host clock on CPU, CUDA events on a GPU (read at flush)."""
+    """Per-phase times of steps: host clock on CPU, CUDA events on a GPU (read at flush).
+
+    A step's marks: its start, the end of forward/backward, the end of the gradient
+    all-reduce, the end of the optimizer step, and its end (after the testbed's emulated
+    floor). :meth:`flush` sums the compute and sync phases, and keeps the optimizer's share
+    of the same steps in :attr:`optimizer_s` (what a step costs beyond a pool task's
+    iteration, which has no optimizer step: ``hetsched.runtime.probe`` reports it).
+    """
 
     def __init__(self, dev: torch.device) -> None:
         self.cuda = dev.type == "cuda"
         self.dev = dev
         self._marks: list[list[Any]] = []
+        self._shares: list[float | None] = []
+        #: the optimizer's share, summed over the steps of the last :meth:`flush`
+        self.optimizer_s = 0.0
 
     def mark(self) -> Any:
         if self.cuda:
@@ -151,22 +161,30 @@ class StepClock:
             return ev
         return time.perf_counter()
 
-    def add(self, marks: list[Any]) -> None:
+    def add(self, marks: list[Any], optimizer_share: float | None = None) -> None:
+        """One step's five marks; ``optimizer_share``: the optimizer's share when the marks
+        do not tell it (under an emulated floor, see :meth:`TrainStep.__call__`)."""
         self._marks.append(marks)
+        self._shares.append(optimizer_share)
 
     def flush(self) -> tuple[float, float]:
         """(compute, sync) seconds summed over the steps since the last flush."""
         if self.cuda and self._marks:
             self._marks[-1][-1].synchronize()
-        comp = sync = 0.0
-        for m0, m1, m2, m3 in self._marks:
+        comp = sync = opt = 0.0
+        for (m0, m1, m2, m3, m4), share in zip(self._marks, self._shares, strict=True):
             if self.cuda:
-                comp += (m0.elapsed_time(m1) + m2.elapsed_time(m3)) / 1e3
+                comp += (m0.elapsed_time(m1) + m2.elapsed_time(m4)) / 1e3
                 sync += m1.elapsed_time(m2) / 1e3
+                o = m2.elapsed_time(m3) / 1e3
             else:
-                comp += (m1 - m0) + (m3 - m2)
+                comp += (m1 - m0) + (m4 - m2)
                 sync += m2 - m1
+                o = m3 - m2
+            opt += o if share is None else share
         self._marks.clear()
+        self._shares.clear()
+        self.optimizer_s = opt
         return comp, sync
 
 
@@ -215,10 +233,18 @@ class TrainStep:
         s1 = time.perf_counter()
         m2 = self.clock.mark()
         self.opt.step()
+        m3 = self.clock.mark()
+        share: float | None = None
         if self.emulation is not None:  # testbed: the compute (all but the sync) has a floor
             _sync(self.dev)
+            o1 = time.perf_counter()
+            # the optimizer's share of a floored step: what the step takes beyond the same
+            # step without it (forward/backward alone, floored alike)
+            floor = self.emulation.step_time(len(idx))
+            fb, opt = s0 - t0, o1 - s1
+            share = max(fb + opt, floor) - max(fb, floor)
             self.emulation.pad(len(idx), t0 + (s1 - s0))
-        self.clock.add([m0, m1, m2, self.clock.mark()])
+        self.clock.add([m0, m1, m2, m3, self.clock.mark()], share)
         return stopped
 
     def losses(self) -> tuple[float | None, float | None]:

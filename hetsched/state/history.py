@@ -24,6 +24,21 @@
   also fold their ``overhead_s`` (the device's idle time before the task's
   compute) into a per-(workload, GPU type) EWMA (:func:`task_overheads`), which
   :func:`table_from_store` hands to pool planning with the step times.
+* Optimizer shares: a row's ``optimizer_s`` (the probe's measure of the
+  optimizer step's share of the step) is kept beside the row, in the ``meta``
+  table (:data:`OPTIMIZER_KEY`, keyed workload, GPU type, local batch), and
+  rides on the rows :func:`history_rows` returns. A pool task record's
+  iteration has no optimizer step (the coordinator steps once per round), so it
+  is folded as that iteration plus the pair's optimizer share: the row stays
+  the job's whole step, and pool planning takes the share off again.
+* Fold weight: a ``steps`` record (a window of a run's steps) moves its row by
+  ``alpha``. A pool job's ``task`` records of one read of a report are pooled
+  per row (the mean over all their iterations, so a task's fixed costs are
+  spread over every iteration, not over a short last task's few) and move the
+  row once by ``1 - (1 - alpha) ** k`` for their k iterations, at most
+  :data:`MAX_TASK_ALPHA` (k observations of that mean; one read never replaces
+  the history outright), so one run of a one-round job moves the step time
+  most of the way to what it measured.
 
 Torch-free: the probes run ``hetsched probe`` inside Slurm jobs.
 """
@@ -50,6 +65,10 @@ UNUSABLE = "unusable"
 #: workloads the runtime can build without an entrypoint (hetsched.runtime.workloads)
 BUILTIN_WORKLOADS = frozenset({"mlp", "cnn", "transformer", "tiny-transformer"})
 DEFAULT_ALPHA = 0.3
+#: the most one pool task record moves a step time (see :func:`fold_weight`)
+MAX_TASK_ALPHA = 0.9
+#: the meta key the rows' optimizer shares live under (JSON: "workload|gpu|batch" -> s)
+OPTIMIZER_KEY = "profile_optimizer_s"
 
 
 # ---------------------------------------------------------------------------
@@ -75,10 +94,68 @@ def set_status(store: Store, workload: str, gpu_type: str, status: str, reason: 
 def history_rows(store: Store, include_unusable: bool = False) -> list[ProfileRow]:
     """The stored profile rows as planner rows (unusable pairs left out)."""
     bad = {k for k, s in statuses(store).items() if s["status"] == UNUSABLE}
+    opt = optimizer_shares(store)
     return [ProfileRow(r["workload"], r["gpu_type"], int(r["local_batch"]),
-                       float(r["step_time_s"]), r["sync_time_s"], r.get("max_local_batch"))
+                       float(r["step_time_s"]), r["sync_time_s"], r.get("max_local_batch"),
+                       optimizer_s=_share_of(opt, r))
             for r in _rows(store)
             if include_unusable or (r["workload"], r["gpu_type"]) not in bad]
+
+
+def _share_of(opt: Mapping[tuple[str, str, int], float], r: Mapping[str, Any]) -> float | None:
+    """A stored row's optimizer share, never above its step time (None: unknown)."""
+    v = opt.get((r["workload"], r["gpu_type"], int(r["local_batch"])))
+    return None if v is None else min(v, float(r["step_time_s"]))
+
+
+# ---------------------------------------------------------------------------
+# the rows' optimizer shares (kept beside the rows: meta, JSON)
+
+
+def optimizer_shares(store: Store) -> dict[tuple[str, str, int], float]:
+    """(workload, GPU type, local batch) -> the optimizer's share of that row's step."""
+    return _read_shares(store.conn)
+
+
+def _read_shares(c: Any) -> dict[tuple[str, str, int], float]:
+    import json
+
+    row = c.execute("SELECT value FROM meta WHERE key = ?", (OPTIMIZER_KEY,)).fetchone()
+    try:
+        raw = json.loads(row[0]) if row else {}
+    except ValueError:
+        return {}
+    out: dict[tuple[str, str, int], float] = {}
+    for k, v in (raw.items() if isinstance(raw, dict) else ()):
+        parts = str(k).rsplit("|", 2)
+        if len(parts) == 3 and parts[2].isdigit() and isinstance(v, (int, float)) \
+                and math.isfinite(v) and v >= 0:
+            out[(parts[0], parts[1], int(parts[2]))] = float(v)
+    return out
+
+
+def _write_shares(c: Any, shares: Mapping[tuple[str, str, int], float]) -> None:
+    import json
+
+    body = {f"{w}|{g}|{b}": v for (w, g, b), v in sorted(shares.items())}
+    c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+              (OPTIMIZER_KEY, json.dumps(body, sort_keys=True)))
+
+
+def pair_optimizer_s(shares: Mapping[tuple[str, str, int], float], workload: str,
+                     gpu_type: str) -> float | None:
+    """The pair's optimizer share: the median over its rows (the fit's constant)."""
+    vs = [v for (w, g, _), v in shares.items() if w == workload and g == gpu_type]
+    return float(np.median(vs)) if vs else None
+
+
+def fold_weight(alpha: float, iterations: int = 1) -> float:
+    """The EWMA weight of a record that averages ``iterations`` iterations: as many
+    observations of its mean, ``1 - (1 - alpha) ** iterations``; above one iteration
+    at most :data:`MAX_TASK_ALPHA` (a single record never erases the history)."""
+    if iterations <= 1:
+        return alpha
+    return max(alpha, min(MAX_TASK_ALPHA, 1 - (1 - alpha) ** iterations))
 
 
 def table_from_store(store: Store) -> ThroughputTable:
@@ -165,14 +242,22 @@ def export_csv(store: Store, workload: str | None = None, gpu_type: str | None =
 def import_rows(store: Store, rows: Iterable[ProfileRow], source: str) -> int:
     n = 0
     pairs: set[tuple[str, str]] = set()
-    with store.tx():
+    with store.tx() as c:
+        shares = _read_shares(c)
         for r in rows:
             if r.colocated_with is not None:  # co-located pairs are not history rows
                 continue
             store.put_profile(r.workload, r.gpu_type, r.local_batch, r.step_time_s,
                               r.sync_time_s, source, r.max_local_batch)
+            # a row replaced without a share does not keep the old row's
+            key = (r.workload, r.gpu_type, r.local_batch)
+            if r.optimizer_s is None:
+                shares.pop(key, None)
+            else:
+                shares[key] = float(r.optimizer_s)
             pairs.add((r.workload, r.gpu_type))
             n += 1
+        _write_shares(c, shares)
         for w, g in pairs:
             set_status(store, w, g, OK, source)
     return n
@@ -193,6 +278,10 @@ def forget(store: Store, workload: str | None = None, gpu_type: str | None = Non
     with store.tx() as c:
         n = c.execute(f"DELETE FROM profiles WHERE {where}", args).rowcount  # noqa: S608 - fixed columns
         c.execute(f"DELETE FROM profile_status WHERE {where}", args)  # noqa: S608
+        g = gpu_type.lower() if gpu_type is not None else None
+        _write_shares(c, {k: v for k, v in _read_shares(c).items()
+                          if not ((workload is None or k[0] == workload)
+                                  and (g is None or k[1] == g))})
     return int(n)
 
 
@@ -200,6 +289,7 @@ def forget_all(store: Store) -> int:
     with store.tx() as c:
         n = c.execute("DELETE FROM profiles").rowcount
         c.execute("DELETE FROM profile_status")
+        c.execute("DELETE FROM meta WHERE key = ?", (OPTIMIZER_KEY,))
     return int(n)
 
 
@@ -249,7 +339,20 @@ def task_as_steps(rec: dict[str, Any], workloads: Mapping[str, str]) -> dict[str
     if its < 1 or samples < its:
         return None
     return {"kind": "steps", "workload": workload, "gpu_type": rec.get("gpu_type"),
-            "local_batch": samples // its, "compute_s": compute / its, "world_size": 1}
+            "local_batch": samples // its, "compute_s": compute / its, "world_size": 1,
+            "iterations": its, "pool": True}
+
+
+def _valid_steps(rec: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """The row a ``steps`` record (or a task record made one) refines; None when unusable."""
+    try:
+        w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+        b, meas = int(rec["local_batch"]), float(rec["compute_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not w or not g or b < 1 or not meas > 0 or not math.isfinite(meas):
+        return None
+    return w, g, b
 
 
 def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEFAULT_ALPHA,
@@ -260,7 +363,9 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
     Each file is read from where the previous call stopped (``report_offsets``),
     so calling this from every monitor cycle counts each measurement once.
     With ``workloads`` (job -> workload), pool executors' ``task`` records
-    count too (:func:`task_as_steps`).
+    count too (:func:`task_as_steps`): pooled per row over the read, as the mean
+    iteration plus the row's optimizer share, weighted by :func:`fold_weight` of
+    their iterations (the module docstring).
     """
     from hetsched.io.reports import read_reports
 
@@ -274,11 +379,17 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
         if r.get("max_local_batch"):
             caps[(r["workload"], r["gpu_type"])] = int(r["max_local_batch"])
     with store.tx() as c:
+        shares = _read_shares(c)
         for path in paths:
             key_path = str(Path(path).resolve())
             row = c.execute("SELECT offset FROM report_offsets WHERE path = ?",
                             (key_path,)).fetchone()
             recs, new_off = read_reports(path, int(row[0]) if row else 0)
+            # a pool job's task records of this read, pooled per row: their iterations'
+            # mean (a task's fixed costs spread over all of them, not over a short last
+            # task's few), folded once with the weight of all those iterations
+            pooled: dict[tuple[str, str, int], list[float]] = {}
+            steps: list[dict[str, Any]] = []
             for rec in recs:
                 if rec.get("kind") in ("epoch", "done"):
                     _fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
@@ -286,18 +397,30 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                 if rec.get("kind") == "task" and workloads is not None:
                     _fold_overhead(c, rec, workloads, alpha)
                     rec = task_as_steps(rec, workloads) or {}
-                if rec.get("kind") != "steps":
+                    ok = _valid_steps(rec)
+                    if ok is not None:
+                        acc = pooled.setdefault(ok, [0.0, 0.0])
+                        acc[0] += float(rec["compute_s"]) * int(rec["iterations"])
+                        acc[1] += int(rec["iterations"])
                     continue
-                try:
-                    w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
-                    b, meas = int(rec["local_batch"]), float(rec["compute_s"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                if not w or not g or b < 1 or not meas > 0 or not math.isfinite(meas):
-                    continue
+                if rec.get("kind") == "steps" and _valid_steps(rec) is not None:
+                    steps.append(rec)
+            steps += [{"workload": w, "gpu_type": g, "local_batch": b, "compute_s": tot / its,
+                       "iterations": int(its), "pool": True, "world_size": 1}
+                      for (w, g, b), (tot, its) in pooled.items()]
+            for rec in steps:
+                w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+                b, meas = int(rec["local_batch"]), float(rec["compute_s"])
                 sync = rec.get("sync_s")
                 key = (w, g, b)
                 old = current.get(key)
+                weight = alpha
+                if rec.get("pool"):
+                    # the executor's iteration has no optimizer step: the row is the whole step
+                    share = shares.get(key)
+                    meas += share if share is not None else (pair_optimizer_s(shares, w, g)
+                                                             or 0.0)
+                    weight = fold_weight(alpha, int(rec.get("iterations") or 1))
                 new: dict[str, Any]
                 if old is None:
                     new = {"workload": w, "gpu_type": g, "local_batch": b, "step_time_s": meas,
@@ -305,7 +428,7 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                            "max_local_batch": caps.get((w, g)), "samples": 1}
                     changes.append((w, g, b, None, meas))
                 else:
-                    est = (1 - alpha) * float(old["step_time_s"]) + alpha * meas
+                    est = (1 - weight) * float(old["step_time_s"]) + weight * meas
                     osync = old.get("sync_time_s")
                     if isinstance(sync, (int, float)) and rec.get("world_size", 1) > 1:
                         osync = sync if osync is None else (1 - alpha) * osync + alpha * sync

@@ -22,10 +22,18 @@ task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
 the job's fastest GPU type, raised if needed so that no job has more than
 ``max_rounds`` rounds (keeps planning time and plan size bounded).
 
-What the executor costs: a task's time also carries the executor's measured
-per-task overhead (``task_overhead_s``: the GPU's idle time before the task's
-compute, from the executors' reports folded into the profile history; 0 until
-measured), paid once per task and spread over its ``N_i`` iterations.
+What the executor costs: a task's iteration is the executor's, forward and
+backward without the optimizer step (the job's coordinator steps the optimizer
+once per round): the profiled step less the optimizer's share where the
+profile measured it (``optimizer_s``, a constant per (workload, GPU type):
+:func:`pool_iteration_times`). A task's time also carries the executor's
+measured per-task overhead (``task_overhead_s``: the GPU's idle time before
+the task's compute, from the executors' reports folded into the profile
+history; 0 until measured), paid once per task and spread over its ``N_i``
+iterations. The coordinator's optimizer step is in that measured overhead
+(the next round's tasks wait for it); until an overhead is measured it is
+added to the round's synchronisation instead, once per round (spread over the
+round's ``N_i`` iterations as the overhead is).
 
 Synchronisation does not occupy the GPU: it overlaps the next task on that
 GPU (Algorithm 1, line 16); it only delays the job's next round.
@@ -58,6 +66,16 @@ SWITCH_SHARE = 0.01
 DEFAULT_MAX_ROUNDS = 200
 #: refuse instances that would expand to more tasks than this (memory, time)
 MAX_TASKS = 2_000_000
+#: a pool iteration is never planned below this share of its profiled step (an
+#: optimizer share measured at other batches may exceed the fitted step at a small one)
+MIN_ITERATION_SHARE = 0.05
+
+
+def pool_iteration_times(steps: np.ndarray, optimizer_s: np.ndarray) -> np.ndarray:
+    """A pool task's iteration from the profiled step: the step less the optimizer's
+    share (the coordinator steps the optimizer, once per round), at least
+    :data:`MIN_ITERATION_SHARE` of the step."""
+    return np.maximum(steps - optimizer_s, MIN_ITERATION_SHARE * steps)
 
 #: GPU memory per type and the model-state estimate live in core.memory (one table
 #: for pool mode and Harmony's groups); re-exported here for existing callers
@@ -92,6 +110,8 @@ class PoolProblem:
     t_it: np.ndarray = field(init=False)  # (S, T) compute s/iteration of one task; inf = not allowed
     #: (S, T) the executor's measured overhead per task (added to t_it as overhead / N)
     task_overhead_s: np.ndarray = field(init=False)
+    #: (S, T) the optimizer step's share of a profiled step (0 where not profiled)
+    optimizer_s: np.ndarray = field(init=False)
     s_it: np.ndarray = field(init=False)  # (S, T) sync s/iteration
     ok: np.ndarray = field(init=False)  # (S, T) task may run on type t
     gpu_type: np.ndarray = field(init=False)  # (K,) type index of each GPU
@@ -131,7 +151,9 @@ class PoolProblem:
         # the space planner's step model, piecewise where the line is poor
         steps = np.vstack([p.step_times(i, np.repeat(bcol[i], T)) for i in range(S)]) if S \
             else p.a + p.c * bcol
-        self.t_it = np.where(self.ok, steps, np.inf)
+        self.optimizer_s = np.array([[fit.optimizer_s if (fit := p.table.get(j.workload, t))
+                                      else 0.0 for t in p.types] for j in p.jobs]).reshape(S, T)
+        self.t_it = np.where(self.ok, pool_iteration_times(steps, self.optimizer_s), np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
         bw = p.bandwidth(single_node)
         self.s_it = np.zeros((S, T))
@@ -160,6 +182,13 @@ class PoolProblem:
                                           for t in p.types] for job in p.jobs]).reshape(S, T)
         self.t_it = np.where(self.ok, self.t_it + self.task_overhead_s / self.N[:, None],
                              np.inf)
+        # the coordinator's optimizer step, once per round: inside the measured overhead;
+        # without one, on the round's synchronisation path
+        known = getattr(p.table, "task_overhead_s", None) or {}
+        unmeasured = np.array([[(j.workload, t) not in known for t in p.types]
+                               for j in p.jobs], dtype=bool).reshape(S, T)
+        self.s_it = np.where(self.ok & unmeasured, self.s_it + self.optimizer_s / self.N[:, None],
+                             self.s_it)
         self.R = -(-self.total_iters // self.N)
         self.last = self.total_iters - (self.R - 1) * self.N
         n_tasks = int((self.R * self.P).sum())
