@@ -176,3 +176,32 @@ def test_iterations_before_reads_uneven_rounds() -> None:
     eq = plan_pool(p, "hare", {"space": "off"})
     assert eq.tasks is not None
     assert eq.tasks.iterations_before("a", 3) == 3 * eq.tasks.jobs["a"].iterations_per_task
+
+
+def test_uneven_rows_time_an_iteration_as_equal_rows_do() -> None:
+    """With an optimizer share in the profile (the coordinator steps once per round), a
+    plan of equal tasks and the same tasks written as uneven rows (each its batch and
+    iterations) evaluate to the same times: both paths take the share off each iteration
+    and pay it once per round. (The equal model spreads it over N iterations, so a short
+    last round carries last/N of it; whole rounds here, so the two agree exactly.)"""
+    rows = [ProfileRow(w, "v100", b, 0.01 + 0.002 * b, 0.001, optimizer_s=0.004)
+            for w in ("wa", "wb") for b in (8, 64)]
+    jobs = [Job(name=n, workload=w, dataset_size=it * 32, epochs=1, global_batch=32,
+                requested_gpus=2) for n, w, it in (("a", "wa", 12), ("b", "wb", 6))]
+    p = PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 4),)),
+                        ThroughputTable(rows, "<share>"))
+    pp = PoolProblem(p, task_iterations=3)
+    assert (pp.optimizer_s > 0).all() and (pp.round_optimizer_s > 0).all()
+    plan = plan_pool(p, "hare", {"space": "off"}, task_iterations=3)
+    equal = evaluate_tasks_section(pp, plan.tasks)
+    from hetsched.planning.pool.evaluator import schedule_from_tasks
+
+    s, _, _ = schedule_from_tasks(pp, plan.tasks)
+    assert s.batch is None
+    job = np.asarray(s.job)
+    rnd = np.asarray(s.rnd)
+    s.batch = pp.slice_b[job].astype(np.int64)
+    s.iters = np.where(rnd == pp.R[job] - 1, pp.last[job], pp.N[job]).astype(np.int64)
+    uneven = evaluate(pp, s)
+    assert uneven.objective == pytest.approx(equal.objective, rel=1e-9)
+    assert np.allclose(uneven.sync_end, equal.sync_end)

@@ -184,14 +184,14 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
             shares_new: list[int]) -> bool:
     """Whether job j's iteration on GPUs ``new`` at ``shares_new`` is shorter than on ``old``
     (slowest step plus the worker set's sync; the node layout taken as it is now)."""
-    from hetsched.planning.pool.uneven import gpu_nodes, round_sync, step_at
+    from hetsched.planning.pool.uneven import gpu_nodes, iteration_at, round_sync
 
     nodes = gpu_nodes(pp)
 
     def it(gs: list[int], b: list[int]) -> float:
         g = np.array(gs, dtype=np.int64)
         typ = pp.gpu_type[g]
-        step = step_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
+        step = iteration_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
         sync = round_sync(pp, j, tuple(sorted(typ.tolist())), len(set(nodes[g].tolist())) == 1)
         return float(step.max()) + sync
 

@@ -112,6 +112,7 @@ class PoolProblem:
     task_overhead_s: np.ndarray = field(init=False)
     #: (S, T) the optimizer step's share of a profiled step (0 where not profiled)
     optimizer_s: np.ndarray = field(init=False)
+    round_optimizer_s: np.ndarray = field(init=False)
     s_it: np.ndarray = field(init=False)  # (S, T) sync s/iteration
     ok: np.ndarray = field(init=False)  # (S, T) task may run on type t
     gpu_type: np.ndarray = field(init=False)  # (K,) type index of each GPU
@@ -187,6 +188,9 @@ class PoolProblem:
         known = getattr(p.table, "task_overhead_s", None) or {}
         unmeasured = np.array([[(j.workload, t) not in known for t in p.types]
                                for j in p.jobs], dtype=bool).reshape(S, T)
+        #: (S, T) the coordinator's optimizer step once per round where no overhead was
+        #: measured (uneven rounds add it per round: planning/pool/uneven.py)
+        self.round_optimizer_s = np.where(self.ok & unmeasured, self.optimizer_s, 0.0)
         self.s_it = np.where(self.ok & unmeasured, self.s_it + self.optimizer_s / self.N[:, None],
                              self.s_it)
         self.R = -(-self.total_iters // self.N)

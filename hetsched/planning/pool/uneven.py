@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsched.core.model import comm_time
-from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
 
 
 class _Invalid(ValueError):
@@ -67,6 +67,13 @@ def step_at(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray
             if m.any():
                 out[m] = np.interp(b[m], curve[0], curve[1])
     return out
+
+
+def iteration_at(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray
+                 ) -> np.ndarray:
+    """An executor iteration of each (job, GPU type, local batch): the step without the
+    optimizer's share, as equal-split tasks are timed (problem.pool_iteration_times)."""
+    return pool_iteration_times(step_at(pp, job, typ, batch), pp.optimizer_s[job, typ])
 
 
 def gpu_nodes(pp: PoolProblem) -> np.ndarray:
@@ -133,7 +140,7 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(compute, sync) seconds of every task of a checked uneven schedule."""
     typ = pp.gpu_type[gpu]
-    step = step_at(pp, job, typ, batch)
+    step = iteration_at(pp, job, typ, batch)
     tc = iters * (step + pp.task_overhead_s[job, typ] / pp.N[job])
     nodes = gpu_nodes(pp)[gpu]
     nr = len(rj)
@@ -149,7 +156,8 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
                                                       for _ in range(int(u[1 + t]))),
                                 bool(u[-1])) for u in uniq])
     s_round = vals[np.asarray(inv).reshape(-1)]
-    return tc, iters * s_round[rid]
+    # the coordinator's optimizer step, once per round where no overhead was measured
+    return tc, iters * s_round[rid] + pp.round_optimizer_s[job, typ]
 
 
-__all__ = ["round_sync", "step_at", "gpu_nodes", "rounds_of", "check_shapes", "uneven_times"]
+__all__ = ["round_sync", "step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes", "uneven_times"]
