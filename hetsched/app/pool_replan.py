@@ -12,17 +12,22 @@ every executor, the job ends FAILED; a node died: NODE_FAIL) or cannot start
    own settings (``PlanSettings``: mode, policy, parameters, task size) on the
    partition as Slurm reports it now (down and drained nodes left out);
 3. keeps each job's round numbering: the new plan's rounds of a job start at
-   its completed rounds (a round stands for the same global steps as before,
-   so the data order is unchanged), and the job's checkpoint is copied into the
-   new plan's checkpoint directory, where the executors resume from it;
+   its completed rounds, and its first one at the global step the job reached
+   (the iterations of its completed rounds, which in an uneven plan differ from
+   round to round: ``resume.iterations_done``), so its sampler goes on where it
+   stopped; the job's checkpoint is copied into the new plan's checkpoint
+   directory, where the executors resume from it;
 4. submits the new plan as one hetjob (``app.pool_submit``), cancelling the
    old one if it was still queued.
 
-A job that failed more than ``max_failures`` times is given up. Keeping the
-numbering needs the new plan's task size (iterations per task) to equal the
-old one's: it is forced to the old size, which is one number for all jobs (a
-plan made with ``--task-iterations``, or jobs that all got the same automatic
-size); otherwise replan stops with one clear line.
+A job that failed more than ``max_failures`` times is given up. The new plan is
+made with the old one's task size (iterations per task), which is one number for
+all jobs (a plan made with ``--task-iterations``, or jobs that all got the same
+automatic size); otherwise replan stops with one clear line. Where the new plan
+has equal rounds but a job's completed steps are not its completed rounds times
+that size (the old plan's rounds were uneven), its rows are written with their
+own local batch and iterations (the same slices), so the executor counts the
+steps from ``resume.iterations_done``.
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
 from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, poll_reset_events
 from hetsched.core.plan import Plan
-from hetsched.core.pool_tasks import PoolJobTasks
+from hetsched.core.pool_tasks import UNEVEN_COLUMNS, PoolTasks, TaskRow, TaskRun
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError
 from hetsched.io.files import private_dir
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
+from hetsched.runtime.sampler import split_counts
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
 from hetsched.state.store import CANCELLED, SUPERSEDED, Store, Submission
@@ -86,11 +92,11 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
         return unchanged(why)
     dirs = pool_dirs(store, pid)
     result = ReplanResult("replanned", reason)
-    jobs, offsets = _jobs_left(store, old, dirs, max_failures, result, log)
+    jobs, offsets, steps = _jobs_left(store, old, dirs, max_failures, result, log)
     if not jobs:
         return unchanged("no work left", done=result.done, given_up=result.given_up)
     new_plan = _new_plan(old, jobs, offsets, load_inventory(client, partition).cluster,
-                         table, policy)
+                         table, policy, steps)
     new = new_plan.to_dict()
     result.new_plan_id, result.plan = str(new["plan_id"]), new
     cancel = [s for s in rows if s.slurm_id and s.state not in FAILED_STATES
@@ -136,9 +142,11 @@ def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool
 
 def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
                result: ReplanResult, log: Callable[[str], None]
-               ) -> tuple[list[Job], dict[str, int]]:
-    """The unfinished jobs with only their remaining iterations, and their completed rounds."""
+               ) -> tuple[list[Job], dict[str, int], dict[str, int]]:
+    """The unfinished jobs with only their remaining iterations, their completed rounds and
+    the global steps those rounds ran (where each one's sampler goes on)."""
     meta = old.tasks.jobs if old.tasks is not None else {}
+    own = round_iterations(old.tasks) if old.tasks is not None else {}
     done = completed_rounds(old, dirs.checkpoint_dir)
     pid = old.plan_id or ""
     finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
@@ -155,12 +163,13 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
         elif jp.spec is None:
             log(f"job {jp.name}: no spec in plan {pid}; left out")
         else:
-            jobs.append(_remaining(jp.spec, m, k))
-    return jobs, {j.name: done.get(j.name, 0) for j in jobs}
+            jobs.append(_remaining(jp.spec, iterations_left(old, own, jp.name, k)))
+    offsets = {j.name: done.get(j.name, 0) for j in jobs}
+    return jobs, offsets, {n: steps_before(old, own, n, k) for n, k in offsets.items()}
 
 
 def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any, table: Any,
-              policy: str | None) -> Plan:
+              policy: str | None, steps: dict[str, int]) -> Plan:
     """Plan the remaining work the old plan's way, its rounds numbered as before."""
     from hetsched.app.plan import PlanInputs, plan_jobs
 
@@ -175,20 +184,88 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     forced = dataclasses.replace(settings, task_iterations=next(iter(sizes.values())))
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), forced)
     new_plan.settings = settings  # the request, as the old plan made it
+    tasks = new_plan.tasks
+    if tasks is not None and not round_iterations(tasks) and any(
+            steps[n] != k * sizes[n] for n, k in offsets.items()):
+        as_uneven(tasks, {j.name: j for j in jobs})  # equal rounds after uneven ones
     renumber(new_plan, offsets, sizes)
     new_plan.notes.replan_of = old.plan_id
     new_plan.notes.replanned_at = round(time.time(), 3)
-    new_plan.notes.resume = {n: {"plan_id": old.plan_id, "rounds_done": k}
-                             for n, k in offsets.items()}
+    new_plan.notes.resume = {n: {"plan_id": old.plan_id, "rounds_done": k,
+                                 "iterations_done": steps[n]} for n, k in offsets.items()}
     new_plan.plan_id = None
     new_plan.plan_id = str(new_plan.to_dict()["plan_id"])
     return new_plan
 
 
-def _remaining(spec: Job, meta: PoolJobTasks, rounds_done: int) -> Job:
-    """The job with only the iterations after its first ``rounds_done`` rounds."""
-    left = meta.iterations - rounds_done * meta.iterations_per_task
+def round_iterations(tasks: PoolTasks) -> dict[str, dict[int, int]]:
+    """Per job, its rounds' own iterations where the rows carry them (uneven tasks; one
+    pass over the plan's rows); jobs of equal rounds are left out."""
+    out: dict[str, dict[int, int]] = {}
+    for g in tasks.gpus:
+        for r in g.rows():
+            if r.iterations is not None:
+                out.setdefault(r.job, {})[r.round] = r.iterations
+    return out
+
+
+def steps_before(plan: Plan, own: dict[str, dict[int, int]], job: str, rounds: int) -> int:
+    """The global steps ``job`` ran before its round ``rounds`` of ``plan`` (where its
+    sampler goes on), counted as the executor counts them: equal rounds
+    ``rounds * iterations_per_task``; uneven ones their own iterations, after the steps
+    before the plan's first round of the job (a replanned plan's ``resume``
+    ``iterations_done``, else ``iterations_per_task`` per round)."""
+    assert plan.tasks is not None
+    m, mine = plan.tasks.jobs[job], own.get(job)
+    if not mine:
+        return rounds * m.iterations_per_task
+    first = min(mine)
+    done = ((plan.notes.resume or {}).get(job) or {}).get("iterations_done")
+    before = first * m.iterations_per_task if done is None else int(done) if first else 0
+    return before + sum(mine.get(r, 0) for r in range(first, rounds))
+
+
+def iterations_left(plan: Plan, own: dict[str, dict[int, int]], job: str, rounds: int) -> int:
+    """The iterations of ``job``'s rounds from ``rounds`` on in ``plan`` (exact, uneven
+    rounds included)."""
+    assert plan.tasks is not None
+    m, mine = plan.tasks.jobs[job], own.get(job)
+    if not mine:
+        return m.iterations - rounds * m.iterations_per_task
+    return sum(n for r, n in mine.items() if r >= rounds)
+
+
+def _remaining(spec: Job, left: int) -> Job:
+    """The job with only ``left`` iterations, arriving now."""
     return dataclasses.replace(spec, arrival_s=0.0, epochs=left / spec.steps_per_epoch)
+
+
+def as_uneven(tasks: PoolTasks, specs: dict[str, Job]) -> None:
+    """Write an equal-round plan's rows with their own local batch (the equal slice they
+    train: ``split_counts(B, [b]*P)``) and iterations (in place): the same plan, whose
+    rounds the executor then counts from ``resume.iterations_done``. A run whose repeats
+    would need two iteration counts (it holds a job's shorter last round) is expanded."""
+    meta = tasks.jobs
+    slices = {n: split_counts(specs[n].global_batch, [m.local_batch] * m.tasks_per_round)
+              for n, m in meta.items() if n in specs}
+
+    def row(r: TaskRow) -> TaskRow:
+        m = meta[r.job]
+        n = m.last_round_iterations if r.round == m.rounds - 1 else m.iterations_per_task
+        return r._replace(local_batch=slices[r.job][r.task], iterations=n)
+
+    def runs(run: TaskRun) -> tuple[TaskRun, ...]:
+        rows = list(run.expand())
+        pattern = [row(r).iterations for r in run.rows]
+        if any(row(r).iterations != pattern[i % len(pattern)] for i, r in enumerate(rows)):
+            return tuple(TaskRun((row(r),)) for r in rows)
+        return (dataclasses.replace(run, rows=tuple(row(r) for r in run.rows)),)
+
+    tasks.gpus = [dataclasses.replace(g, runs=tuple(x for run in g.runs for x in runs(run)))
+                  for g in tasks.gpus]
+    tasks.columns = UNEVEN_COLUMNS
+    if tasks.stored_rows is not None:
+        tasks.stored_rows = sum(g.stored_rows() for g in tasks.gpus)
 
 
 def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None:

@@ -4,7 +4,9 @@ Each executor appends JSON lines to ``<report_dir>/<plan_id>/gpu-<gpu_id>.jsonl`
 ``task`` records (job, round, task, gpu, gpu_type, iterations, samples,
 compute_s, switch_s, start, end; times in epoch seconds) and ``job_done``
 records (job, rounds, end). From them, per job: rounds done out of the plan's
-rounds, tasks done, and the measured JCT beside the plan's prediction.
+rounds (a round is done when all of *its* tasks reported: in an uneven plan
+rounds have different task counts), tasks done, and the measured JCT beside the
+plan's prediction.
 
 Measured times start at the pool's first task (the plan's time 0 is when the
 executors are ready: process start and rendezvous are not in its model). A
@@ -87,6 +89,7 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
              now: float | None = None) -> PoolProgress:
     """Per-job progress of a pool plan from its executors' reports."""
     meta_of = plan.tasks.jobs if plan.tasks is not None else {}
+    per_round = round_tasks(plan)
     resume = plan.notes.resume or {}
     starts = [jp.first_start for jp in reports.jobs.values() if jp.first_start is not None]
     t0 = min(starts) if starts else None
@@ -95,21 +98,32 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
     for j in plan.jobs:
         name = j.name
         meta = meta_of.get(name)
-        rounds, per = (meta.rounds, meta.tasks_per_round) if meta is not None else (0, 1)
+        rounds = meta.rounds if meta is not None else 0
         before = int((resume.get(name) or {}).get("rounds_done", 0))  # renumbered rounds
+        per = per_round.get(name, {})
         jp = reports.jobs.get(name, ReportedJob(name))
-        full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per)
+        full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per.get(r, 1))
         measured = (jp.end - t0 - j.arrival_s
                     if jp.done and jp.end is not None and t0 is not None else None)
         jobs.append(JobProgress(
             name, rounds if jp.done else before + full, rounds, jp.tasks_done,
-            (rounds - before) * per, jp.done, float(j.jct_s), measured,
+            sum(n for r, n in per.items() if r >= before), jp.done, float(j.jct_s), measured,
             None if t0 is None or jp.done else now - t0, j.weight))
     pred = float(plan.objective_read["weighted_jct_s"]) if plan.objective_read \
         else plan.weighted_jct_s
     meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
             if jobs and all(p.done and p.measured_jct_s is not None for p in jobs) else None)
     return PoolProgress(str(plan.plan_id or ""), slurm_id, jobs, pred, meas)
+
+
+def round_tasks(plan: Plan) -> dict[str, dict[int, int]]:
+    """Per job, each of its rounds' task count in ``plan`` (one pass over the rows)."""
+    out: dict[str, dict[int, int]] = {}
+    for g in plan.tasks.gpus if plan.tasks is not None else ():
+        for r in g.rows():
+            rounds = out.setdefault(r.job, {})
+            rounds[r.round] = rounds.get(r.round, 0) + 1
+    return out
 
 
 def active_pool_progress(store: Store) -> PoolProgress | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
 
-from hetsched.app.pool_replan import _remaining, renumber
+from hetsched.app.pool_replan import _remaining, iterations_left, renumber, round_iterations
 from hetsched.app.pool_status import ingest_pool_reports, progress
 from hetsched.app.pool_submit import PoolDirs, _write_sidecar
 from hetsched.core.pool_tasks import TaskRun, row_from_list
@@ -84,7 +84,9 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
     assert old.tasks is not None
     meta = old.tasks.jobs
     done = {"rna": 2, "rnb": 1, "rnc": 0}
-    jobs = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs]  # type: ignore[arg-type]
+    own = round_iterations(old.tasks)
+    jobs = [_remaining(j.spec, iterations_left(old, own, j.name, done[j.name]))  # type: ignore[arg-type]
+            for j in old.jobs]
     for j in jobs:  # exactly the iterations after the completed rounds
         m = meta[j.name]
         total = (m.rounds - 1) * m.iterations_per_task + m.last_round_iterations

@@ -137,15 +137,16 @@ class ExecPlan:
         return list(self.gpus)
 
 
-def _layout(source: str, job: ExecJob, shares: dict[tuple[int, int], tuple[int, int]]
-            ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+def _layout(source: str, job: ExecJob, shares: dict[tuple[int, int], tuple[int, int]],
+            done: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """Each round's (iterations, task batches) from rows with their own batch; one clear
     line unless every round has tasks 0..k-1 with one iteration count and batches adding
     up to the job's global batch. Rounds before the first one listed are done (a
-    replanned remainder, rounds renumbered to continue): ``iterations_per_task`` each,
-    no tasks."""
+    replanned remainder, rounds renumbered to continue): ``iterations_per_task`` each, or
+    ``done`` steps in all (the plan's ``resume``), no tasks."""
     first = min(r for r, _ in shares)
-    out: list[tuple[int, tuple[int, ...]]] = [(job.iterations, ())] * first
+    out: list[tuple[int, tuple[int, ...]]] = [(job.iterations if done is None else 0, ())] * first
+    out[-1:] = [(done, ())] if done is not None and first else out[-1:]  # done: steps before
     for r in range(first, job.rounds):
         k = 0
         batches, iters = [], set()
@@ -191,7 +192,8 @@ def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
     for name, shares in own.items():
         if name in jobs:
             j = jobs[name]
-            jobs[name] = replace(j, layout=_layout(source, j, shares))
+            done = (plan.notes.resume or {}).get(name, {}).get("iterations_done")
+            jobs[name] = replace(j, layout=_layout(source, j, shares, done))
     gpus: dict[str, ExecGpu] = {}
     for g in tasks.gpus:
         rows = [ExecTask(r.job, r.round, r.task, float(r.start_s), float(r.end_s), r.keep,
