@@ -54,3 +54,76 @@ def pool_plan(nodes: list[tuple[str, str, int]], jobs_yaml: str | None = None,
     cluster = parse_cluster(cluster_yaml(nodes), "test")
     return make_plan(jobs, cluster, ThroughputTable(emulated_rows()), policy=policy,
                      mode="pool", task_iterations=task_iterations)
+
+
+#: two jobs on one A100 and one V100; ``ua`` may use both (the planner gives it uneven
+#: shares), ``ub`` one GPU
+UNEVEN_JOBS = """
+jobs:
+  - {name: %(p)sa, workload: mlp, dataset_size: 4800, epochs: 1, global_batch: 48,
+     max_gpus: 2}
+  - {name: %(p)sb, workload: mlp, dataset_size: 560, epochs: 1, global_batch: 16,
+     max_gpus: 1, weight: 3}
+"""
+
+#: rounds of ``<p>a`` as a space plan's segments give them (iterations, local batch of each
+#: task): on both GPUs, then alone on the A100 (a segment's last round shorter), on both
+#: again, split evenly, alone; 100 iterations in all, at most 5 a round
+UNEVEN_LAYOUT: list[tuple[int, tuple[int, ...]]] = (
+    [(5, (32, 16))] * 3 + [(3, (48,)), (2, (48,))] + [(5, (32, 16))] * 2
+    + [(4, (24, 24)), (1, (48,))] + [(5, (32, 16))] * 13)
+
+
+def with_layout(body: dict[str, Any], job: str, layout: list[tuple[int, tuple[int, ...]]]
+                ) -> dict[str, Any]:
+    """The plan file ``body`` with ``job``'s rows rewritten from ``layout`` (task ``t`` of
+    a round on the plan's GPU ``t``, back to back after that GPU's other rows; one
+    second per iteration) and every other row given its own batch and iterations."""
+    from hetsched.core.pool_tasks import UNEVEN_COLUMNS, TaskRun, row_from_list
+    from hetsched.runtime.sampler import split_counts
+
+    t = body["tasks"]
+    meta = t["jobs"]
+    specs = {j["name"]: j["spec"] for j in body["jobs"]}
+    gpus, clock = t["gpus"], {}
+    for g in gpus:
+        rows = [r.to_list() for run in g["runs"] for r in TaskRun(
+            tuple(row_from_list(x) for x in run["tasks"]), run["repeat"],
+            run.get("period_s"), run.get("round_step")).expand() if r.job != job]
+        for r in rows:
+            if len(r) == 8:
+                m = meta[r[0]]
+                b = split_counts(specs[r[0]]["global_batch"],
+                                 [m["local_batch"]] * m["tasks_per_round"])[r[2]]
+                last = r[1] == m["rounds"] - 1
+                r += [b, m["last_round_iterations"] if last else m["iterations_per_task"]]
+        g["runs"] = [{"repeat": 1, "tasks": [r]} for r in rows]
+        clock[id(g)] = max((r[4] for r in rows), default=0.0)
+    for rnd, (n, batches) in enumerate(layout):
+        for task, b in enumerate(batches):
+            g = gpus[task]
+            st = clock[id(g)]
+            clock[id(g)] = st + n
+            g["runs"].append({"repeat": 1, "tasks": [
+                [job, rnd, task, st, st + n, st + n, "keep", [], b, n]]})
+    meta[job] = dict(meta[job], rounds=len(layout), tasks_per_round=max(
+        len(b) for _, b in layout), iterations_per_task=max(n for n, _ in layout),
+        last_round_iterations=layout[-1][0], local_batch=max(max(b) for _, b in layout))
+    for g in gpus:
+        g["tasks"] = len(g["runs"])
+    t["columns"] = list(UNEVEN_COLUMNS)
+    t["total_tasks"] = t["stored_rows"] = sum(len(g["runs"]) for g in gpus)
+    body["plan_id"] = None
+    return body
+
+
+def uneven_plan(prefix: str) -> Plan:
+    """A pool plan whose job ``<prefix>a`` has :data:`UNEVEN_LAYOUT`'s rounds (different
+    iterations and task counts from round to round), read back as a plan file is."""
+    from hetsched.io.plan_json import plan_from_dict
+
+    body = pool_plan([("a100-1", "a100", 1), ("v100-1", "v100", 1)], UNEVEN_JOBS,
+                     prefix=prefix, task_iterations=5).to_dict()
+    plan = plan_from_dict(with_layout(body, f"{prefix}a", UNEVEN_LAYOUT), "uneven plan")
+    plan.plan_id = str(plan.to_dict()["plan_id"])
+    return plan

@@ -12,18 +12,37 @@ import json
 from pathlib import Path
 
 import pytest
-from pool_slurm_helpers import EMULATE_COST, EMULATE_SPEED, cluster_yaml, emulated_rows, pool_plan
+import yaml
+from pool_slurm_helpers import (
+    EMULATE_COST,
+    EMULATE_SPEED,
+    THREE_JOBS,
+    UNEVEN_LAYOUT,
+    cluster_yaml,
+    emulated_rows,
+    pool_plan,
+    uneven_plan,
+)
 
-from hetsched.app.pool_replan import _remaining, iterations_left, renumber, round_iterations
+from hetsched.app.pool_replan import (
+    _new_plan,
+    _remaining,
+    as_uneven,
+    iterations_left,
+    renumber,
+    round_iterations,
+    steps_before,
+)
 from hetsched.app.pool_status import ingest_pool_reports, progress
 from hetsched.app.pool_submit import PoolDirs, _write_sidecar
-from hetsched.core.pool_tasks import TaskRun, row_from_list
+from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import COLUMNS, UNEVEN_COLUMNS, TaskRun, row_from_list
 from hetsched.core.spec import Cluster
 from hetsched.core.throughput import ThroughputTable
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import read_pool_reports, report_path
 from hetsched.io.reports import ReportWriter
-from hetsched.io.specs import parse_cluster
+from hetsched.io.specs import parse_cluster, parse_jobs
 from hetsched.state.store import open_store
 
 NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
@@ -111,6 +130,159 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
 
 def _cluster() -> Cluster:
     return parse_cluster(cluster_yaml(NODES), "test")
+
+
+def _step_samples(xj: object, rounds: range) -> dict[int, list[int]]:
+    """Per global step of a job's ``rounds``, the samples its tasks train (all tasks)."""
+    np = pytest.importorskip("numpy")
+    task_indices = pytest.importorskip("hetsched.runtime.executor.worker").task_indices
+    out: dict[int, list[int]] = {}
+    for r in rounds:
+        for k in range(xj.round_iterations(r)):  # type: ignore[attr-defined]
+            idx = np.concatenate([task_indices(xj, 7, r, t, k)
+                                  for t in range(xj.tasks_in(r))])  # type: ignore[attr-defined]
+            out[xj.round_step(r) + k] = sorted(idx.tolist())  # type: ignore[attr-defined]
+    return out
+
+
+def _replanned(old: Plan, done: dict[str, int]) -> tuple[Plan, dict[str, int]]:
+    """The old plan's remaining work after ``done`` rounds, replanned (as replan does) and
+    read back as the stored plan is; and the steps each job had run."""
+    own = round_iterations(old.tasks)  # type: ignore[arg-type]
+    steps = {n: steps_before(old, own, n, k) for n, k in done.items()}
+    jobs = [_remaining(j.spec, iterations_left(old, own, j.name, done[j.name]))  # type: ignore[arg-type]
+            for j in old.jobs]
+    new = _new_plan(old, jobs, done, _cluster(), ThroughputTable(emulated_rows()), None, steps)
+    return plan_from_dict(new.to_dict(), "replanned"), steps
+
+
+@pytest.mark.parametrize("space", ["seed", "off"])  # the new plan uneven, or equal slices
+def test_uneven_replan_goes_on_at_the_step_each_job_reached(space: str) -> None:
+    """A job's rounds of different iterations and task counts: the remaining iterations
+    are exact, the replanned plan starts the job's sampler at the step it reached (not
+    rounds x task size), and every later step trains the samples it would have."""
+    exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+    old = uneven_plan("uv")
+    assert old.settings is not None
+    old.settings = dataclasses.replace(old.settings, params={"space": space})
+    a, b = "uva", "uvb"
+    own = round_iterations(old.tasks)  # type: ignore[arg-type]
+    done = {a: 5, b: 2}  # a's rounds 3 and 4 ran 3 and 2 iterations on one GPU
+    assert [own[a][r] for r in range(5)] == [5, 5, 5, 3, 2]
+    assert {n: iterations_left(old, own, n, k) for n, k in done.items()} == {a: 80, b: 25}
+    new, steps = _replanned(old, done)
+    assert steps == {a: 20, b: 10}  # a: not 5 rounds x 5
+    assert new.tasks is not None and tuple(new.tasks.columns or ()) == UNEVEN_COLUMNS
+    assert new.notes.resume == {n: {"plan_id": old.plan_id, "rounds_done": done[n],
+                                    "iterations_done": steps[n]} for n in done}
+    assert {j.name: round(j.spec.iterations, 6) for j in new.jobs  # type: ignore[union-attr]
+            } == {a: 80, b: 25}
+    xo, xn = exec_plan(old), exec_plan(new)
+    for n, k in done.items():
+        xj = xn.jobs[n]
+        assert min(t.round for g in xn.gpus.values() for t in g.tasks if t.job == n) == k
+        assert xj.round_step(k) == steps[n] == xo.jobs[n].round_step(k)
+        assert sum(xj.round_iterations(r) for r in range(k, xj.rounds)) \
+            == iterations_left(old, own, n, k)
+        whole = _step_samples(xo.jobs[n], range(xo.jobs[n].rounds))
+        rest = _step_samples(xj, range(k, xj.rounds))
+        assert rest == {s: v for s, v in whole.items() if s >= steps[n]}
+    # a second replan counts from where the first one started the job
+    own2, k2 = round_iterations(new.tasks), done[a] + 3
+    s2 = steps_before(new, own2, a, k2)
+    assert s2 == xn.jobs[a].round_step(k2) > steps[a]
+    assert iterations_left(new, own2, a, k2) == sum(n for n, _ in UNEVEN_LAYOUT) - s2
+    again, steps2 = _replanned(new, {a: k2, b: done[b]})
+    assert steps2[a] == s2 and exec_plan(again).jobs[a].round_step(k2) == s2
+
+
+def test_equal_round_replan_resumes_at_rounds_times_task_size() -> None:
+    """Equal rounds (rows of 8 values): the step reached is rounds x task size, and the
+    replanned plan keeps equal rows."""
+    from hetsched.planning.planner import make_plan
+
+    exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+    jobs = parse_jobs(yaml.safe_load(THREE_JOBS % {"p": "eq"}), "test")
+    old = make_plan(jobs, _cluster(), ThroughputTable(emulated_rows()), policy="hare",
+                    params={"space": "off"}, mode="pool", task_iterations=5)
+    old = plan_from_dict(old.to_dict(), "equal plan")
+    assert old.tasks is not None and tuple(old.tasks.columns or ()) == COLUMNS
+    done = {"eqa": 3, "eqb": 1, "eqc": 0}
+    new, steps = _replanned(old, done)
+    assert steps == {n: 5 * k for n, k in done.items()}
+    assert new.tasks is not None and tuple(new.tasks.columns or ()) == COLUMNS
+    xo, xn = exec_plan(old), exec_plan(new)
+    for n, k in done.items():
+        assert xn.jobs[n].round_step(k) == 5 * k and xn.jobs[n].layout is None
+        whole = _step_samples(xo.jobs[n], range(xo.jobs[n].rounds))
+        rest = _step_samples(xn.jobs[n], range(k, xn.jobs[n].rounds))
+        assert rest == {s: v for s, v in whole.items() if s >= steps[n]}
+
+
+def test_equal_rows_written_uneven_train_the_same_slices() -> None:
+    """``as_uneven`` gives each row the equal slice and iterations it trained; a run whose
+    repeats reach a shorter last round is written out row by row."""
+    from hetsched.planning.planner import make_plan
+
+    exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+    text = ("jobs:\n  - {name: ava, workload: mlp, dataset_size: 992, epochs: 1, "
+            "global_batch: 16, requested_gpus: 2, max_gpus: 2}\n"  # 62 iterations: last 2
+            "  - {name: avb, workload: mlp, dataset_size: 400, epochs: 1, global_batch: 8}\n")
+    plan = make_plan(parse_jobs(yaml.safe_load(text), "test"), _cluster(),
+                     ThroughputTable(emulated_rows()), policy="hare",
+                     params={"space": "off"}, mode="pool", task_iterations=5)
+    assert plan.tasks is not None and plan.tasks.jobs["ava"].last_round_iterations == 2
+    eq = exec_plan(plan_from_dict(plan.to_dict(), "equal"))
+    tasks = plan.tasks
+    before = [(g.id, r) for g in tasks.gpus for r in g.rows()]
+    as_uneven(tasks, {j.name: j.spec for j in plan.jobs})  # type: ignore[misc]
+    body = plan.to_dict()
+    assert body["tasks"]["columns"] == list(UNEVEN_COLUMNS)
+    assert body["tasks"]["stored_rows"] == sum(len(run["tasks"]) for g in body["tasks"]["gpus"]
+                                               for run in g["runs"])
+    assert [(g.id, r[:8]) for g in tasks.gpus for r in g.rows()] == \
+        [(i, r[:8]) for i, r in before]
+    un = exec_plan(plan_from_dict(body, "uneven"))
+    for n, xj in eq.jobs.items():
+        assert xj.layout is None and un.jobs[n].layout is not None
+        for r in range(xj.rounds + 1):
+            assert un.jobs[n].round_step(r) == (xj.round_step(r) if r < xj.rounds else
+                                                sum(map(xj.round_iterations, range(r))))
+        for r in range(xj.rounds):
+            assert un.jobs[n].round_iterations(r) == xj.round_iterations(r)
+            assert un.jobs[n].slices(r) == xj.slices(r)
+
+
+def _report_rounds(report_dir: Path, plan: Plan, upto: dict[str, int],
+                   partial: dict[str, int] | None = None, t0: float = 1000.0) -> None:
+    """Task records of each job's rounds ``from..upto[job]-1`` (``from``: its first round
+    in the plan) and, for ``partial[job]``, that round's task 0 alone."""
+    assert plan.tasks is not None
+    for g in plan.tasks.gpus:
+        rep = ReportWriter(report_path(report_dir, str(plan.plan_id), g.id))
+        for r in g.rows():
+            if not (r.round < upto.get(r.job, 0)
+                    or (r.round == (partial or {}).get(r.job) and r.task == 0)):
+                continue
+            n, b = r.iterations or 1, r.local_batch or 1
+            rep.write("task", job=r.job, round=r.round, task=r.task, gpu=g.id,
+                      gpu_type=g.gpu_type, iterations=n, samples=n * b,
+                      compute_s=r.end_s - r.start_s, switch_s=0.001, start=t0 + r.start_s,
+                      end=t0 + r.end_s)
+
+
+def test_status_counts_each_uneven_round_by_its_own_tasks(tmp_path: Path) -> None:
+    """Rounds of one task count as done once that task reported; a round of two with one
+    reported does not."""
+    plan = uneven_plan("us")
+    a = "usa"
+    _report_rounds(tmp_path, plan, {a: 5, "usb": 2}, partial={a: 5})
+    prog = progress(plan, read_pool_reports(tmp_path, str(plan.plan_id)), None, now=1001.0)
+    by = {j.job: j for j in prog.jobs}
+    assert by[a].rounds_done == 5 and by["usb"].rounds_done == 2
+    assert by[a].tasks_done == 3 * 2 + 1 + 1 + 1
+    assert by[a].tasks == sum(len(b) for _, b in UNEVEN_LAYOUT)
+    assert f"round 6 of {len(UNEVEN_LAYOUT)} (5 done)" in by[a].line()
 
 
 def test_monitor_folds_pool_task_records_into_the_history(tmp_path: Path) -> None:
