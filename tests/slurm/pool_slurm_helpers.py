@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -127,3 +128,24 @@ def uneven_plan(prefix: str) -> Plan:
     plan = plan_from_dict(with_layout(body, f"{prefix}a", UNEVEN_LAYOUT), "uneven plan")
     plan.plan_id = str(plan.to_dict()["plan_id"])
     return plan
+
+
+def report_rounds(report_dir: str | Path, plan: Plan, upto: dict[str, int],
+                   partial: dict[str, int] | None = None, t0: float = 1000.0) -> None:
+    """Task records of each job's rounds ``from..upto[job]-1`` (``from``: its first round
+    in the plan) and, for ``partial[job]``, that round's task 0 alone."""
+    from hetsched.io.pool_reports import report_path
+    from hetsched.io.reports import ReportWriter
+
+    assert plan.tasks is not None
+    for g in plan.tasks.gpus:
+        rep = ReportWriter(report_path(report_dir, str(plan.plan_id), g.id))
+        for r in g.rows():
+            if not (r.round < upto.get(r.job, 0)
+                    or (r.round == (partial or {}).get(r.job) and r.task == 0)):
+                continue
+            n, b = r.iterations or 1, r.local_batch or 1
+            rep.write("task", job=r.job, round=r.round, task=r.task, gpu=g.id,
+                      gpu_type=g.gpu_type, iterations=n, samples=n * b,
+                      compute_s=r.end_s - r.start_s, switch_s=0.001, start=t0 + r.start_s,
+                      end=t0 + r.end_s)

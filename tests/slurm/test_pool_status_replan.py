@@ -21,6 +21,7 @@ from pool_slurm_helpers import (
     cluster_yaml,
     emulated_rows,
     pool_plan,
+    report_rounds,
     uneven_plan,
 )
 
@@ -253,30 +254,12 @@ def test_equal_rows_written_uneven_train_the_same_slices() -> None:
             assert un.jobs[n].slices(r) == xj.slices(r)
 
 
-def _report_rounds(report_dir: Path, plan: Plan, upto: dict[str, int],
-                   partial: dict[str, int] | None = None, t0: float = 1000.0) -> None:
-    """Task records of each job's rounds ``from..upto[job]-1`` (``from``: its first round
-    in the plan) and, for ``partial[job]``, that round's task 0 alone."""
-    assert plan.tasks is not None
-    for g in plan.tasks.gpus:
-        rep = ReportWriter(report_path(report_dir, str(plan.plan_id), g.id))
-        for r in g.rows():
-            if not (r.round < upto.get(r.job, 0)
-                    or (r.round == (partial or {}).get(r.job) and r.task == 0)):
-                continue
-            n, b = r.iterations or 1, r.local_batch or 1
-            rep.write("task", job=r.job, round=r.round, task=r.task, gpu=g.id,
-                      gpu_type=g.gpu_type, iterations=n, samples=n * b,
-                      compute_s=r.end_s - r.start_s, switch_s=0.001, start=t0 + r.start_s,
-                      end=t0 + r.end_s)
-
-
 def test_status_counts_each_uneven_round_by_its_own_tasks(tmp_path: Path) -> None:
     """Rounds of one task count as done once that task reported; a round of two with one
     reported does not."""
     plan = uneven_plan("us")
     a = "usa"
-    _report_rounds(tmp_path, plan, {a: 5, "usb": 2}, partial={a: 5})
+    report_rounds(tmp_path, plan, {a: 5, "usb": 2}, partial={a: 5})
     prog = progress(plan, read_pool_reports(tmp_path, str(plan.plan_id)), None, now=1001.0)
     by = {j.job: j for j in prog.jobs}
     assert by[a].rounds_done == 5 and by["usb"].rounds_done == 2

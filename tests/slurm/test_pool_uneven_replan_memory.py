@@ -1,0 +1,78 @@
+"""An uneven pool plan that failed midway, replanned, on the in-memory Slurm (real plans,
+files, SQLite): the user's path through submit, status, replan and status again.
+
+The executors' part is played by their files: task records for the rounds that ran
+and the checkpoint sidecars (``<job>.json``, ``rounds_done``) written at round
+boundaries, as ``hetsched exec`` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pool_slurm_helpers import UNEVEN_LAYOUT, emulated_rows, report_rounds, uneven_plan
+
+from hetsched.app.pool_status import active_pool_progress
+from hetsched.app.pool_submit import pool_dirs, submit_pool
+from hetsched.app.replan import replan
+from hetsched.core.throughput import ThroughputTable
+from hetsched.io.plan_json import plan_from_dict
+from hetsched.slurm.memory import MemorySlurm
+from hetsched.state.store import open_store
+
+NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def test_an_uneven_pool_plan_failed_midway_goes_on_where_each_job_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = uneven_plan("ur")
+    a, b = "ura", "urb"
+    done = {a: 5, b: 2}  # a's rounds 3 and 4 ran 3 and 2 iterations on the A100 alone
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        pid = str(plan.plan_id)
+        dirs = pool_dirs(st, pid)
+        report_rounds(dirs.report_dir, plan, done, partial={a: 5})  # round 5: half of it
+        for n, k in done.items():
+            side = dirs.checkpoint_dir / pid / f"{n}.json"
+            side.parent.mkdir(parents=True, exist_ok=True)
+            side.write_text(json.dumps({"rounds_done": k, "rounds": plan.tasks.jobs[n].rounds}))  # type: ignore[union-attr]
+        prog = active_pool_progress(st)
+        assert prog is not None
+        by = {j.job: j for j in prog.jobs}
+        assert (by[a].rounds_done, by[b].rounds_done) == (5, 2)
+
+        slurm.finish(pool_id, "FAILED")  # an executor died
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert r.status == "replanned", r.summary()
+        stored = st.active_plan()
+        assert stored is not None and stored["plan_id"] == r.new_plan_id
+        new = plan_from_dict(stored, "stored")
+        assert new.notes.resume == {
+            a: {"plan_id": pid, "rounds_done": 5, "iterations_done": 20},
+            b: {"plan_id": pid, "rounds_done": 2, "iterations_done": 10}}
+        exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+        xn = exec_plan(new, "stored")
+        total = sum(n for n, _ in UNEVEN_LAYOUT)
+        for n, (k, steps, left) in {a: (5, 20, total - 20), b: (2, 10, 25)}.items():
+            xj = xn.jobs[n]
+            assert xj.round_step(k) == steps  # the sampler goes on at the step reached
+            assert sum(xj.round_iterations(r) for r in range(k, xj.rounds)) == left
+            assert (dirs.checkpoint_dir / str(new.plan_id) / f"{n}.json").exists()
+
+        # status of the new plan counts the job's whole life, by each round's own tasks
+        prog = active_pool_progress(st)
+        assert prog is not None and prog.plan_id == new.plan_id
+        by = {j.job: j for j in prog.jobs}
+        assert (by[a].rounds_done, by[b].rounds_done) == (5, 2)
+        report_rounds(pool_dirs(st, str(new.plan_id)).report_dir, new, {a: 7, b: 3})
+        prog = active_pool_progress(st)
+        assert prog is not None
+        by = {j.job: j for j in prog.jobs}
+        assert (by[a].rounds_done, by[b].rounds_done) == (7, 3)
+        assert by[a].tasks == sum(1 for g in xn.gpus.values() for t in g.tasks if t.job == a)
