@@ -20,14 +20,13 @@ every executor, the job ends FAILED; a node died: NODE_FAIL) or cannot start
 4. submits the new plan as one hetjob (``app.pool_submit``), cancelling the
    old one if it was still queued.
 
-A job that failed more than ``max_failures`` times is given up. The new plan is
-made with the old one's task size (iterations per task), which is one number for
-all jobs (a plan made with ``--task-iterations``, or jobs that all got the same
-automatic size); otherwise replan stops with one clear line. Where the new plan
-has equal rounds but a job's completed steps are not its completed rounds times
-that size (the old plan's rounds were uneven), its rows are written with their
-own local batch and iterations (the same slices), so the executor counts the
-steps from ``resume.iterations_done``.
+A job that failed more than ``max_failures`` times is given up. The new plan's
+task sizes are its own (the old plan's request: ``--task-iterations`` or the
+automatic size of the work left). Where the new plan has equal rounds but a
+job's steps reached are not its completed rounds times its new task size (the
+old rounds were uneven, or another size), the new plan's rows are written with
+their own local batch and iterations (the same slices), so the executor counts
+the steps from ``resume.iterations_done``.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, poll_reset_eve
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import UNEVEN_COLUMNS, PoolTasks, TaskRow, TaskRun
 from hetsched.core.spec import Job
-from hetsched.errors import HetschedError
 from hetsched.io.files import private_dir
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.pool_reports import completed_rounds, read_pool_reports
@@ -57,12 +55,6 @@ from hetsched.slurm.inventory import load_inventory
 from hetsched.state.store import CANCELLED, SUPERSEDED, Store, Submission
 
 NODE_KINDS = frozenset({"node-down", "node-drained"})
-
-
-class PoolReplanError(HetschedError):
-    """The remaining rounds cannot be replanned as asked."""
-
-    exit_code = 2
 
 
 def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
@@ -173,22 +165,14 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     """Plan the remaining work the old plan's way, its rounds numbered as before."""
     from hetsched.app.plan import PlanInputs, plan_jobs
 
-    meta = old.tasks.jobs if old.tasks is not None else {}
-    sizes = {j.name: meta[j.name].iterations_per_task for j in jobs}
-    if len(set(sizes.values())) != 1:
-        raise PoolReplanError(
-            f"pool replan: the jobs left have different task sizes "
-            f"({sorted(set(sizes.values()))} iterations); replanning keeps each job's rounds, "
-            "which needs one size: plan with --task-iterations N")
     settings = how_planned(old, policy)
-    forced = dataclasses.replace(settings, task_iterations=next(iter(sizes.values())))
-    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), forced)
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), settings)
     new_plan.settings = settings  # the request, as the old plan made it
     tasks = new_plan.tasks
     if tasks is not None and not round_iterations(tasks) and any(
-            steps[n] != k * sizes[n] for n, k in offsets.items()):
-        as_uneven(tasks, {j.name: j for j in jobs})  # equal rounds after uneven ones
-    renumber(new_plan, offsets, sizes)
+            steps[n] != k * tasks.jobs[n].iterations_per_task for n, k in offsets.items()):
+        as_uneven(tasks, {j.name: j for j in jobs})  # rounds x size is not the step reached
+    renumber(new_plan, offsets)
     new_plan.notes.replan_of = old.plan_id
     new_plan.notes.replanned_at = round(time.time(), 3)
     new_plan.notes.resume = {n: {"plan_id": old.plan_id, "rounds_done": k,
@@ -268,12 +252,14 @@ def as_uneven(tasks: PoolTasks, specs: dict[str, Job]) -> None:
         tasks.stored_rows = sum(g.stored_rows() for g in tasks.gpus)
 
 
-def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None:
+def renumber(plan: Plan, offsets: dict[str, int]) -> None:
     """Shift each job's rounds in a pool plan by its completed rounds (in place).
 
-    Round ``r`` of the new plan becomes ``r + offset``; the job's round count
-    grows by the offset and its task size is the old one, so round ``r`` stands
-    for global steps ``r*N ...`` as in the old plan.
+    Round ``r`` of the new plan becomes ``r + offset`` and the job's round count
+    grows by the offset: the checkpoint's ``rounds_done`` is the new plan's first
+    round. The global step that round starts at is the plan's ``resume``
+    ``iterations_done`` (rows with their own iterations), or ``offset x N`` where
+    that is the step reached (equal rows, task size ``N``).
     """
     tasks = plan.tasks
     if tasks is None:
@@ -283,10 +269,8 @@ def renumber(plan: Plan, offsets: dict[str, int], sizes: dict[str, int]) -> None
             row._replace(round=row.round + offsets.get(row.job, 0))
             for row in run.rows))
         for run in g.runs)) for g in tasks.gpus]
-    tasks.jobs = {name: dataclasses.replace(
-        m, rounds=m.rounds + offsets.get(name, 0),
-        iterations_per_task=sizes.get(name, m.iterations_per_task))
-        for name, m in tasks.jobs.items()}
+    tasks.jobs = {name: dataclasses.replace(m, rounds=m.rounds + offsets.get(name, 0))
+                  for name, m in tasks.jobs.items()}
 
 
 def carry_checkpoints(checkpoint_dir: Path, old_id: str, new_id: str, jobs: list[str]) -> None:

@@ -113,7 +113,7 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
         assert j.iterations == pytest.approx(total - done[j.name] * m.iterations_per_task)
     new = make_plan(jobs, _cluster(), ThroughputTable(emulated_rows()), policy="hare",
                     mode="pool", task_iterations=5)
-    renumber(new, done, {n: 5 for n in done})
+    renumber(new, done)
     body = new.to_dict()
     for name, m in body["tasks"]["jobs"].items():
         assert m["rounds"] == meta[name].rounds  # the job's whole life
@@ -295,36 +295,6 @@ def test_status_json_of_a_pool_plan_is_serialisable(tmp_path: Path) -> None:
     assert {j["job"] for j in d["jobs"]} == {"sja", "sjb", "sjc"}
     assert all(j["rounds_done"] == 0 and j["tasks_done"] == 0 for j in d["jobs"])
     assert dataclasses.asdict(prog.jobs[0])["elapsed_s"] is None
-
-
-@pytest.mark.slurm
-def test_replan_refuses_mixed_task_sizes_in_one_line(
-        testbed: object, client: object, clean_queue: None, tmp_path: Path) -> None:
-    """Keeping round numbering needs one task size; a plan with several says so (exit 2)."""
-    from hetsched.app.replan import replan
-    from hetsched.errors import HetschedError
-
-    jobs = ("jobs:\n"
-            "  - {name: %(p)sa, workload: mlp, dataset_size: 16000, epochs: 1, "
-            "global_batch: 16}\n"
-            "  - {name: %(p)sb, workload: mlp, dataset_size: 160, epochs: 1, "
-            "global_batch: 16}\n")
-    plan = pool_plan(NODES, jobs, prefix="mx", task_iterations=None)
-    sizes = {m.iterations_per_task for m in plan.tasks.jobs.values()}  # type: ignore[union-attr]
-    assert len(sizes) == 2
-    body = plan.to_dict()
-    with open_store(tmp_path / "state.db") as st:
-        st.add_plan(body)
-        for j in plan.jobs:  # a pool job Slurm no longer knows: GONE, i.e. failed
-            sub = st.begin_submission(body["plan_id"], j.name, 0, "x", "", [])
-            st.set_submitted(sub.id, "999999", "RUNNING")
-        with pytest.raises(HetschedError) as ei:
-            replan(st, client, ThroughputTable(emulated_rows()), partition="gpu")  # type: ignore[arg-type]
-        assert ei.value.exit_code == 2
-        msg = str(ei.value)
-        assert "different task sizes" in msg and "--task-iterations" in msg
-        assert "\n" not in msg
-        assert {s.state for s in st.submissions()} == {"GONE"}
 
 
 @pytest.mark.slurm

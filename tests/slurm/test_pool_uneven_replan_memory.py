@@ -12,17 +12,28 @@ import json
 from pathlib import Path
 
 import pytest
-from pool_slurm_helpers import UNEVEN_LAYOUT, emulated_rows, report_rounds, uneven_plan
+from pool_slurm_helpers import UNEVEN_LAYOUT, emulated_rows, pool_plan, report_rounds, uneven_plan
 
 from hetsched.app.pool_status import active_pool_progress
 from hetsched.app.pool_submit import pool_dirs, submit_pool
 from hetsched.app.replan import replan
+from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import UNEVEN_COLUMNS
 from hetsched.core.throughput import ThroughputTable
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
 
 NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def write_sidecars(folder: Path, plan: Plan, done: dict[str, int]) -> None:
+    """The checkpoint sidecars the executors write at a round boundary (``rounds_done``)."""
+    assert plan.tasks is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, k in done.items():
+        (folder / f"{n}.json").write_text(json.dumps(
+            {"rounds_done": k, "rounds": plan.tasks.jobs[n].rounds}))
 
 
 def test_an_uneven_pool_plan_failed_midway_goes_on_where_each_job_stopped(
@@ -38,10 +49,7 @@ def test_an_uneven_pool_plan_failed_midway_goes_on_where_each_job_stopped(
         pid = str(plan.plan_id)
         dirs = pool_dirs(st, pid)
         report_rounds(dirs.report_dir, plan, done, partial={a: 5})  # round 5: half of it
-        for n, k in done.items():
-            side = dirs.checkpoint_dir / pid / f"{n}.json"
-            side.parent.mkdir(parents=True, exist_ok=True)
-            side.write_text(json.dumps({"rounds_done": k, "rounds": plan.tasks.jobs[n].rounds}))  # type: ignore[union-attr]
+        write_sidecars(dirs.checkpoint_dir / pid, plan, done)
         prog = active_pool_progress(st)
         assert prog is not None
         by = {j.job: j for j in prog.jobs}
@@ -76,3 +84,45 @@ def test_an_uneven_pool_plan_failed_midway_goes_on_where_each_job_stopped(
         by = {j.job: j for j in prog.jobs}
         assert (by[a].rounds_done, by[b].rounds_done) == (7, 3)
         assert by[a].tasks == sum(1 for g in xn.gpus.values() for t in g.tasks if t.job == a)
+
+
+def test_jobs_of_different_task_sizes_are_replanned_each_at_its_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Automatic task sizes differ between jobs (and the work left gets its own): the
+    replanned plan starts each job at the step it reached all the same."""
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    jobs = ("jobs:\n"
+            "  - {name: %(p)sa, workload: mlp, dataset_size: 16000, epochs: 1, "
+            "global_batch: 16}\n"
+            "  - {name: %(p)sb, workload: mlp, dataset_size: 640, epochs: 1, "
+            "global_batch: 16}\n")
+    plan = pool_plan(NODES, jobs, prefix="mx", task_iterations=None)
+    plan.plan_id = str(plan.to_dict()["plan_id"])
+    assert plan.tasks is not None
+    sizes = {n: m.iterations_per_task for n, m in plan.tasks.jobs.items()}
+    assert len(set(sizes.values())) == 2
+    slurm = MemorySlurm(nodes_spec=NODES)
+    done = {"mxa": 120, "mxb": 1}  # mxa: 400 of 1,000 iterations left
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        pid = str(plan.plan_id)
+        write_sidecars(pool_dirs(st, pid).checkpoint_dir / pid, plan, done)
+        slurm.finish(pool_id, "NODE_FAIL")
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert r.status == "replanned", r.summary()
+        stored = st.active_plan()
+        assert stored is not None
+        new = plan_from_dict(stored, "stored")
+        exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
+        xo, xn = exec_plan(plan), exec_plan(new, "stored")
+        assert new.tasks is not None  # the work left got a smaller size: rows of their own
+        assert new.tasks.jobs["mxa"].iterations_per_task < sizes["mxa"]
+        assert tuple(new.tasks.columns or ()) == UNEVEN_COLUMNS
+        for n, k in done.items():
+            steps = k * sizes[n]
+            assert new.notes.resume is not None
+            assert new.notes.resume[n]["iterations_done"] == steps
+            assert xn.jobs[n].round_step(k) == steps == xo.jobs[n].round_step(k)
+            left = sum(xn.jobs[n].round_iterations(r) for r in range(k, xn.jobs[n].rounds))
+            assert left == plan.tasks.jobs[n].iterations - steps
