@@ -156,7 +156,8 @@ class PlanNotes:
     replan_of: str | None = _note("replan: the plan this one replaces")
     replanned_at: float | None = _note("replan: when (epoch seconds)")
     resume: dict[str, dict[str, Any]] | None = _note(
-        "pool replan: job -> {plan_id, rounds_done}, the rounds carried over")
+        "pool replan: job -> {plan_id, rounds_done, iterations_done}, the rounds carried "
+        "over and the global step the job goes on at")
     skipped: dict[str, str] | None = _note("auto: candidate policy -> why it made no plan")
     predicted_work_s: dict[str, float] | None = _note(
         "auto: candidate policy -> its predicted counted work (s)")
