@@ -20,11 +20,15 @@ every executor, the job ends FAILED; a node died: NODE_FAIL) or cannot start
 4. submits the new plan as one hetjob (``app.pool_submit``), cancelling the
    old one if it was still queued.
 
-A job that failed more than ``max_failures`` times is given up. The new plan's
-task sizes are its own (the old plan's request: ``--task-iterations`` or the
-automatic size of the work left). Where the new plan has equal rounds but a
-job's steps reached are not its completed rounds times its new task size (the
-old rounds were uneven, or another size), the new plan's rows are written with
+A job that failed more than ``max_failures`` times is given up. The new plan is
+made with the old task size (iterations per task) where the jobs left share one
+(a plan made with ``--task-iterations``, or equal automatic sizes): a round of
+equal slices then groups the same iterations into one optimizer step as before,
+so a replanned equal plan trains exactly as an uninterrupted one. Jobs of
+different sizes are planned with the old plan's own request (the work left may
+get other automatic sizes). Where the new plan has equal rounds but a job's
+steps reached are not its completed rounds times its new task size (the old
+rounds were uneven, or of another size), the new plan's rows are written with
 their own local batch and iterations (the same slices), so the executor counts
 the steps from ``resume.iterations_done``.
 """
@@ -166,7 +170,11 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     from hetsched.app.plan import PlanInputs, plan_jobs
 
     settings = how_planned(old, policy)
-    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), settings)
+    meta = old.tasks.jobs if old.tasks is not None else {}
+    sizes = {meta[j.name].iterations_per_task for j in jobs if j.name in meta}
+    asked = dataclasses.replace(settings, task_iterations=sizes.pop()) if len(sizes) == 1 \
+        else settings  # one size: the old one, so equal rounds group their steps as before
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), asked)
     new_plan.settings = settings  # the request, as the old plan made it
     tasks = new_plan.tasks
     if tasks is not None and not round_iterations(tasks) and any(

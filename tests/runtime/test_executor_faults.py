@@ -103,11 +103,17 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
     iterations planned anew, rounds renumbered to continue, checkpoints carried to the
     new plan's directory; the executors of the new plan finish the training exactly."""
 
-    from hetsched.app.pool_replan import _remaining, carry_checkpoints, renumber
+    from hetsched.app.pool_replan import (
+        _new_plan,
+        _remaining,
+        carry_checkpoints,
+        iterations_left,
+        round_iterations,
+        steps_before,
+    )
     from hetsched.io.plan_json import save_plan
     from hetsched.io.profiles import load_throughputs
     from hetsched.io.specs import load_cluster
-    from hetsched.planning.planner import make_plan as plan_jobs
     from hetsched.runtime.executor.entry import run_threads
 
     plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
@@ -128,14 +134,14 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
     done = completed_rounds(old, ck)
     meta = old.tasks.jobs
     assert 0 < sum(done.values()) < sum(m.rounds for m in meta.values()), done
-    left = [_remaining(j.spec, meta[j.name], done[j.name]) for j in old.jobs
-            if j.spec is not None and done[j.name] < meta[j.name].rounds]
-    new = plan_jobs(left, load_cluster(tmp_path / "cluster.yaml"),
-                    load_throughputs(tmp_path / "tp.csv"), mode="pool", task_iterations=1)
+    own = round_iterations(old.tasks)
+    left = [_remaining(j.spec, iterations_left(old, own, j.name, done[j.name]))
+            for j in old.jobs if j.spec is not None and done[j.name] < meta[j.name].rounds]
     offsets = {j.name: done[j.name] for j in left}
-    renumber(new, offsets, {j.name: 1 for j in left})
-    new.plan_id = None
-    new.plan_id = str(new.to_dict()["plan_id"])
+    new = _new_plan(old, left, offsets, load_cluster(tmp_path / "cluster.yaml"),
+                    load_throughputs(tmp_path / "tp.csv"), None,
+                    {n: steps_before(old, own, n, k) for n, k in offsets.items()})
+    assert new.plan_id is not None
     carry_checkpoints(ck, str(old.plan_id), new.plan_id, [k for k, v in offsets.items() if v])
     save_plan(new, tmp_path / "replan.json")
     res = run_threads(str(tmp_path / "replan.json"), {"checkpoint_dir": str(ck), "seed": SEED})
@@ -145,6 +151,84 @@ def test_replanned_remainder_resumes_to_the_uninterrupted_result(tmp_path: Path)
             (ck / new.plan_id / f"{name}.pt").read_bytes())
     diffs = check(plan, ck)
     assert max(diffs.values()) < 2e-5, diffs
+
+
+def test_replanned_uneven_remainder_goes_on_at_the_step_reached(tmp_path: Path) -> None:
+    """Rounds of different iterations and task counts, killed midway and replanned as
+    `hetsched replan` does: the new plan's executors start the job at the global step
+    its completed rounds reached (not rounds x task size), so the parameters equal one
+    process taking one step per round of the old plan's completed rounds, then of the
+    new plan's, each on the samples of its global steps."""
+    import numpy as np
+    import torch
+    from test_executor_equivalence import SEED
+
+    from hetsched.app.pool_replan import (
+        _new_plan,
+        _remaining,
+        carry_checkpoints,
+        iterations_left,
+        round_iterations,
+        steps_before,
+    )
+    from hetsched.io.plan_json import plan_from_dict, save_plan
+    from hetsched.io.profiles import load_throughputs
+    from hetsched.io.specs import load_cluster
+    from hetsched.runtime.executor.entry import run_threads
+    from hetsched.runtime.executor.plan import exec_plan
+    from hetsched.runtime.workloads import gather, load_workload
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
+    from pool_slurm_helpers import with_layout
+
+    jobs = ("jobs:\n  - {name: a, workload: cnn, dataset_size: 60, epochs: 1, "
+            "global_batch: 10, max_gpus: 2, memory_gb: 1}\n")
+    path = make_plan(tmp_path, gpus=2, task_iterations=2, jobs=jobs, space="seed")
+    layout = [(1, (10,)), (2, (6, 4)), (1, (10,)), (2, (5, 5))]  # 6 iterations, size 2
+    old = plan_from_dict(with_layout(plan_json(path), "a", layout), "uneven")
+    old.plan_id = str(old.to_dict()["plan_id"])
+    save_plan(old, path)
+    ck, n = tmp_path / "ck", {"tasks": 0}
+
+    def stop_after_some(_rec: dict[str, Any]) -> None:
+        n["tasks"] += 1
+        if n["tasks"] == 3:
+            raise RuntimeError("executor killed (test)")
+
+    res = run_threads(str(path), {"checkpoint_dir": str(ck), "seed": SEED,
+                                  "on_task": stop_after_some})
+    assert not all(isinstance(r, dict) for r in res)
+    k = completed_rounds(old, ck)["a"]
+    own = round_iterations(old.tasks)  # type: ignore[arg-type]
+    steps = steps_before(old, own, "a", k)
+    assert 0 < k < len(layout) and steps != 2 * k, (k, steps)
+    left = _remaining(old.jobs[0].spec, iterations_left(old, own, "a", k))  # type: ignore[arg-type]
+    new = _new_plan(old, [left], {"a": k}, load_cluster(tmp_path / "cluster.yaml"),
+                    load_throughputs(tmp_path / "tp.csv"), None, {"a": steps})
+    carry_checkpoints(ck, str(old.plan_id), str(new.plan_id), ["a"])
+    save_plan(new, tmp_path / "replan.json")
+    res = run_threads(str(tmp_path / "replan.json"), {"checkpoint_dir": str(ck), "seed": SEED})
+    assert all(isinstance(r, dict) for r in res), res
+    xo = exec_plan(old).jobs["a"]
+    xn = exec_plan(plan_from_dict(plan_json(tmp_path / "replan.json"))).jobs["a"]
+    wl = load_workload("cnn", dataset_size=60, seed=SEED)
+    opt = wl.optimizer(wl.model.parameters())
+    step = 0  # global steps counted here, one after the other: the uninterrupted order
+    for xj, r in [(xo, r) for r in range(k)] + [(xn, r) for r in range(k, xn.rounds)]:
+        parts = []
+        for _ in range(xj.round_iterations(r)):
+            off, m = xj.step_samples(step)
+            perm = np.random.default_rng([SEED, step // xj.steps_per_epoch()]).permutation(60)
+            parts.append(perm[off:off + m])
+            step += 1
+        x, y = gather(wl.dataset, np.concatenate(parts))
+        opt.zero_grad()
+        wl.loss_fn(wl.model(x), y).backward()
+        opt.step()
+    assert step == sum(it for it, _ in layout)
+    ref = torch.cat([p.detach().reshape(-1) for p in wl.model.parameters()])
+    got = torch.load(ck / str(new.plan_id) / "a.pt", weights_only=True)["params"]
+    assert float((got - ref).abs().max()) < 2e-5
 
 
 def test_the_last_bye_is_answered_before_the_gpu_counts_as_done(
