@@ -74,7 +74,7 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
         probed = []
         for w, b in (("mlp", 64), ("cnn", 32), ("transformer", 32)):
             if rows_from == "executor":
-                from hetsched.runtime.executor.worker import iteration_time
+                from hetsched.runtime.executor.iteration import iteration_time
 
                 rows.append(f"{w},v100,{b},{iteration_time(w, b, device):.6f}")
                 continue
@@ -140,7 +140,7 @@ def predict_loop(tmp: Path, a: Any) -> None:
     probed step times (their optimizer share taken off a pool task's iteration); from the
     same rows without that share (the whole step, as the planner took it before the
     probe measured the share apart); from rows timed by the executor's own iteration
-    (``worker.iteration_time``: no optimizer step); from a profile history holding the
+    (``iteration.iteration_time``: no optimizer step); from a profile history holding the
     probe rows plus the executors' reports of one run (each task's compute per iteration
     and its critical-path overhead folded in, as ``hetsched status`` does for a pool
     job); and from that history after a second run. The history runs come first; then

@@ -1,7 +1,7 @@
 """Every policy plans a target_loss job at the progress predictor's length (planning/lengths.py).
 
 Hand-made history: completed runs of 4 epochs; their (features, k/E) points
-are what ``state.history.progress_points`` returns (the real-SQLite version is
+are what ``state.progress.progress_points`` returns (the real-SQLite version is
 in tests/runtime/test_progress_history.py).
 """
 

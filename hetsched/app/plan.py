@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from hetsched.core.throughput import ThroughputTable
     from hetsched.state.store import Store
 
-#: completed jobs' (features, progress) pairs, as ``state.history.progress_points`` gives
+#: completed jobs' (features, progress) pairs, as ``state.progress.progress_points`` gives
 History = tuple[Any, Any]
 
 
@@ -144,7 +144,7 @@ def progress_history(policy: str, jobs: list[Job], store: Store | None = None
     (``ones``) or a ``target_loss`` job's length (any policy); None when neither needs
     it or there is no state file (``store``: read that one)."""
     from hetsched.planning.space.policies.base import REGISTRY
-    from hetsched.state.history import progress_points
+    from hetsched.state.progress import progress_points
 
     if not (getattr(REGISTRY.get(policy), "uses_progress_history", False)
             or any(j.epochs_predicted for j in jobs)):

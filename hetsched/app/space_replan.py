@@ -69,7 +69,7 @@ from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.history import epochs_reported, progress_points
+from hetsched.state.progress import epochs_reported, progress_points
 from hetsched.state.store import (
     CANCELLED,
     GAVE_UP,

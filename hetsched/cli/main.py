@@ -160,7 +160,8 @@ def write_output(path: str, text: str) -> None:
               show_default=True,
               help="space: each GPU serves one job at a time; pool: jobs share the GPUs task "
                    "by task (Hare; policies hare, pool-fifo, pool-srtf, pool-homo, pool-allox, "
-                   "auto); auto: plan both, keep the lower predicted weighted JCT.")
+                   "auto); auto: plan both, keep pool only where it predicts 2% less "
+                   "weighted JCT than space.")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
                    "costs < 1% of a task).")

@@ -49,7 +49,7 @@ class PlanningProblem:
     #: online replan: the jobs of ``running_gpus`` stay on those GPUs until they end
     running_fixed: bool = field(default=False, repr=False, compare=False)
     #: completed jobs' (features, progress) pairs for ONES's progress predictor, from
-    #: the state store (hetsched.state.history.progress_points); None: no history
+    #: the state store (hetsched.state.progress.progress_points); None: no history
     progress_history: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False,
                                                                    compare=False)
     types: list[str] = field(init=False)

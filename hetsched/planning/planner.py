@@ -74,7 +74,7 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     elif mode == "space":
         plan = plan_problem(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, reporter=rep, budget_s=budget_s)
-    elif mode == "auto":  # space or pool, whichever predicts less weighted JCT
+    elif mode == "auto":  # space, or pool where it predicts POOL_MARGIN less
         plan = _plan_either(problem, policy, params, static=static,
                             restart_cost_s=restart_cost_s, task_iterations=task_iterations,
                             reporter=rep, budget_s=budget_s)
@@ -89,10 +89,20 @@ def make_plan(jobs: list[Job], cluster: Cluster, table: ThroughputTable, policy:
     return plan
 
 
+#: ``--mode auto`` keeps pool mode only when it predicts at least this share less
+#: weighted JCT than space mode (:func:`_plan_either`)
+POOL_MARGIN = 0.02
+
+
 def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] | None, *,
                  static: bool, restart_cost_s: float, task_iterations: int | None,
                  reporter: BaseReporter, budget_s: float | None = None) -> Plan:
     """``--mode auto``: plan both modes (``policy`` where it exists, else auto) and keep the better.
+
+    Pool mode is kept only when it predicts at least :data:`POOL_MARGIN` less weighted
+    JCT than space mode: its plan starts from the space plan, so it is never above it,
+    and a sliver below it (a few backfilled tasks) does not pay for a time-sharing
+    executor whose per-task costs the profile knows only once it has run.
 
     The plan says what each mode predicted (``mode_candidates``) and why a mode
     could not plan (``mode_skipped``).
@@ -123,7 +133,10 @@ def _plan_either(problem: PlanningProblem, policy: str, params: dict[str, Any] |
     if not plans:
         raise PlanningError("--mode auto: neither mode produced a plan: "
                             + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    best = min(plans.values(), key=lambda pl: pl.weighted_jct_s)
+    best = plans.get("space") or plans["pool"]
+    if "pool" in plans and plans["pool"].weighted_jct_s < best.weighted_jct_s * (
+            1 - POOL_MARGIN):
+        best = plans["pool"]
     best.notes.mode_candidates = {m: round(pl.weighted_jct_s, 6) for m, pl in plans.items()}
     if skipped:
         best.notes.mode_skipped = skipped

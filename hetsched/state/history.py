@@ -17,16 +17,13 @@
   time of its (workload, GPU type, local batch) by an exponentially weighted
   moving average, ``new = (1 - alpha) * old + alpha * measured``. It also
   keeps the training history ``ones`` predicts progress from (``epoch`` and
-  ``done`` records: tables ``progress_runs`` and ``progress_epochs``);
-  :func:`progress_points` turns completed jobs' epochs into the regression's
-  training points (docs/elastic.md); :func:`epochs_reported` gives running jobs'
-  measured epochs (replan's ``epochs_done``). Pool executors' ``task`` records
+  ``done`` records: :mod:`hetsched.state.progress`). Pool executors' ``task`` records
   also fold their ``overhead_s`` (the device's idle time before the task's
   compute) into a per-(workload, GPU type) EWMA (:func:`task_overheads`), which
   :func:`table_from_store` hands to pool planning with the step times.
 * Optimizer shares: a row's ``optimizer_s`` (the probe's measure of the
   optimizer step's share of the step) is kept beside the row, in the ``meta``
-  table (:data:`OPTIMIZER_KEY`, keyed workload, GPU type, local batch), and
+  table (:mod:`hetsched.state.shares`, keyed workload, GPU type, local batch), and
   rides on the rows :func:`history_rows` returns. A pool task record's
   iteration has no optimizer step (the coordinator steps once per round), so it
   is folded as that iteration plus the pair's optimizer share: the row stays
@@ -52,12 +49,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from hetsched.core.efficiency import features
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.errors import InputError
 from hetsched.io.profiles import write_csv
+from hetsched.state.progress import fold_progress
+from hetsched.state.shares import (
+    OPTIMIZER_KEY,
+    fold_weight,
+    optimizer_shares,
+    pair_optimizer_s,
+    read_shares,
+    share_of,
+    write_shares,
+)
 from hetsched.state.store import Store
 
 OK = "ok"
@@ -65,10 +69,6 @@ UNUSABLE = "unusable"
 #: workloads the runtime can build without an entrypoint (hetsched.runtime.workloads)
 BUILTIN_WORKLOADS = frozenset({"mlp", "cnn", "transformer", "tiny-transformer"})
 DEFAULT_ALPHA = 0.3
-#: the most one pool task record moves a step time (see :func:`fold_weight`)
-MAX_TASK_ALPHA = 0.9
-#: the meta key the rows' optimizer shares live under (JSON: "workload|gpu|batch" -> s)
-OPTIMIZER_KEY = "profile_optimizer_s"
 
 
 # ---------------------------------------------------------------------------
@@ -97,65 +97,9 @@ def history_rows(store: Store, include_unusable: bool = False) -> list[ProfileRo
     opt = optimizer_shares(store)
     return [ProfileRow(r["workload"], r["gpu_type"], int(r["local_batch"]),
                        float(r["step_time_s"]), r["sync_time_s"], r.get("max_local_batch"),
-                       optimizer_s=_share_of(opt, r))
+                       optimizer_s=share_of(opt, r))
             for r in _rows(store)
             if include_unusable or (r["workload"], r["gpu_type"]) not in bad]
-
-
-def _share_of(opt: Mapping[tuple[str, str, int], float], r: Mapping[str, Any]) -> float | None:
-    """A stored row's optimizer share, never above its step time (None: unknown)."""
-    v = opt.get((r["workload"], r["gpu_type"], int(r["local_batch"])))
-    return None if v is None else min(v, float(r["step_time_s"]))
-
-
-# ---------------------------------------------------------------------------
-# the rows' optimizer shares (kept beside the rows: meta, JSON)
-
-
-def optimizer_shares(store: Store) -> dict[tuple[str, str, int], float]:
-    """(workload, GPU type, local batch) -> the optimizer's share of that row's step."""
-    return _read_shares(store.conn)
-
-
-def _read_shares(c: Any) -> dict[tuple[str, str, int], float]:
-    import json
-
-    row = c.execute("SELECT value FROM meta WHERE key = ?", (OPTIMIZER_KEY,)).fetchone()
-    try:
-        raw = json.loads(row[0]) if row else {}
-    except ValueError:
-        return {}
-    out: dict[tuple[str, str, int], float] = {}
-    for k, v in (raw.items() if isinstance(raw, dict) else ()):
-        parts = str(k).rsplit("|", 2)
-        if len(parts) == 3 and parts[2].isdigit() and isinstance(v, (int, float)) \
-                and math.isfinite(v) and v >= 0:
-            out[(parts[0], parts[1], int(parts[2]))] = float(v)
-    return out
-
-
-def _write_shares(c: Any, shares: Mapping[tuple[str, str, int], float]) -> None:
-    import json
-
-    body = {f"{w}|{g}|{b}": v for (w, g, b), v in sorted(shares.items())}
-    c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-              (OPTIMIZER_KEY, json.dumps(body, sort_keys=True)))
-
-
-def pair_optimizer_s(shares: Mapping[tuple[str, str, int], float], workload: str,
-                     gpu_type: str) -> float | None:
-    """The pair's optimizer share: the median over its rows (the fit's constant)."""
-    vs = [v for (w, g, _), v in shares.items() if w == workload and g == gpu_type]
-    return float(np.median(vs)) if vs else None
-
-
-def fold_weight(alpha: float, iterations: int = 1) -> float:
-    """The EWMA weight of a record that averages ``iterations`` iterations: as many
-    observations of its mean, ``1 - (1 - alpha) ** iterations``; above one iteration
-    at most :data:`MAX_TASK_ALPHA` (a single record never erases the history)."""
-    if iterations <= 1:
-        return alpha
-    return max(alpha, min(MAX_TASK_ALPHA, 1 - (1 - alpha) ** iterations))
 
 
 def table_from_store(store: Store) -> ThroughputTable:
@@ -243,7 +187,7 @@ def import_rows(store: Store, rows: Iterable[ProfileRow], source: str) -> int:
     n = 0
     pairs: set[tuple[str, str]] = set()
     with store.tx() as c:
-        shares = _read_shares(c)
+        shares = read_shares(c)
         for r in rows:
             if r.colocated_with is not None:  # co-located pairs are not history rows
                 continue
@@ -257,7 +201,7 @@ def import_rows(store: Store, rows: Iterable[ProfileRow], source: str) -> int:
                 shares[key] = float(r.optimizer_s)
             pairs.add((r.workload, r.gpu_type))
             n += 1
-        _write_shares(c, shares)
+        write_shares(c, shares)
         for w, g in pairs:
             set_status(store, w, g, OK, source)
     return n
@@ -279,7 +223,7 @@ def forget(store: Store, workload: str | None = None, gpu_type: str | None = Non
         n = c.execute(f"DELETE FROM profiles WHERE {where}", args).rowcount  # noqa: S608 - fixed columns
         c.execute(f"DELETE FROM profile_status WHERE {where}", args)  # noqa: S608
         g = gpu_type.lower() if gpu_type is not None else None
-        _write_shares(c, {k: v for k, v in _read_shares(c).items()
+        write_shares(c, {k: v for k, v in read_shares(c).items()
                           if not ((workload is None or k[0] == workload)
                                   and (g is None or k[1] == g))})
     return int(n)
@@ -379,7 +323,7 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
         if r.get("max_local_batch"):
             caps[(r["workload"], r["gpu_type"])] = int(r["max_local_batch"])
     with store.tx() as c:
-        shares = _read_shares(c)
+        shares = read_shares(c)
         for path in paths:
             key_path = str(Path(path).resolve())
             row = c.execute("SELECT offset FROM report_offsets WHERE path = ?",
@@ -392,7 +336,7 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
             steps: list[dict[str, Any]] = []
             for rec in recs:
                 if rec.get("kind") in ("epoch", "done"):
-                    _fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
+                    fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
                     continue
                 if rec.get("kind") == "task" and workloads is not None:
                     _fold_overhead(c, rec, workloads, alpha)
@@ -409,112 +353,48 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
                        "iterations": int(its), "pool": True, "world_size": 1}
                       for (w, g, b), (tot, its) in pooled.items()]
             for rec in steps:
-                w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
-                b, meas = int(rec["local_batch"]), float(rec["compute_s"])
-                sync = rec.get("sync_s")
-                key = (w, g, b)
-                old = current.get(key)
-                weight = alpha
-                if rec.get("pool"):
-                    # the executor's iteration has no optimizer step: the row is the whole step
-                    share = shares.get(key)
-                    meas += share if share is not None else (pair_optimizer_s(shares, w, g)
-                                                             or 0.0)
-                    weight = fold_weight(alpha, int(rec.get("iterations") or 1))
-                new: dict[str, Any]
-                if old is None:
-                    new = {"workload": w, "gpu_type": g, "local_batch": b, "step_time_s": meas,
-                           "sync_time_s": sync if rec.get("world_size", 1) > 1 else None,
-                           "max_local_batch": caps.get((w, g)), "samples": 1}
-                    changes.append((w, g, b, None, meas))
-                else:
-                    est = (1 - weight) * float(old["step_time_s"]) + weight * meas
-                    osync = old.get("sync_time_s")
-                    if isinstance(sync, (int, float)) and rec.get("world_size", 1) > 1:
-                        osync = sync if osync is None else (1 - alpha) * osync + alpha * sync
-                    changes.append((w, g, b, float(old["step_time_s"]), est))
-                    new = {**old, "step_time_s": est, "sync_time_s": osync,
-                           "samples": int(old.get("samples") or 1) + 1}
-                current[key] = new
-                store.put_profile(w, g, b, float(new["step_time_s"]), new["sync_time_s"],
-                                  f"ewma:{Path(path).name}", new.get("max_local_batch"),
-                                  int(new["samples"]))
+                changes.append(_fold_step(store, current, caps, shares, rec, alpha,
+                                          f"ewma:{Path(path).name}"))
             c.execute("INSERT OR REPLACE INTO report_offsets VALUES (?,?,?)",
                       (key_path, new_off, time.time()))
     return changes
 
 
-# ---------------------------------------------------------------------------
-# training history for ONES's progress predictor (schema version 3)
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-
-def _fold_progress(c: Any, run: str, rec: dict[str, Any]) -> None:
-    """One rank-0 ``epoch`` record or a completed run's ``done`` record into the history."""
-    if int(rec.get("rank") or 0) != 0:
-        return
-    now = time.time()
-    if rec["kind"] == "epoch":
-        size = _num(rec.get("dataset_size"))
-        epoch = rec.get("epoch")
-        if size is None or size <= 0 or not isinstance(epoch, int) or epoch < 0:
-            return
-        c.execute("INSERT OR IGNORE INTO progress_runs (run, job, workload) VALUES (?,?,?)",
-                  (run, str(rec.get("job", "")), str(rec.get("workload") or "")))
-        c.execute("UPDATE progress_runs SET initial_loss = ? WHERE run = ? AND "
-                  "initial_loss IS NULL", (_num(rec.get("first_loss")), run))
-        c.execute("INSERT OR REPLACE INTO progress_epochs VALUES (?,?,?,?,?)",
-                  (run, epoch, size, _num(rec.get("loss")), now))
-    elif rec.get("reason") is None:  # done, not stopped: the run's length is now known
-        n = c.execute("SELECT COUNT(*) FROM progress_epochs WHERE run = ?", (run,)).fetchone()[0]
-        if n:
-            c.execute("UPDATE progress_runs SET epochs = ?, finished = ? WHERE run = ?",
-                      (int(n), now, run))
-
-
-def progress_points(store: Store) -> tuple[np.ndarray, np.ndarray]:
-    """(features, progress) of every epoch of every completed run: ONES's training set.
-
-    The progress after epoch k (counted from 1) of a run that finished E epochs
-    is k / E; the features are :func:`hetsched.core.efficiency.features`
-    (epoch size, the run's initial loss, epochs done, loss improvement ratio).
-    A file of schema version 2 opened read-only has no history: none.
-    """
-    if not store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'progress_runs'"
-                              ).fetchone():
-        return np.zeros((0, 5)), np.zeros(0)
-    rows = store.conn.execute(
-        "SELECT r.epochs, r.initial_loss, e.epoch, e.dataset_size, e.loss "
-        "FROM progress_runs r JOIN progress_epochs e ON e.run = r.run "
-        "WHERE r.epochs IS NOT NULL ORDER BY r.run, e.epoch").fetchall()
-    if not rows:
-        return np.zeros((0, 5)), np.zeros(0)
-    X = np.array([features(r[3], r[2] + 1, r[1], r[4]) for r in rows])
-    y = np.array([min(1.0, (r[2] + 1) / r[0]) for r in rows])
-    return X, y
-
-
-def completed_runs(store: Store) -> int:
-    """How many completed runs the progress history holds."""
-    return int(store.conn.execute(
-        "SELECT COUNT(*) FROM progress_runs WHERE epochs IS NOT NULL").fetchone()[0])
-
-
-def epochs_reported(store: Store) -> dict[str, int]:
-    """Per job, the epochs its unfinished runs have reported (their highest epoch + 1).
-
-    A resumed run counts on from its checkpoint's epoch into the same report
-    file, so this is the job's total since it first started, however often it
-    was moved or replanned; replan takes it over its own estimate. Completed
-    runs are left out (a later job of the same name starts again).
-    """
-    if not store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'progress_runs'"
-                              ).fetchone():
-        return {}
-    rows = store.conn.execute(
-        "SELECT r.job, MAX(e.epoch) FROM progress_runs r JOIN progress_epochs e "
-        "ON e.run = r.run WHERE r.epochs IS NULL AND r.job != '' GROUP BY r.job").fetchall()
-    return {str(job): int(top) + 1 for job, top in rows}
+def _fold_step(store: Store, current: dict[tuple[str, str, int], dict[str, Any]],
+               caps: Mapping[tuple[str, str], int], shares: Mapping[tuple[str, str, int], float],
+               rec: Mapping[str, Any], alpha: float, source: str
+               ) -> tuple[str, str, int, float | None, float]:
+    """One measured step (a ``steps`` record, or a row's pooled task records) into its
+    row: stored, ``current`` updated; returns the change (row, old, new step time)."""
+    w, g = str(rec["workload"]), str(rec["gpu_type"]).lower()
+    b, meas = int(rec["local_batch"]), float(rec["compute_s"])
+    sync = rec.get("sync_s")
+    key = (w, g, b)
+    old = current.get(key)
+    weight = alpha
+    if rec.get("pool"):
+        # the executor's iteration has no optimizer step: the row is the whole step
+        share = shares.get(key)
+        meas += share if share is not None else (pair_optimizer_s(shares, w, g)
+                                                 or 0.0)
+        weight = fold_weight(alpha, int(rec.get("iterations") or 1))
+    new: dict[str, Any]
+    change: tuple[str, str, int, float | None, float]
+    if old is None:
+        new = {"workload": w, "gpu_type": g, "local_batch": b, "step_time_s": meas,
+               "sync_time_s": sync if rec.get("world_size", 1) > 1 else None,
+               "max_local_batch": caps.get((w, g)), "samples": 1}
+        change = (w, g, b, None, meas)
+    else:
+        est = (1 - weight) * float(old["step_time_s"]) + weight * meas
+        osync = old.get("sync_time_s")
+        if isinstance(sync, (int, float)) and rec.get("world_size", 1) > 1:
+            osync = sync if osync is None else (1 - alpha) * osync + alpha * sync
+        change = (w, g, b, float(old["step_time_s"]), est)
+        new = {**old, "step_time_s": est, "sync_time_s": osync,
+               "samples": int(old.get("samples") or 1) + 1}
+    current[key] = new
+    store.put_profile(w, g, b, float(new["step_time_s"]), new["sync_time_s"],
+                      source, new.get("max_local_batch"),
+                      int(new["samples"]))
+    return change

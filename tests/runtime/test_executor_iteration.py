@@ -11,14 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hetsched.runtime import workloads  # noqa: E402
-from hetsched.runtime.executor import worker  # noqa: E402
+from hetsched.runtime.executor import iteration  # noqa: E402
 
 
 def test_iteration_time_runs_the_executors_iteration_without_an_optimizer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     built: list[Any] = []
-    orig_it, orig_load = worker.iteration, workloads.load_workload
+    orig_it, orig_load = iteration.iteration, workloads.load_workload
 
     def counted(model: Any, loss_fn: Any, data: Any, idx: Any, dev: Any, scale: float) -> None:
         calls.append(len(idx))
@@ -30,9 +30,9 @@ def test_iteration_time_runs_the_executors_iteration_without_an_optimizer(
         built.append((wl, start))
         return dataclasses.replace(wl, optimizer=lambda params: built.append("optimizer"))
 
-    monkeypatch.setattr(worker, "iteration", counted)
+    monkeypatch.setattr(iteration, "iteration", counted)
     monkeypatch.setattr(workloads, "load_workload", load)
-    sec = worker.iteration_time("mlp", 8, "cpu", steps=3, warmup=1)
+    sec = iteration.iteration_time("mlp", 8, "cpu", steps=3, warmup=1)
     assert calls == [8] * 4 and sec > 0
     assert "optimizer" not in built
     (wl, start), = built

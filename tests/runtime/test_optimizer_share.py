@@ -29,15 +29,14 @@ from hetsched.io.specs import load_cluster, load_jobs
 from hetsched.planning.pool.problem import MIN_ITERATION_SHARE, PoolProblem
 from hetsched.state.history import (
     DEFAULT_ALPHA,
-    MAX_TASK_ALPHA,
     export_csv,
-    fold_weight,
     forget,
     history_rows,
     import_rows,
     ingest_reports,
     table_from_store,
 )
+from hetsched.state.shares import MAX_TASK_ALPHA, fold_weight
 from hetsched.state.store import open_store
 
 EX = Path(__file__).resolve().parents[2] / "examples"

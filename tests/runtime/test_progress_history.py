@@ -29,7 +29,8 @@ from hetsched.planning.space.policies.ones_predict import fit_history
 from hetsched.runtime.launcher import RankEnv
 from hetsched.runtime.trainer import TrainConfig, train
 from hetsched.state import store as store_mod
-from hetsched.state.history import completed_runs, ingest_reports, progress_points
+from hetsched.state.history import ingest_reports
+from hetsched.state.progress import completed_runs, progress_points
 from hetsched.state.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +185,7 @@ def test_a_resumed_runs_epochs_count_on_until_it_completes(tmp_path: Path) -> No
     """What replan measures k from: a run cut mid-epoch and resumed from its checkpoint
     into the same report file counts on from the checkpoint's epoch; once it completes
     it is history, no longer a running job's count."""
-    from hetsched.state.history import epochs_reported
+    from hetsched.state.progress import epochs_reported
 
     rep, ck = tmp_path / "res.jsonl", tmp_path / "res.ckpt"
     cfg = {"job": "res", "workload": "mlp", "dataset_size": 256, "epochs": EPOCHS,

@@ -421,7 +421,7 @@ def test_replan_counts_a_running_jobs_own_epoch_reports(tmp_path: Path) -> None:
     assert r.plan is not None, r.summary()
     t = r.plan["length_prediction"]["jobs"]["T"]
     assert t["epochs_done"] == 7.0, t
-    from hetsched.state.history import epochs_reported
+    from hetsched.state.progress import epochs_reported
 
     assert epochs_reported(st) == {"T": 7}  # h0..h2 finished: not running jobs
     assert next(j for j in r.plan["jobs"] if j["name"] == "T")["epochs_done"] == 7.0

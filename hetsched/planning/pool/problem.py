@@ -176,6 +176,24 @@ class PoolProblem:
             n_rounds = np.ceil(self.total_iters / self.max_rounds)
             N = np.maximum(1, np.maximum(n_switch, n_rounds)).astype(np.int64)
         self.N = np.minimum(N, self.total_iters)
+        self._executor_costs()
+        self.R = -(-self.total_iters // self.N)
+        self.last = self.total_iters - (self.R - 1) * self.N
+        n_tasks = int((self.R * self.P).sum())
+        if n_tasks > MAX_TASKS:
+            raise PlanningError(
+                f"pool mode: {n_tasks:,} tasks exceed the limit of {MAX_TASKS:,}; "
+                "raise --task-iterations (or leave it unset for the automatic size)")
+        tindex = {t: k for k, t in enumerate(p.types)}
+        gpus = p.cluster.gpus
+        self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
+        self.gpu_mem_gb = gpu_memory_gb(p.cluster)
+        self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
+
+    def _executor_costs(self) -> None:
+        """Task and round times get what the executor costs beside the step."""
+        p = self.base
+        S, T = p.S, p.T
         # what the executor costs: its measured per-task overhead (the device's idle time
         # before a task's compute, from the executors' reports via the profile history),
         # paid once per task, spread over the task's iterations
@@ -193,18 +211,6 @@ class PoolProblem:
         self.round_optimizer_s = np.where(self.ok & unmeasured, self.optimizer_s, 0.0)
         self.s_it = np.where(self.ok & unmeasured, self.s_it + self.optimizer_s / self.N[:, None],
                              self.s_it)
-        self.R = -(-self.total_iters // self.N)
-        self.last = self.total_iters - (self.R - 1) * self.N
-        n_tasks = int((self.R * self.P).sum())
-        if n_tasks > MAX_TASKS:
-            raise PlanningError(
-                f"pool mode: {n_tasks:,} tasks exceed the limit of {MAX_TASKS:,}; "
-                "raise --task-iterations (or leave it unset for the automatic size)")
-        tindex = {t: k for k, t in enumerate(p.types)}
-        gpus = p.cluster.gpus
-        self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
-        self.gpu_mem_gb = gpu_memory_gb(p.cluster)
-        self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
 
     def _task_overhead(self, workload: str, gpu_type: str) -> float:
         """Measured per-task executor overhead of (workload, type); 0 when never measured."""

@@ -33,7 +33,6 @@ the pool job too.
 
 from __future__ import annotations
 
-import hmac
 import math
 import socket
 import threading
@@ -43,8 +42,10 @@ from typing import Any
 
 import torch
 
-from hetsched.runtime.executor import protocol, shm, state
-from hetsched.runtime.executor.plan import ExecJob, ExecPlan
+from hetsched.runtime.executor import protocol, shm
+from hetsched.runtime.executor.jobserver import BadRequest, JobServer, req_int, shared_gradient
+from hetsched.runtime.executor.offers import SharedOffers
+from hetsched.runtime.executor.plan import ExecPlan
 
 #: connections in their handshake at once; more are closed at once (a flood cannot
 #: hold the coordinator's threads)
@@ -64,105 +65,7 @@ def idle_bound(xplan: ExecPlan) -> float:
     return max(IDLE_FLOOR_S, IDLE_FACTOR * longest)
 
 
-class BadRequest(ValueError):
-    """An authenticated executor's request that breaks the protocol (fails the job)."""
-
-
-def _int(head: dict[str, Any], key: str, default: int | None = None) -> int:
-    v = head.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"request {head.get('op')!r}: {key!r} must be an integer, got "
-                         f"{str(v)[:40]!r}")
-    return v
-
-
-class JobServer:
-    """The parameter server of one job (master weights, optimizer, version = rounds done)."""
-
-    def __init__(self, job: ExecJob, plan_id: str, ckpt_dir: Path | None, seed: int,
-                 ckpt_every_s: float = 0.0, shared: bool = False) -> None:
-        from hetsched.runtime.workloads import load_workload
-
-        self.job = job
-        wl = load_workload(job.spec.workload, entrypoint=job.spec.entrypoint,
-                           dataset_size=1, seed=seed)
-        self.model = wl.model
-        self.flat, self.names = state.flatten_params(self.model)
-        #: with ``shared``, the master parameters live in a shared memory segment that the
-        #: executors of this node copy from (:mod:`.shm`); None: TCP only
-        self.seg: shm.Segment | None = None
-        if shared and self.flat.numel():
-            try:
-                self.seg = shm.Segment.create(self.flat.numel() * 4)
-            except shm.ShmUnavailable:
-                self.seg = None
-            if self.seg is not None:
-                view = self.seg.tensor()
-                view.copy_(self.flat)
-                self.flat = state.rebind_params(self.model, view)
-        self.grad = torch.zeros_like(self.flat)
-        state.attach_grads(self.model, self.grad)
-        self.opt = wl.optimizer(self.model.parameters())
-        self.ckpt = state.checkpoint_path(ckpt_dir, plan_id, job.name) if ckpt_dir else None
-        self.version = 0
-        self.got: set[int] = set()
-        self.ckpt_every_s = ckpt_every_s
-        self.last_ckpt = time.monotonic()
-        if self.ckpt is not None:
-            saved = state.load_job_checkpoint(self.ckpt, self.names)
-            if saved is not None:
-                from hetsched.runtime.checkpoint import CheckpointError
-
-                try:
-                    self.flat.copy_(saved["params"])
-                    self.opt.load_state_dict(saved["optimizer"])
-                except (RuntimeError, ValueError, KeyError, TypeError) as e:
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    raise CheckpointError(self.ckpt, "does not fit this job's model or "
-                                          f"optimizer ({first[:100]})") from None
-                self.version = min(int(saved["rounds_done"]), job.rounds)
-        if self.seg is not None:
-            self.seg.publish(self.version)
-
-    def check_put(self, rnd: int, task: int) -> None:
-        """Refuse (BadRequest) a contribution that is not one this round still waits for."""
-        if rnd != self.version:
-            raise BadRequest(f"job {self.job.name}: gradient for round {rnd} while the job "
-                             f"is at round {self.version}")
-        if task in self.got or not 0 <= task < self.job.tasks_in(rnd):
-            raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent twice or "
-                             "out of range")
-
-    def add(self, rnd: int, task: int, contribution: torch.Tensor) -> bool:
-        """Add one task's contribution; True when it completed the round (step applied)."""
-        self.check_put(rnd, task)
-        # one pass without a temporary: a NaN or infinity anywhere makes the sum non-finite;
-        # only then (or when a huge but finite sum overflows) look element by element
-        if not math.isfinite(float(contribution.sum())) \
-                and not bool(torch.isfinite(contribution).all()):
-            raise BadRequest(f"job {self.job.name}: task {task} of round {rnd} sent a "
-                             "gradient with NaN or infinite values; nothing was applied")
-        self.grad += contribution
-        self.got.add(task)
-        if len(self.got) < self.job.tasks_in(rnd):
-            return False
-        if self.seg is not None:  # readers of the shared copy see a write in progress
-            self.seg.begin_write()
-        self.opt.step()
-        self.grad.zero_()
-        self.got.clear()
-        self.version += 1
-        if self.seg is not None:
-            self.seg.publish(self.version)
-        due = time.monotonic() - self.last_ckpt >= self.ckpt_every_s
-        if self.ckpt is not None and (due or self.version >= self.job.rounds):
-            state.save_job_checkpoint(self.ckpt, self.flat, self.names, self.opt.state_dict(),
-                                      self.version, self.job.rounds)
-            self.last_ckpt = time.monotonic()
-        return True
-
-
-class Coordinator:
+class Coordinator(SharedOffers):
     """Serves every executor of one pool job (threads in rank 0's process)."""
 
     def __init__(self, xplan: ExecPlan, gpus: list[str], listener: socket.socket, key: bytes,
@@ -218,71 +121,6 @@ class Coordinator:
         self.closed = True
         self.listener.close()
         self.unlink_segments()
-
-    def unlink_segments(self) -> None:
-        """Remove every shared memory segment's name (the mappings stay valid)."""
-        for srv in self.jobs.values():
-            if srv.seg is not None:
-                srv.seg.unlink()
-        for seg in list(getattr(self, "grad_segs", {}).values()):
-            seg.unlink()
-
-    def _offer(self, gpu: str, node: Any) -> dict[str, Any] | None:
-        """Shared memory for ``gpu`` when its executor runs on this node: the names of its
-        jobs' parameter segments and of a fresh gradient segment per job (under the lock)."""
-        if not self.shared or not shm.same_node(node, self.node):
-            return None
-        params: dict[str, str] = {}
-        grads: dict[str, str] = {}
-        for name in dict.fromkeys(t.job for t in self.plan.gpus[gpu].tasks):
-            srv = self.jobs[name]
-            if srv.seg is None:
-                continue
-            key = (gpu, name)
-            if key not in self.grad_segs:
-                try:
-                    self.grad_segs[key] = shm.Segment.create(srv.seg.nbytes)
-                except shm.ShmUnavailable:
-                    continue  # no room: this job's bytes go over TCP
-            params[name], grads[name] = srv.seg.name, self.grad_segs[key].name
-        if not params:
-            return None
-        self.offered.add(gpu)
-        return {"params": params, "grads": grads}
-
-    def _attach(self, gpu: str, head: dict[str, Any]) -> bool:
-        """The executor's answer to the offer: the tokens it read from every segment (it
-        maps the same memory) or nothing (it could not open them: TCP). Under the lock."""
-        if gpu not in self.offered:
-            raise BadRequest(f"GPU {gpu} answered a shared memory offer it was not made")
-        self.offered.discard(gpu)
-        tokens = head.get("tokens")
-        ok = isinstance(tokens, dict)
-        mine = {n: s for (g, n), s in self.grad_segs.items() if g == gpu}
-        if ok:
-            for name, seg in mine.items():
-                got = tokens.get(name) if isinstance(tokens, dict) else None
-                srv = self.jobs[name]
-                assert srv.seg is not None
-                want = srv.seg.token.hex() + seg.token.hex()
-                if not isinstance(got, str) or not hmac.compare_digest(got, want):
-                    ok = False
-        for seg in mine.values():  # only this GPU opens these: their names can go now
-            seg.unlink()
-        if ok:
-            self.shm_gpus.add(gpu)
-        else:
-            for (g, n) in [k for k in self.grad_segs if k[0] == gpu]:
-                del self.grad_segs[(g, n)]
-        self._unlink_when_all_attached()
-        return ok
-
-    def _unlink_when_all_attached(self) -> None:
-        """Every GPU said hello and answered its offer: no one opens a name any more."""
-        if set(self.gpus) <= self.hello and not self.offered:
-            for srv in self.jobs.values():
-                if srv.seg is not None:
-                    srv.seg.unlink()
 
     def fail(self, why: str) -> None:
         with self.cond:
@@ -461,8 +299,8 @@ class Coordinator:
 
     def _get(self, conn: protocol.Channel, head: dict[str, Any], gpu: str = "") -> None:
         srv = self._job(head)
-        rnd = _int(head, "round")
-        have = _int(head, "have", -1)
+        rnd = req_int(head, "round")
+        have = req_int(head, "have", -1)
         if not 0 <= rnd < srv.job.rounds:
             raise BadRequest(f"job {srv.job.name}: round {rnd} requested; the job has rounds "
                              f"0..{srv.job.rounds - 1}")
@@ -488,43 +326,13 @@ class Coordinator:
         # parameters of version r cannot change while a task of round r pulls them
         protocol.send(conn, {"version": version}, srv.flat.numpy())
 
-    def _shared_gradient(self, srv: JobServer, head: dict[str, Any], gpu: str, rnd: int,
-                         task: int) -> torch.Tensor:
-        """The contribution a ``put`` announces in shared memory, after checking the name is
-        the one given to this GPU for this job, the size is the job's and the segment's
-        header says this round, task and sequence. Nothing is read from a name the peer
-        sent: the segment is the coordinator's own, looked up by (GPU, job)."""
-        name = srv.job.name
-        desc = head.get("shm")
-        if not isinstance(desc, dict):
-            desc = {}
-        seg = self.grad_segs.get((gpu, name)) if gpu in self.shm_gpus else None
-        if seg is None:
-            raise BadRequest(f"job {name}: gradient in shared memory from GPU {gpu}, which "
-                             "was given no shared memory for it; nothing was applied")
-        if head.get("nbytes"):
-            raise BadRequest(f"job {name}: a put names shared memory and carries a payload")
-        got = desc.get("name")
-        if not isinstance(got, str) or not hmac.compare_digest(got.encode(), seg.name.encode()):
-            raise BadRequest(f"job {name}: gradient segment {str(got)[:60]!r} is not the one "
-                             f"given to GPU {gpu} for this job; nothing was applied")
-        want = srv.grad.numel() * 4
-        if desc.get("nbytes") != want:
-            raise BadRequest(f"job {name}: gradient of {str(desc.get('nbytes'))[:20]!r} bytes "
-                             f"in shared memory, expected {want}; nothing was applied")
-        seq, _, seg_rnd, seg_task = seg.head()
-        if (seq, seg_rnd, seg_task) != (desc.get("seq"), rnd, task):
-            raise BadRequest(f"job {name}: the gradient segment holds round {seg_rnd} task "
-                             f"{seg_task} (seq {seq}), not the announced round {rnd} task "
-                             f"{task} (seq {str(desc.get('seq'))[:20]}); nothing was applied")
-        return seg.tensor()
-
     def _put(self, conn: protocol.Channel, head: dict[str, Any], gpu: str = "") -> None:
         srv = self._job(head)
-        rnd, task = _int(head, "round"), _int(head, "task")
+        rnd, task = req_int(head, "round"), req_int(head, "task")
         want = srv.grad.numel() * 4
         if "shm" in head:
-            contribution = self._shared_gradient(srv, head, gpu, rnd, task)
+            seg = self.grad_segs.get((gpu, srv.job.name)) if gpu in self.shm_gpus else None
+            contribution = shared_gradient(srv, head, seg, gpu, rnd, task)
         else:
             if head.get("nbytes") != want:  # checked before a byte of it is read
                 raise BadRequest(f"job {srv.job.name}: gradient of {head.get('nbytes')!r} "

@@ -73,6 +73,10 @@ class PeerIdle(PeerLost):
     """The other side sent nothing within the idle timeout."""
 
 
+class PoolFailed(RuntimeError):
+    """The pool job failed (an executor was lost); the message is the coordinator's line."""
+
+
 class Refused(RuntimeError):
     """A connection that did not prove the key, or spoke out of turn: dropped."""
 

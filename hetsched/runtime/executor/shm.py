@@ -273,3 +273,26 @@ def transport(opts: dict[str, Any], env: Any) -> str:
         raise InputError(TRANSPORT_VAR, f"{str(raw)[:40]!r} is not a transport "
                          f"(valid: {', '.join(TRANSPORTS)})")
     return str(raw)
+
+
+def attach_offer(offer: Any, sizes: dict[str, int]) -> dict[str, tuple[Segment, Segment]]:
+    """Open the segments a coordinator's offer names: job -> (its parameter segment, read
+    only; this GPU's gradient segment, writable), each checked against the job's exact
+    size (``sizes``: from the executor's own model). A name, owner, mode or size that is
+    not right raises :class:`ShmRefused`; segments this process cannot see (another node
+    or container after all) give ``{}``: stay on TCP."""
+    segs: dict[str, tuple[Segment, Segment]] = {}
+    params = offer.get("params") if isinstance(offer, dict) else None
+    grads = offer.get("grads") if isinstance(offer, dict) else None
+    if not isinstance(params, dict) or not isinstance(grads, dict) \
+            or set(params) != set(grads) or not set(params) <= set(sizes):
+        raise ShmRefused("the coordinator's shared memory offer names jobs this GPU does "
+                         "not run")
+    try:
+        for job, pname in params.items():
+            segs[job] = (Segment.attach(pname, sizes[job], writable=False),
+                         Segment.attach(grads[job], sizes[job], writable=True))
+    except OSError:
+        return {}
+    return segs
+

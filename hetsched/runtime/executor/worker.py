@@ -19,26 +19,21 @@ Tasks of rounds a checkpoint already holds are skipped (resume).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import Emulation
 from hetsched.runtime.executor import protocol, shm
+from hetsched.runtime.executor.iteration import iteration, task_indices
 from hetsched.runtime.executor.plan import ExecGpu, ExecJob, ExecPlan, ExecTask
+from hetsched.runtime.executor.protocol import PoolFailed
 from hetsched.runtime.executor.slots import JobSlot, scrub_free_memory
-from hetsched.runtime.sampler import split_counts
-
-
-class PoolFailed(RuntimeError):
-    """The pool job failed (an executor was lost); the message is the coordinator's line."""
 
 
 @dataclass
@@ -55,68 +50,6 @@ class ExecOptions:
     #: ``auto``: parameters and gradients through shared memory when the coordinator is
     #: on this node and offers it (:mod:`.shm`); ``tcp``: every byte over TCP
     transport: str = "auto"
-
-
-@functools.lru_cache(maxsize=8)
-def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
-    """An epoch's sample order (cached: a task reads it once per iteration)."""
-    perm = np.random.default_rng([seed, epoch]).permutation(size)
-    perm.setflags(write=False)
-    return perm
-
-
-def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.ndarray:
-    """Sample indices of task ``task``'s iteration ``k`` in round ``rnd``."""
-    step = job.round_step(rnd) + k
-    epoch = step // job.steps_per_epoch()
-    off, n = job.step_samples(step)
-    perm = _permutation(seed, epoch, job.dataset_size)
-    counts = split_counts(n, job.slices(rnd))
-    lo = off + sum(counts[:task])
-    return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
-
-
-def iteration(model: Any, loss_fn: Any, data: Any, idx: np.ndarray, dev: torch.device,
-              scale: float) -> None:
-    """One iteration of a pool task: gather the slice, copy it to the device, forward, and
-    the backward of the loss scaled by the slice's share, accumulating into the gradients.
-    No optimizer step: the coordinator applies one per round."""
-    from hetsched.runtime.workloads import gather
-
-    x, y = gather(data, idx)
-    x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-    (loss_fn(model(x), y) * scale).backward()
-
-
-def iteration_time(workload: str, local_batch: int, device: torch.device | str = "cpu", *,
-                   steps: int = 20, warmup: int = 3, seed: int = 0,
-                   entrypoint: str | None = None) -> float:
-    """Median seconds of one pool-task iteration (:func:`iteration`, the executor's own,
-    on a :class:`JobSlot` as the executor holds it) of ``local_batch`` samples: the step a
-    pool job's task runs, which has no optimizer step, where the probe's step (a job of
-    its own) has one."""
-    from hetsched.runtime.workloads import load_workload
-
-    dev = torch.device(device)
-    size = max(local_batch * 4, 64)
-    wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
-    slot = JobSlot(wl.model.to(torch.float32), dev)
-    slot.load(0)
-    slot.model.train()
-    rng = np.random.default_rng(seed)
-    times = []
-    for k in range(warmup + steps):
-        idx = rng.permutation(size)[:local_batch]
-        t0 = time.perf_counter()
-        iteration(slot.model, wl.loss_fn, wl.dataset, idx, dev, 1.0 / local_batch)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        if k >= warmup:
-            times.append(time.perf_counter() - t0)
-        if k == 0:
-            slot.check_loaded()
-    slot.evict()
-    return float(np.median(times))
 
 
 class _Pulled:
@@ -210,24 +143,11 @@ class Executor:
         """Open the segments the coordinator offered and prove it with their tokens; a name,
         owner, mode or size that is not right fails the pool job (one line); segments this
         process cannot see (another node or container after all) leave it on TCP."""
-        segs: dict[str, tuple[shm.Segment, shm.Segment]] = {}
-        params = offer.get("params") if isinstance(offer, dict) else None
-        grads = offer.get("grads") if isinstance(offer, dict) else None
         try:
-            if not isinstance(params, dict) or not isinstance(grads, dict) \
-                    or set(params) != set(grads) or not set(params) <= set(self.slots):
-                raise shm.ShmRefused("the coordinator's shared memory offer names jobs this "
-                                     "GPU does not run")
-            for job, pname in params.items():
-                nbytes = self.slots[job].nbytes  # this job's exact size, from our own model
-                segs[job] = (shm.Segment.attach(pname, nbytes, writable=False),
-                             shm.Segment.attach(grads[job], nbytes, writable=True))
+            segs = shm.attach_offer(offer, {j: slot.nbytes for j, slot in self.slots.items()})
         except shm.ShmRefused as e:
             raise PoolFailed(f"{e}; refused") from None
-        except OSError:
-            segs = {}  # not visible from here: TCP
-        tokens = {j: p.token.hex() + g.token.hex() for j, (p, g) in segs.items()} \
-            if segs else None
+        tokens = {j: p.token.hex() + g.token.hex() for j, (p, g) in segs.items()} or None
         if self._call({"op": "shm", "gpu": self.gpu.id, "tokens": tokens}).get("shm"):
             self.shm = segs
 

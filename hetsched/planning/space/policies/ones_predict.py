@@ -1,6 +1,6 @@
 """ONES's remaining-work distributions: completed jobs' history -> Beta progress per job.
 
-The history is the state store's (``hetsched.state.history.progress_points``:
+The history is the state store's (``hetsched.state.progress.progress_points``:
 every epoch of every completed run, features after k epochs and progress
 k / E), handed to the planner as ``PlanningProblem.progress_history`` by the
 CLI and by replan (planning never opens the store). :class:`Remaining` then
