@@ -379,3 +379,33 @@ def test_a_key_file_others_can_read_or_replace_is_refused(tmp_path: Path) -> Non
         read_secret(p)
     with pytest.raises(InputError, match="not found"):
         read_secret(d / "missing.key")
+
+
+def test_close_ends_every_thread_of_the_coordinator(xplan: ExecPlan) -> None:
+    """close() wakes a connection waiting for a round barrier (it hears why) and joins
+    every thread the coordinator started: none is left inside a torch op when the
+    process exits (that aborts it: exit 134 instead of the job's own)."""
+    import threading
+
+    lis = protocol.listen("127.0.0.1", 0)
+    c = Coordinator(xplan, xplan.gpu_ids(), lis, new_secret(), None, hello_timeout_s=600.0,
+                    handshake_timeout_s=2.0)
+    c.port = lis.getsockname()[1]
+    ch = legit(c)
+    job = sorted(c.jobs)[0]
+    got: list[Any] = []
+
+    def wait_for_round_1() -> None:  # round 0 is not done: this get waits
+        protocol.send(ch, {"op": "get", "job": job, "round": 1, "have": -1})
+        got.append(protocol.recv(ch)[0])
+
+    waiter = threading.Thread(target=wait_for_round_1)
+    waiter.start()
+    while not any(t.name == "coord-conn" for t in threading.enumerate()):
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the barrier's wait
+    c.close()
+    waiter.join(T)
+    assert got and "closed" in str(got[0].get("error")), got
+    assert not [t.name for t in c._threads if t.is_alive()]
+    ch.close()

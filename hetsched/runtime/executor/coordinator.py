@@ -50,6 +50,8 @@ from hetsched.runtime.executor.plan import ExecPlan
 #: connections in their handshake at once; more are closed at once (a flood cannot
 #: hold the coordinator's threads)
 MAX_PENDING = 64
+#: seconds :meth:`Coordinator.close` waits for its threads to finish
+CLOSE_JOIN_S = 10.0
 #: a joined executor silent this long (at least; see :func:`idle_bound`) fails the job
 IDLE_FLOOR_S = 900.0
 IDLE_FACTOR = 20.0
@@ -107,8 +109,16 @@ class Coordinator(SharedOffers):
         self.hello_deadline = time.monotonic() + hello_timeout_s
         self._accepter = threading.Thread(target=self._accept, daemon=True,
                                           name="coord-accept")
+        #: every thread this coordinator started and the sockets they serve: close()
+        #: ends and joins them (a daemon thread still inside a torch op when the
+        #: interpreter exits aborts the process: "terminate called without an active
+        #: exception", exit 134 instead of the job's own)
+        self._threads: list[threading.Thread] = [self._accepter]
+        self._socks: set[socket.socket] = set()
         self._accepter.start()
-        threading.Thread(target=self._watch, daemon=True, name="coord-watch").start()
+        watcher = threading.Thread(target=self._watch, daemon=True, name="coord-watch")
+        self._threads.append(watcher)
+        watcher.start()
 
     def rounds_done(self) -> dict[str, int]:
         return {n: s.version for n, s in self.jobs.items()}
@@ -117,9 +127,23 @@ class Coordinator(SharedOffers):
         """Whether the accept loop still runs (it stops only on :meth:`close`)."""
         return self._accepter.is_alive()
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self, join_s: float = CLOSE_JOIN_S) -> None:
+        """Stop accepting, end every connection and wait (at most ``join_s``) for the
+        coordinator's threads to finish, then remove the shared memory names."""
+        with self.cond:
+            self.closed = True
+            socks = list(self._socks)
+            self.cond.notify_all()
         self.listener.close()
+        for sock in socks:  # wakes a thread blocked in recv (it may still answer)
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+        deadline = time.monotonic() + join_s
+        for t in list(self._threads):
+            if t.is_alive() and t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
         self.unlink_segments()
 
     def fail(self, why: str) -> None:
@@ -137,11 +161,11 @@ class Coordinator(SharedOffers):
 
     def _watch(self) -> None:
         """Fail the pool job when an executor has not joined by the deadline."""
-        while True:
+        while not self.closed:
             time.sleep(0.5)
             with self.cond:
                 missing = sorted(set(self.gpus) - self.joined)
-                if self.failed is not None or not missing:
+                if self.failed is not None or not missing or self.closed:
                     return
                 if time.monotonic() > self.hello_deadline:
                     self.failed = f"executor for GPU {missing[0]} never connected"
@@ -165,9 +189,17 @@ class Coordinator(SharedOffers):
                 sock.close()
                 continue
             try:
-                threading.Thread(target=self._serve, args=(sock,), daemon=True,
-                                 name="coord-conn").start()
+                t = threading.Thread(target=self._serve, args=(sock,), daemon=True,
+                                     name="coord-conn")
+                with self.cond:
+                    if self.closed:
+                        raise RuntimeError("closed")
+                    self._socks.add(sock)
+                    self._threads = [x for x in self._threads if x.is_alive()] + [t]
+                t.start()
             except RuntimeError:  # no thread to be had: drop this one, keep accepting
+                with self.cond:
+                    self._socks.discard(sock)
                 self.pending.release()
                 sock.close()
 
@@ -288,6 +320,8 @@ class Coordinator(SharedOffers):
                 pass
         finally:
             conn.close()
+            with self.cond:
+                self._socks.discard(sock)
 
     def _job(self, head: dict[str, Any]) -> JobServer:
         name = head.get("job")
@@ -305,10 +339,10 @@ class Coordinator(SharedOffers):
             raise BadRequest(f"job {srv.job.name}: round {rnd} requested; the job has rounds "
                              f"0..{srv.job.rounds - 1}")
         with self.cond:
-            while self.failed is None and srv.version < rnd:
+            while self.failed is None and srv.version < rnd and not self.closed:
                 self.cond.wait(1.0)
-            if self.failed is not None:
-                protocol.send(conn, {"error": self.failed})
+            if self.failed is not None or self.closed:
+                protocol.send(conn, {"error": self.failed or "the coordinator closed"})
                 return
             if srv.version != rnd:
                 raise BadRequest(f"job {srv.job.name}: round {rnd} requested after the job "
