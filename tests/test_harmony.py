@@ -41,7 +41,6 @@ from hetsched.planning.space.policies.harmony_model import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-GAVEL = Path("/work/shared/data/gavel/simulation_throughputs.json")
 times = st.floats(0.0, 2.0, allow_nan=False)
 
 
@@ -110,11 +109,10 @@ def test_converter_keeps_measured_pairs() -> None:
     assert again.pairs == pytest.approx(table.pairs, rel=1e-5)
 
 
-@pytest.mark.skipif(not GAVEL.exists(), reason="no Gavel data")
-def test_gavel_file_pairs_are_kept() -> None:
+def test_gavel_file_pairs_are_kept(gavel_data: Path) -> None:
     from hetsched.io.profiles import load_gavel
 
-    table = ThroughputTable(load_gavel(GAVEL))
+    table = ThroughputTable(load_gavel(gavel_data / "simulation_throughputs.json"))
     assert len(table.pairs) > 1000
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
@@ -19,11 +18,11 @@ pytestmark = pytest.mark.slow  # torch training in threads
 def test_uneven_plan_equals_single_process(tmp_path: Path) -> None:
     import torch
     from exec_helpers import JOBS, make_plan, plan_json
+    from test_executor_equivalence import reference
 
     from hetsched.io.plan_json import load_plan
     from hetsched.runtime.executor.entry import run_threads
     from hetsched.runtime.executor.plan import exec_plan
-    from hetsched.runtime.workloads import gather, load_workload
 
     jobs = JOBS.replace("workload: tiny-transformer", "workload: cnn")
     plan = make_plan(tmp_path, gpus=3, task_iterations=2, jobs=jobs, space="seed")
@@ -35,20 +34,6 @@ def test_uneven_plan_equals_single_process(tmp_path: Path) -> None:
     res = run_threads(str(plan), {"checkpoint_dir": str(ck), "seed": 3})
     assert all(isinstance(r, dict) for r in res), res
     for name, job in xp.jobs.items():
-        wl = load_workload(str(job.spec.workload), dataset_size=job.dataset_size, seed=3)
-        opt = wl.optimizer(wl.model.parameters())
-        for r in range(job.rounds):
-            parts = []
-            for k in range(job.round_iterations(r)):
-                step = job.round_step(r) + k
-                off, n = job.step_samples(step)
-                perm = np.random.default_rng([3, step // job.steps_per_epoch()]).permutation(
-                    job.dataset_size)
-                parts.append(perm[off:off + n])
-            x, y = gather(wl.dataset, np.concatenate(parts))
-            opt.zero_grad()
-            wl.loss_fn(wl.model(x), y).backward()
-            opt.step()
-        ref = torch.cat([p.detach().reshape(-1) for p in wl.model.parameters()])
+        ref = reference(job, 3)  # one process, one step per round of its own samples
         got = torch.load(ck / xp.plan_id / f"{name}.pt", weights_only=True)["params"]
         assert float((got - ref).abs().max()) < 2e-5, name

@@ -32,7 +32,7 @@ def reference(job: ExecJob, seed: int) -> torch.Tensor:
     for r in range(job.rounds):
         parts = []
         for k in range(job.round_iterations(r)):
-            step = r * job.iterations + k
+            step = job.round_step(r) + k  # r * iterations in equal rounds
             off, n = job.step_samples(step)
             perm = np.random.default_rng([seed, step // job.steps_per_epoch()]).permutation(
                 job.dataset_size)

@@ -38,6 +38,25 @@ def _executors(parent: int) -> list[int]:
     return sorted(out)
 
 
+def kill_after_two_rounds(args: list[str], env_: dict[str, str], plan: Path, ck: Path,
+                          victim: int) -> str:
+    """Start ``hetsched exec --local`` (``args``), SIGKILL executor ``victim`` once two
+    rounds are checkpointed, and return its stderr; the pool job must exit 3."""
+    proc = subprocess.Popen(args, env=env_, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    victims: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sum(completed_rounds(load_plan(plan), ck).values()) >= 2:
+            victims = _executors(proc.pid)
+            break
+        time.sleep(0.05)
+    assert len(victims) == 2, "the executors did not checkpoint in time"
+    os.kill(victims[victim], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    return err
+
+
 @pytest.mark.parametrize("victim", [1, 0])  # an executor, and rank 0 (the coordinator's host)
 def test_killed_executor_fails_all_then_restart_resumes(tmp_path: Path, victim: int) -> None:
     plan = make_plan(tmp_path, gpus=2, task_iterations=1, jobs=SGD_JOBS)
@@ -47,19 +66,7 @@ def test_killed_executor_fails_all_then_restart_resumes(tmp_path: Path, victim: 
             "HETSCHED_EMULATE_COST": "0.08,0.001"}
     args = [sys.executable, "-c", MAIN, "exec", "--plan", str(plan), "--local", "--seed",
             str(SEED), "--report-dir", str(rep), "--checkpoint-dir", str(ck)]
-    proc = subprocess.Popen(args, env=slow, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    victims: list[int] = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        done = completed_rounds(load_plan(plan), ck)
-        if sum(done.values()) >= 2:
-            victims = _executors(proc.pid)
-            break
-        time.sleep(0.05)
-    assert len(victims) == 2, "the executors did not checkpoint in time"
-    os.kill(victims[victim], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 3, err
+    err = kill_after_two_rounds(args, slow, plan, ck, victim)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     survivor = d["tasks"]["gpus"][1 - victim]
     mine = [ln for ln in lines if f"exec GPU {survivor['node']}-g{survivor['gpu']}:" in ln]

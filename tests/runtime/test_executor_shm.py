@@ -6,10 +6,8 @@ with nothing applied."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +283,7 @@ def test_an_executor_fails_the_pool_job_on_a_wrong_size_offer(tmp_path: Path) ->
 @pytest.mark.parametrize("victim", [1, 0])  # an executor; rank 0 (the coordinator's process)
 def test_processes_use_shared_memory_and_a_kill_leaves_nothing_in_dev_shm(
         tmp_path: Path, victim: int) -> None:
-    from test_executor_faults import _executors
+    from test_executor_faults import kill_after_two_rounds
 
     plan = make_plan(tmp_path, gpus=2, task_iterations=1)
     d = plan_json(plan)
@@ -295,18 +293,7 @@ def test_processes_use_shared_memory_and_a_kill_leaves_nothing_in_dev_shm(
     before = ours()
     args = [sys.executable, "-c", MAIN, "exec", "--plan", str(plan), "--local", "--seed", "0",
             "--report-dir", str(rep), "--checkpoint-dir", str(ck)]
-    proc = subprocess.Popen(args, env=slow, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    victims: list[int] = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        if sum(completed_rounds(load_plan(plan), ck).values()) >= 2:
-            victims = _executors(proc.pid)
-            break
-        time.sleep(0.05)
-    assert len(victims) == 2, "the executors did not checkpoint in time"
-    os.kill(victims[victim], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 3, err
+    err = kill_after_two_rounds(args, slow, plan, ck, victim)
     assert "Traceback" not in err
     assert ours() <= before, "a segment of the killed pool job is left in /dev/shm"
     vias = [t["via"] for f in (rep / d["plan_id"]).glob("gpu-*.jsonl")
