@@ -108,7 +108,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
                                     "space_weighted_jct_s": float(space_plan.weighted_jct_s),
                                     "pool_weighted_jct_s": float(plan.weighted_jct_s),
                                     "kept": "pool plan (space=seed)"}
-        _union_bound(plan, space_plan, _alone_bound(problem))
+        _union_bound(plan, _alone_bound(problem))
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -165,7 +165,7 @@ def _alone_bound(problem: PlanningProblem) -> float:
     return float(lower_bound_info(problem)["bounds"].get("alone", 0.0))
 
 
-def _union_bound(plan: Plan, space: Plan, alone: float) -> float:
+def _union_bound(plan: Plan, alone: float) -> float:
     """The bound of equal-slice and uneven task plans and space plans together:
     min(pool relaxation, the alone bound); set on ``plan`` with its kind."""
     bound = min(plan.lower_bound_s, alone)
@@ -199,7 +199,7 @@ def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:
     else:
         info["kept"] = "pool plan"
     plan.lower_bound_s = pool_bound
-    _union_bound(plan, space, alone)
+    _union_bound(plan, alone)
     plan.notes.pool_vs_space = info
     return plan
 
