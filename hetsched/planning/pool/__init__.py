@@ -165,7 +165,7 @@ def _alone_bound(problem: PlanningProblem) -> float:
     return float(lower_bound_info(problem)["bounds"].get("alone", 0.0))
 
 
-def _union_bound(plan: Plan, alone: float) -> float:
+def _union_bound(plan: Plan, alone: float) -> None:
     """The bound of equal-slice and uneven task plans and space plans together:
     min(pool relaxation, the alone bound); set on ``plan`` with its kind."""
     bound = min(plan.lower_bound_s, alone)
@@ -174,7 +174,6 @@ def _union_bound(plan: Plan, alone: float) -> float:
         "kind": f"min(pool relaxation {plan.lower_bound_s:.6g}, each job alone "
                 f"{alone:.6g}): bounds equal-slice and uneven task plans and space plans"}
     plan.lower_bound_s = float(bound)
-    return float(bound)
 
 
 def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:

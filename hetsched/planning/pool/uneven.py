@@ -52,20 +52,15 @@ def round_sync(pp: PoolProblem, i: int, types: tuple[int, ...], single: bool) ->
 
 
 def step_at(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Step time of each (job, GPU type, local batch): line, or curve where profiled so."""
+    """Step time of each (job, GPU type, local batch): the space planner's step model
+    (``PlanningProblem.step_times``: line, or curve where profiled so)."""
     p = pp.base
     b = batch.astype(float)
-    out = p.a[job, typ] + p.c[job, typ] * b
+    out = np.empty(len(job))
     for i in np.unique(job).tolist():
-        cv = p.curves[i]
-        if cv is None:
-            continue
-        for t, curve in enumerate(cv):
-            if curve is None:
-                continue
-            m = (job == i) & (typ == t)
-            if m.any():
-                out[m] = np.interp(b[m], curve[0], curve[1])
+        m = job == i
+        grid = np.repeat(b[m][:, None], p.T, axis=1)  # each task's batch on every type
+        out[m] = p.step_times(i, grid)[np.arange(int(m.sum())), typ[m]]
     return out
 
 
