@@ -21,6 +21,7 @@ Parsing is torch-free; joining the process group is runtime/rendezvous.py.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing as mp
 import os
@@ -28,6 +29,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -228,11 +230,39 @@ def _child(rank: int, world: int, port: int, extra_env: Mapping[str, str],
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra_env})
     for k in [k for k in os.environ if k.startswith("SLURM_")]:
         del os.environ[k]  # a local launch inside a Slurm job must not read Slurm's layout
+    code = 0
     try:
         target(*args)
     except HetschedError as e:  # one line per failed rank, not a traceback
         print(f"hetsched: error: rank {rank}: {e}", file=sys.stderr, flush=True)
-        sys.exit(e.exit_code)
+        code = e.exit_code
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the rank's traceback, then its exit code
+        traceback.print_exc()
+        code = 1
+    _exit_rank(code)
+
+
+def _exit_rank(code: int) -> None:
+    """End a local rank without the interpreter's teardown.
+
+    The rank has destroyed its process group, written its checkpoint and
+    report, and the Python exit hooks (shared-memory unlinks) run here; what is
+    skipped is the C++ teardown of torch's static objects, which under load
+    sometimes destroys a gloo thread still joinable and aborts a rank that has
+    finished ("terminate called without an active exception", exit -6), so
+    the launcher stopped its peers and reported a failed run.
+    """
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(code)
 
 
 def spawn_local(world_size: int, target: Callable[..., Any], args: tuple[Any, ...] = (),
