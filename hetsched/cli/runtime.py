@@ -90,6 +90,7 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
             "device": device, "seed": seed, "memory_budget_mb": memory_budget_mb})
         if res and (local or res.get("rank") == 0):
             click.echo(json.dumps(res, default=str), err=True)
+        _rank_done(local)
         return
     assert job is not None
     from hetsched.runtime.job import run
@@ -100,6 +101,16 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
     if res and (local or res.get("rank") == 0):
         click.echo(json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
                                for k, v in res.items()}), err=True)
+    _rank_done(local)
+
+
+def _rank_done(local: bool) -> None:
+    """A Slurm step's rank that finished ends here, without the interpreter's teardown
+    (runtime/launcher.py: exit_rank); ``--local`` returns, its ranks ended that way."""
+    if not local:
+        from hetsched.runtime.launcher import exit_rank
+
+        exit_rank(0)
 
 
 # ---------------------------------------------------------------------------

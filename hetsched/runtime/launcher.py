@@ -241,11 +241,12 @@ def _child(rank: int, world: int, port: int, extra_env: Mapping[str, str],
     except BaseException:  # noqa: BLE001 - the rank's traceback, then its exit code
         traceback.print_exc()
         code = 1
-    _exit_rank(code)
+    exit_rank(code)
 
 
-def _exit_rank(code: int) -> None:
-    """End a local rank without the interpreter's teardown.
+def exit_rank(code: int) -> None:
+    """End a rank's process (a local one, or ``hetsched run`` in a Slurm step) without
+    the interpreter's teardown.
 
     The rank has destroyed its process group, written its checkpoint and
     report, and the Python exit hooks (shared-memory unlinks) run here; what is
