@@ -26,7 +26,10 @@ Subsampled to the first ``--jobs`` jobs of each trace to keep the run short.
 
 ``--pool``: instead, pool mode against space mode on the free jobs (restart cost
 0) of medium_test, small_test and the MSR trace, before and after pool plans
-contain space plans (bench/pool_vs_space.py).
+contain space plans (bench/pool_vs_space.py). ``--pool --pinned``: the same on
+every trace with each job on exactly its scale factor's GPU count, Gavel's own
+setting, where a space plan leaves GPUs idle while a wide job waits for its
+GPUs and time sharing can use them.
 
 hetsched predicts with its calibrated model (one-GPU step time plus the sync
 time calibrated from the 2/4/8-GPU rows; docs/model.md), the pinned replay with
@@ -61,6 +64,8 @@ from hetsched.io.specs import parse_jobs  # noqa: E402
 from hetsched.io.traces import parse_trace  # noqa: E402
 from hetsched.planning.planner import plan_problem  # noqa: E402
 
+TRACES = ("artifact_evaluation.trace", "small_test.trace", "medium_test.trace",
+          "msr-seed0-2869ce.trace", "msr-seed0-ee9e8c.trace", "msr-seed0-0e4a51.trace")
 TYPES = ("v100", "p100", "k80")  # the fixed order heterogeneity-agnostic FIFO takes
 PER_TYPE = 12
 TABLE = load_throughputs(ROOT / "examples" / "gavel_throughputs.csv")
@@ -134,16 +139,11 @@ def cluster() -> Cluster:
 
 def run_trace(name: str, limit: int) -> dict[str, object]:
     it = gavel_iteration_times()
-    specs, _ = parse_trace(GAVEL / "traces" / name, limit)
     # a job Gavel never measured at its scale on any type (or wider than a type) cannot be replayed
-    n_all = len(specs)
-    specs = [s for s in specs if s["requested_gpus"] <= PER_TYPE and any(
-        (s["workload"], s["global_batch"] // s["requested_gpus"], t, s["requested_gpus"]) in it
-        for t in TYPES)]
-    pinned = parse_jobs([{**s, "min_gpus": s["requested_gpus"], "max_gpus": s["requested_gpus"]}
-                         for s in specs], name)
+    n_all = len(parse_trace(GAVEL / "traces" / name, limit)[0])
+    pinned = trace_jobs(name, limit, pinned=True)
     free = [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None) for j in pinned]
-    row: dict[str, object] = {"jobs": len(specs), "dropped_unmeasured": n_all - len(specs),
+    row: dict[str, object] = {"jobs": len(pinned), "dropped_unmeasured": n_all - len(pinned),
                               "gpus": 3 * PER_TYPE}
     for pol in ("fifo", "fifo_perf", "srtf_perf"):
         row[f"gavel-like {pol}"] = pinned_replay(pinned, pol, it)
@@ -160,31 +160,38 @@ def run_trace(name: str, limit: int) -> dict[str, object]:
     return row
 
 
-def free_jobs(name: str, limit: int) -> list[Job]:
-    """The trace's first ``limit`` jobs Gavel measured, without size pins."""
+def trace_jobs(name: str, limit: int, pinned: bool = False) -> list[Job]:
+    """The trace's first ``limit`` jobs Gavel measured: each on exactly its scale
+    factor's GPU count (``pinned``, Gavel's own setting) or without size pins."""
     it = gavel_iteration_times()
     specs, _ = parse_trace(GAVEL / "traces" / name, limit)
     specs = [s for s in specs if s["requested_gpus"] <= PER_TYPE and any(
         (s["workload"], s["global_batch"] // s["requested_gpus"], t, s["requested_gpus"]) in it
         for t in TYPES)]
-    return [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None)
-            for j in parse_jobs(specs, name)]
+    jobs = parse_jobs([{**s, "min_gpus": s["requested_gpus"], "max_gpus": s["requested_gpus"]}
+                       for s in specs], name)
+    if pinned:
+        return jobs
+    return [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None) for j in jobs]
 
 
-def pool_vs_space(limit: int, out: str) -> None:
+def pool_vs_space(limit: int, out: str, pinned: bool = False) -> None:
     """Pool mode against space mode, before and after (the module docstring's --pool)."""
     from pool_vs_space import HEADER, compare, row
 
     res: dict[str, object] = {}
     print(HEADER)
-    for name in ("medium_test.trace", "small_test.trace", "msr-seed0-0e4a51.trace"):
+    names = TRACES if pinned else ("medium_test.trace", "small_test.trace",
+                                   "msr-seed0-0e4a51.trace")
+    for name in names:
         if not (GAVEL / "traces" / name).is_file():
             res[name] = MISSING
             continue
-        jobs = free_jobs(name, limit)
+        jobs = trace_jobs(name, limit, pinned)
         r = compare(PlanningProblem(jobs, cluster(), TABLE), restart_cost_s=0.0)
         res[name] = {"jobs": len(jobs), **r}
-        print(row(f"{name} ({len(jobs)} jobs)", r), flush=True)
+        label = f"{name} ({len(jobs)} jobs{', pinned' if pinned else ''})"
+        print(row(label, r), flush=True)
     meta = {"machine": platform.platform(), "python": platform.python_version(),
             "command": " ".join(["python", *sys.argv]), "load": os.getloadavg()}
     Path(out).write_text(json.dumps({"meta": meta, "pool_vs_space": res}, indent=1) + "\n")
@@ -196,9 +203,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_gavel_replay.json"))
     ap.add_argument("--pool", action="store_true",
                     help="pool mode against space mode instead (before/after)")
+    ap.add_argument("--pinned", action="store_true",
+                    help="with --pool: every trace, each job on its scale factor's GPU count")
     args = ap.parse_args()
     if args.pool:
-        pool_vs_space(args.jobs, args.out)
+        pool_vs_space(args.jobs, args.out, args.pinned)
         return
     res = {}
     for name in ("small_test.trace", "msr-seed0-0e4a51.trace"):
