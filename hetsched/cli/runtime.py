@@ -105,8 +105,9 @@ def run_cmd(plan_path: str, job: str | None, group: str | None,
 
 
 def _rank_done(local: bool) -> None:
-    """A Slurm step's rank that finished ends here, without the interpreter's teardown
-    (runtime/launcher.py: exit_rank); ``--local`` returns, its ranks ended that way."""
+    """A Slurm step's rank (``run``, ``exec``) that finished ends here, without the
+    interpreter's teardown (runtime/launcher.py: exit_rank); ``--local`` returns, its
+    ranks ended that way."""
     if not local:
         from hetsched.runtime.launcher import exit_rank
 
@@ -176,6 +177,7 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
         return
     res = run_rank(plan_path, opts)
     click.echo(json.dumps(res), err=True)
+    _rank_done(local)
 
 
 # ---------------------------------------------------------------------------

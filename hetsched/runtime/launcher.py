@@ -230,11 +230,17 @@ def _child(rank: int, world: int, port: int, extra_env: Mapping[str, str],
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **extra_env})
     for k in [k for k in os.environ if k.startswith("SLURM_")]:
         del os.environ[k]  # a local launch inside a Slurm job must not read Slurm's layout
+    run_then_exit(target, args, f"rank {rank}: ")
+
+
+def run_then_exit(target: Callable[..., Any], args: tuple[Any, ...], label: str = "") -> None:
+    """A local rank's whole life: ``target(*args)``, then :func:`exit_rank` with its code
+    (a HetschedError: one line and its exit code; any other error: its traceback, 1)."""
     code = 0
     try:
         target(*args)
     except HetschedError as e:  # one line per failed rank, not a traceback
-        print(f"hetsched: error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        print(f"hetsched: error: {label}{e}", file=sys.stderr, flush=True)
         code = e.exit_code
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +33,7 @@ from hetsched.io.pool_reports import report_path
 from hetsched.io.reports import ReportWriter
 from hetsched.runtime.environment import KEY_FILE_VAR, POOL_GPUS_VAR, JobEnvironment
 from hetsched.runtime.executor.plan import ExecPlan, exec_plan
-from hetsched.runtime.launcher import free_port
+from hetsched.runtime.launcher import free_port, run_then_exit
 
 #: exit status of an executor whose pool job failed (distinct from input errors' 2)
 FAILED_EXIT = 3
@@ -255,11 +254,7 @@ def _local_child(plan_path: str, opts: dict[str, Any], rank: int, world: int, po
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        POOL_GPUS_VAR: ",".join(gpus)})
-    try:
-        run_rank(plan_path, opts)
-    except HetschedError as e:
-        print(f"hetsched: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(e.exit_code)
+    run_then_exit(run_rank, (plan_path, opts))
 
 
 def start_local(plan_path: str, opts: dict[str, Any]) -> list[Any]:
