@@ -40,34 +40,42 @@ def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.n
     task_l = [int(x) for x in task]
     st, en, se = (np.asarray(x, dtype=float) for x in (start, end, sync_end))
     st_l, en_l, se_l = st.tolist(), en.tolist(), se.tolist()
-    ident = [(job[k], task_l[k], keep[k], tuple(evict[k]), own[k]) for k in range(n)]
-
-    def tol(x: float) -> float:
-        return TIME_TOL + 1e-12 * abs(x)
+    codes: dict[tuple[object, ...], int] = {}
+    ident = np.array([codes.setdefault((job[k], task_l[k], keep[k], tuple(evict[k]), own[k]),
+                                       len(codes)) for k in range(n)], dtype=np.int64)
+    ident_l = ident.tolist()
+    rn = np.asarray(rnd_l, dtype=np.int64)
 
     def reps(i: int, L: int) -> tuple[int, int, float]:
-        """How often rows i..i+L-1 repeat back to back (>= 1), with round step and period."""
+        """How often rows i..i+L-1 repeat back to back (>= 1), with round step and period:
+        repetition k of row a is row a + k*L with the same identity, round + k*d and
+        every time + k*period (within TIME_TOL + 1e-12 * |time|). Checked a growing
+        chunk of repetitions at a time."""
         if i + 2 * L > n:
             return 1, 0, 0.0
         d = rnd_l[i + L] - rnd_l[i]
         period = st_l[i + L] - st_l[i]
         if d < 1 or period <= 0:
             return 1, 0, 0.0
-        k = 1
+        for a in range(i, i + L):  # the first repetition in Python: most patterns end here
+            b = a + L
+            if (ident_l[b] != ident_l[a] or rnd_l[b] != rnd_l[a] + d
+                    or abs(st_l[b] - st_l[a] - period) > TIME_TOL + 1e-12 * abs(st_l[b])
+                    or abs(en_l[b] - en_l[a] - period) > TIME_TOL + 1e-12 * abs(en_l[b])
+                    or abs(se_l[b] - se_l[a] - period) > TIME_TOL + 1e-12 * abs(se_l[b])):
+                return 1, d, period
+        k, chunk = 2, 4
         while i + (k + 1) * L <= n:
-            base = i + k * L
-            ok = True
-            for e in range(L):
-                a, b = i + e, base + e
-                if (ident[b] != ident[a] or rnd_l[b] != rnd_l[a] + k * d
-                        or abs(st_l[b] - st_l[a] - k * period) > tol(st_l[b])
-                        or abs(en_l[b] - en_l[a] - k * period) > tol(en_l[b])
-                        or abs(se_l[b] - se_l[a] - k * period) > tol(se_l[b])):
-                    ok = False
-                    break
-            if not ok:
-                break
-            k += 1
+            k_end = min(k + chunk, (n - i) // L)  # repetitions k .. k_end-1
+            rows = np.arange(i + k * L, i + k_end * L)
+            src = i + (rows - i) % L
+            kk = (rows - i) // L
+            bad = (ident[rows] != ident[src]) | (rn[rows] != rn[src] + kk * d)
+            for t in (st, en, se):
+                bad |= np.abs(t[rows] - t[src] - kk * period) > TIME_TOL + 1e-12 * np.abs(t[rows])
+            if bad.any():
+                return int(kk[int(np.argmax(bad))]), d, period
+            k, chunk = k_end, chunk * 4
         return k, d, period
 
     runs: list[TaskRun] = []
@@ -77,6 +85,8 @@ def compress_rows(job: list[str], rnd: np.ndarray, task: np.ndarray, start: np.n
         for L in range(1, MAX_PATTERN + 1):
             if i + 2 * L > n:
                 break
+            if best[0] * best[1] >= (n - i) // L * L:  # L cannot cover more than the best
+                continue
             k, d, period = reps(i, L)
             if k >= 2 and k * L > best[0] * best[1]:
                 best = (k, L, d, period)

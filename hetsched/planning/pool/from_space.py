@@ -81,7 +81,7 @@ def _space_tasks(pp: PoolProblem, plan: Plan, how: str
     p = pp.base
     gindex = {(g.node, int(g.index)): k for k, g in enumerate(p.cluster.gpus)}
     by_name = {jp.name: jp for jp in plan.jobs}
-    cols: list[list[float]] = [[] for _ in range(7)]  # job rnd task gpu batch iters release
+    parts: list[tuple[np.ndarray, ...]] = []  # job rnd task gpu batch iters release
     for i, spec in enumerate(p.jobs):
         jp = by_name.get(spec.name)
         if jp is None:
@@ -99,14 +99,20 @@ def _space_tasks(pp: PoolProblem, plan: Plan, how: str
                   for w in seg.workers]
             if any(g < 0 for g, _ in ws) or sum(b for _, b in ws) != int(p.B[i]):
                 return None
-            for r0 in range(0, n, N):
-                for k, (g, b) in enumerate(ws):
-                    for col, v in zip(cols, (i, rnd, k, g, b, min(N, n - r0),
-                                             seg.start_s + seg.restart_s), strict=True):
-                        col.append(float(v))
-                rnd += 1
-    job, rnd_a, task, gpu, batch, iters = (np.array(c, dtype=np.int64) for c in cols[:6])
-    release = np.array(cols[6], dtype=float)
+            if n <= 0:
+                continue
+            nr, k = -(-n // N), len(ws)  # rounds of N iterations, the last one the rest
+            per = np.full(nr, N, dtype=np.int64)
+            per[-1] = n - (nr - 1) * N
+            gs = np.array([g for g, _ in ws], dtype=np.int64)
+            bs = np.array([b for _, b in ws], dtype=np.int64)
+            parts.append((np.full(nr * k, i), np.repeat(np.arange(rnd, rnd + nr), k),
+                          np.tile(np.arange(k), nr), np.tile(gs, nr), np.tile(bs, nr),
+                          np.repeat(per, k), np.full(nr * k, seg.start_s + seg.restart_s)))
+            rnd += nr
+    job, rnd_a, task, gpu, batch, iters = (
+        np.concatenate([pt[c] for pt in parts]).astype(np.int64) for c in range(6))
+    release = np.concatenate([pt[6] for pt in parts]).astype(float)
     s = TaskSchedule(job, rnd_a, task, gpu, np.zeros(len(job)), policy="space",
                      batch=batch, iters=iters)
     s.start = retime(pp, s, release, release)
