@@ -184,7 +184,8 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
             shares_new: list[int]) -> bool:
     """Whether job j's iteration on GPUs ``new`` at ``shares_new`` is shorter than on ``old``
     (slowest step plus the worker set's sync; the node layout taken as it is now)."""
-    from hetsched.planning.pool.uneven import gpu_nodes, iteration_at, round_sync
+    from hetsched.planning.pool.parallelism import sync_s
+    from hetsched.planning.pool.uneven import gpu_nodes, iteration_at
 
     nodes = gpu_nodes(pp)
 
@@ -192,7 +193,7 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
         g = np.array(gs, dtype=np.int64)
         typ = pp.gpu_type[g]
         step = iteration_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
-        sync = round_sync(pp, j, tuple(sorted(typ.tolist())), len(set(nodes[g].tolist())) == 1)
+        sync = sync_s(pp.base, j, typ.tolist(), len(g), len(set(nodes[g].tolist())) == 1)
         return float(step.max()) + sync
 
     return it(new, shares_new) < it(old, shares_old) * (1 - 1e-6)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -42,6 +43,23 @@ MIN_EFFICIENCY = 0.5
 
 #: longest look-ahead (GPUs) when a job's speed-up is not concave
 MAX_LOOKAHEAD = 512
+
+
+def sync_s(p: PlanningProblem, i: int, types: Iterable[int], workers: int,
+           single_node: bool) -> float:
+    """Pool mode's synchronisation seconds per iteration of job i on ``workers`` GPUs of
+    ``types`` (one node or several): the calibrated (multi-scale) sync where measured,
+    else the ring estimate over the pool's bandwidth or the profiled sync. The one
+    formula for task slots (here), equal slices (problem.py) and uneven rounds
+    (uneven.py)."""
+    if workers <= 1:
+        return 0.0
+    types = list(types)
+    cal = p.calibrated_comm(i, types, workers)
+    if cal is not None:
+        return float(cal)
+    sync = max(float(p.sync[i, t]) for t in types)
+    return float(comm_time(workers, float(p.model_mb[i]), p.bandwidth(single_node), sync))
 
 
 def _fastest_counts(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
@@ -68,14 +86,9 @@ def iteration_times(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
         return out
     comp = p.compute_time(i, N)
     single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
-    bw = p.bandwidth(single_node)
     for k in range(1, len(N) + 1):
         used = [t for t in range(p.T) if N[k - 1, t]]
-        cal = p.calibrated_comm(i, used, k) if k > 1 else 0.0
-        if cal is None:
-            sync = max(float(p.sync[i, t]) for t in used)
-            cal = comm_time(k, float(p.model_mb[i]), bw, sync)
-        out[k] = float(comp[k - 1]) + cal
+        out[k] = float(comp[k - 1]) + sync_s(p, i, used, k, single_node)
     return out
 
 

@@ -54,9 +54,9 @@ from hetsched.core.memory import (
     gpu_memory_gb,
     job_state_gb,
 )
-from hetsched.core.model import comm_time
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import InputError, PlanningError
+from hetsched.planning.pool.parallelism import sync_s
 
 #: Hare's measured task switch is <= 6 ms (paper Table 3); we plan for 5 ms.
 DEFAULT_SWITCH_S = 0.005
@@ -156,17 +156,11 @@ class PoolProblem:
                                       else 0.0 for t in p.types] for j in p.jobs]).reshape(S, T)
         self.t_it = np.where(self.ok, pool_iteration_times(steps, self.optimizer_s), np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
-        bw = p.bandwidth(single_node)
         self.s_it = np.zeros((S, T))
         for i in range(S):
             for t in range(T):
-                if not self.ok[i, t]:
-                    self.s_it[i, t] = np.inf
-                    continue
-                # measured at several scales: the calibration wins
-                cal = p.calibrated_comm(i, [t], int(self.P[i])) if self.P[i] > 1 else None
-                self.s_it[i, t] = cal if cal is not None else comm_time(
-                    int(self.P[i]), float(p.model_mb[i]), bw, float(p.sync[i, t]))
+                self.s_it[i, t] = sync_s(p, i, [t], int(self.P[i]), single_node) \
+                    if self.ok[i, t] else np.inf
         self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
         if self.task_iterations is not None:
             N = np.full(S, int(self.task_iterations), dtype=np.int64)

@@ -31,26 +31,12 @@ import math
 
 import numpy as np
 
-from hetsched.core.model import comm_time
+from hetsched.planning.pool.parallelism import sync_s
 from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
 
 
 class _Invalid(ValueError):
     pass
-
-
-def round_sync(pp: PoolProblem, i: int, types: tuple[int, ...], single: bool) -> float:
-    """Sync seconds per iteration of job i's round whose workers have ``types`` (one entry
-    per task) on one node (``single``) or several: the space planner's formula."""
-    p = pp.base
-    k = len(types)
-    if k <= 1:
-        return 0.0
-    cal = p.calibrated_comm(i, types, k)
-    if cal is not None:
-        return float(cal)
-    sync = max(float(p.sync[i, t]) for t in types)
-    return float(comm_time(k, float(p.model_mb[i]), p.bandwidth(single), sync))
 
 
 def step_at(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -173,13 +159,12 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
     np.maximum.at(nhi, rid, nodes)
     sig = np.column_stack([rj, counts, (nlo == nhi).astype(np.int64)])
     first, inv = unique_rows(sig)
-    vals = np.array([round_sync(pp, int(u[0]), tuple(t for t in range(pp.T)
-                                                      for _ in range(int(u[1 + t]))),
-                                bool(u[-1])) for u in sig[first]])
+    vals = np.array([sync_s(pp.base, int(u[0]), [t for t in range(pp.T) if u[1 + t]],
+                            int(u[1:-1].sum()), bool(u[-1])) for u in sig[first]])
     s_round = vals[np.asarray(inv).reshape(-1)]
     # the coordinator's optimizer step, once per round where no overhead was measured
     return tc, iters * s_round[rid] + pp.round_optimizer_s[job, typ]
 
 
-__all__ = ["round_sync", "step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes",
+__all__ = ["step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes",
            "unique_rows", "uneven_times"]
