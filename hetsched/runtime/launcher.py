@@ -251,15 +251,18 @@ def run_then_exit(target: Callable[..., Any], args: tuple[Any, ...], label: str 
 
 
 def exit_rank(code: int) -> None:
-    """End a rank's process (a local one, or ``hetsched run`` in a Slurm step) without
-    the interpreter's teardown.
+    """End a rank's process (a local one, or ``hetsched run``/``exec`` in a Slurm step)
+    without the interpreter's teardown.
 
-    The rank has destroyed its process group, written its checkpoint and
-    report, and the Python exit hooks (shared-memory unlinks) run here; what is
-    skipped is the C++ teardown of torch's static objects, which under load
-    sometimes destroys a gloo thread still joinable and aborts a rank that has
-    finished ("terminate called without an active exception", exit -6), so
-    the launcher stopped its peers and reported a failed run.
+    The rank has destroyed its process group and written its checkpoint and
+    report; the Python exit hooks (shared-memory unlinks) run here and the
+    output is flushed. What is skipped is the interpreter's finalization with
+    the C++ destructors of torch's objects: on a loaded CI machine it aborted a
+    rank that had finished ("terminate called without an active exception",
+    SIGABRT), and the launcher then stopped its peer and reported a failed
+    run. It was seen once and not reproduced in 33 runs under load, so the
+    cause inside torch is not pinned down; ending here removes the step where
+    it happened.
     """
     try:
         atexit._run_exitfuncs()

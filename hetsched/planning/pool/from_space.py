@@ -110,6 +110,8 @@ def _space_tasks(pp: PoolProblem, plan: Plan, how: str
                           np.tile(np.arange(k), nr), np.tile(gs, nr), np.tile(bs, nr),
                           np.repeat(per, k), np.full(nr * k, seg.start_s + seg.restart_s)))
             rnd += nr
+    if not parts:
+        return None
     job, rnd_a, task, gpu, batch, iters = (
         np.concatenate([pt[c] for pt in parts]).astype(np.int64) for c in range(6))
     release = np.concatenate([pt[6] for pt in parts]).astype(float)
