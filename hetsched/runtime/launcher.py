@@ -261,8 +261,9 @@ def exit_rank(code: int) -> None:
     rank that had finished ("terminate called without an active exception",
     SIGABRT), and the launcher then stopped its peer and reported a failed
     run. It was seen once and not reproduced here in 15 runs under load, so the
-    cause inside torch is not pinned down; ending here removes the step where
-    it happened.
+    cause inside torch is not pinned down; the message is the one a C++ thread
+    object gives when destroyed still joinable, as at finalization, the step
+    this removes.
     """
     try:
         atexit._run_exitfuncs()
