@@ -60,4 +60,4 @@ def test_a_failed_rank_says_why_and_exits_with_its_code(kind: str, code: int, sa
 
 def test_one_failed_rank_stops_the_other() -> None:
     codes = spawn_local(2, _rank1_fails, (), timeout_s=120)
-    assert codes[1] == 1 and codes[0] in (0, 1, -15)
+    assert codes[1] == 1 and codes[0] in (0, -15, -9)
