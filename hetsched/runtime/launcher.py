@@ -260,7 +260,7 @@ def exit_rank(code: int) -> None:
     the C++ destructors of torch's objects: on a loaded CI machine it aborted a
     rank that had finished ("terminate called without an active exception",
     SIGABRT), and the launcher then stopped its peer and reported a failed
-    run. It was seen once and not reproduced here in 15 runs under load, so the
+    run. It was seen once and not reproduced here in about 25 runs under load, so the
     cause inside torch is not pinned down; the message is the one a C++ thread
     object gives when destroyed still joinable, as at finalization, the step
     this removes.
