@@ -72,3 +72,25 @@ def hetsched(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[st
 def plan_json(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def small_exec_plan(tmp: Path) -> Any:
+    """The executor's view (ExecPlan) of a 2-GPU pool plan of one-iteration tasks."""
+    from hetsched.io.plan_json import load_plan
+    from hetsched.runtime.executor.plan import exec_plan
+
+    return exec_plan(load_plan(make_plan(tmp, gpus=2, task_iterations=1)))
+
+
+def loopback_coordinator(xplan: Any) -> Any:
+    """A coordinator on 127.0.0.1 with a fresh secret, for tests that talk to it directly
+    (``.port`` is where it listens; the caller closes it)."""
+    from hetsched.io.secret import new_secret
+    from hetsched.runtime.executor import protocol
+    from hetsched.runtime.executor.coordinator import Coordinator
+
+    lis = protocol.listen("127.0.0.1", 0)
+    c = Coordinator(xplan, xplan.gpu_ids(), lis, new_secret(), None, hello_timeout_s=600.0,
+                    handshake_timeout_s=2.0)
+    c.port = lis.getsockname()[1]
+    return c

@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from hetsched.errors import InputError, UnsafeFileError
-from hetsched.io.plan_json import load_plan
 from hetsched.io.secret import new_secret, read_secret, write_secret
 from hetsched.runtime.executor import protocol
 from hetsched.runtime.executor.coordinator import Coordinator
-from hetsched.runtime.executor.plan import ExecPlan, exec_plan
-from tests.runtime.exec_helpers import make_plan
+from hetsched.runtime.executor.plan import ExecPlan
+from tests.runtime.exec_helpers import loopback_coordinator, small_exec_plan
 
 #: every blocking socket call of the test gives up after this many seconds
 T = 20.0
@@ -35,17 +34,12 @@ T = 20.0
 
 @pytest.fixture(scope="module")
 def xplan(tmp_path_factory: pytest.TempPathFactory) -> ExecPlan:
-    tmp = tmp_path_factory.mktemp("sec")
-    return exec_plan(load_plan(make_plan(tmp, gpus=2, task_iterations=1)))
+    return small_exec_plan(tmp_path_factory.mktemp("sec"))
 
 
 @pytest.fixture
 def coord(xplan: ExecPlan) -> Any:
-    key = new_secret()
-    lis = protocol.listen("127.0.0.1", 0)
-    c = Coordinator(xplan, xplan.gpu_ids(), lis, key, None, hello_timeout_s=600.0,
-                    handshake_timeout_s=2.0)
-    c.port = lis.getsockname()[1]
+    c = loopback_coordinator(xplan)
     yield c
     c.close()
 
@@ -387,10 +381,7 @@ def test_close_ends_every_thread_of_the_coordinator(xplan: ExecPlan) -> None:
     process exits (that aborts it: exit 134 instead of the job's own)."""
     import threading
 
-    lis = protocol.listen("127.0.0.1", 0)
-    c = Coordinator(xplan, xplan.gpu_ids(), lis, new_secret(), None, hello_timeout_s=600.0,
-                    handshake_timeout_s=2.0)
-    c.port = lis.getsockname()[1]
+    c = loopback_coordinator(xplan)
     ch = legit(c)
     job = sorted(c.jobs)[0]
     got: list[Any] = []

@@ -16,16 +16,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from exec_helpers import MAIN, env, make_plan, plan_json  # noqa: E402
+from exec_helpers import MAIN, env, loopback_coordinator, make_plan, plan_json, small_exec_plan  # noqa: E402
 
 from hetsched.io.plan_json import load_plan  # noqa: E402
 from hetsched.io.pool_reports import completed_rounds  # noqa: E402
 from hetsched.io.reports import iter_records  # noqa: E402
-from hetsched.io.secret import new_secret  # noqa: E402
 from hetsched.runtime.executor import protocol, shm  # noqa: E402
-from hetsched.runtime.executor.coordinator import Coordinator  # noqa: E402
 from hetsched.runtime.executor.entry import run_threads  # noqa: E402
-from hetsched.runtime.executor.plan import ExecPlan, exec_plan  # noqa: E402
+from hetsched.runtime.executor.plan import ExecPlan  # noqa: E402
 from hetsched.runtime.executor.state import checkpoint_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm")
@@ -88,16 +86,12 @@ def test_the_tcp_path_is_forced_by_the_environment(tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def xplan(tmp_path_factory: pytest.TempPathFactory) -> ExecPlan:
-    tmp = tmp_path_factory.mktemp("shm")
-    return exec_plan(load_plan(make_plan(tmp, gpus=2, task_iterations=1)))
+    return small_exec_plan(tmp_path_factory.mktemp("shm"))
 
 
 @pytest.fixture
 def coord(xplan: ExecPlan) -> Any:
-    lis = protocol.listen("127.0.0.1", 0)
-    c = Coordinator(xplan, xplan.gpu_ids(), lis, new_secret(), None, hello_timeout_s=600.0,
-                    handshake_timeout_s=2.0)
-    c.port = lis.getsockname()[1]
+    c = loopback_coordinator(xplan)
     yield c
     c.close()
     assert not any(s.name in ours() for s in c.grad_segs.values())
