@@ -1,7 +1,7 @@
 """Improve a task plan where time sharing helps: fill GPU time it leaves idle.
 
 Starting from a feasible task plan with uneven tasks (the space plan's exact
-task plan, :mod:`.from_space`), two kinds of move, each kept only when the
+task plan, :mod:`.from_space`), three kinds of move, each kept only when the
 evaluator says the total weighted JCT went down:
 
 1. **left shift**: every task at its earliest time in the plan's order on its
@@ -18,6 +18,9 @@ evaluator says the total weighted JCT went down:
    tried block by block (a block: consecutive rounds of a job on one worker
    set), the blocks of the heaviest jobs first, each with the fastest GPUs that
    are idle through most of its rounds.
+3. **re-placement into the gaps** (:mod:`.reinsert`): a job that waits while
+   GPUs it may use sit idle is taken out and put back into the time the other
+   jobs leave free, its round's tasks in turn where fewer GPUs are free.
 
 The search is bounded by counted work (tasks placed by the re-timing), never by
 the clock, so the same input gives the same plan.
@@ -33,6 +36,7 @@ from hetsched.core.model import SharesError, balanced_shares
 from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, evaluate
 from hetsched.planning.pool.from_space import retime
 from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.pool.reinsert import reinsert_jobs
 
 #: re-timings (each places every task once) the backfill may spend, in all
 MAX_TRIES = 64
@@ -48,6 +52,8 @@ class Improved:
     objective: float
     tries: int
     accepted: int
+    #: jobs re-placed into the gaps (:mod:`.reinsert`)
+    reinserted: int = 0
 
 
 def left_shift(pp: PoolProblem, s: TaskSchedule) -> TaskSchedule:
@@ -56,7 +62,16 @@ def left_shift(pp: PoolProblem, s: TaskSchedule) -> TaskSchedule:
 
 
 def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
-    """Left shift, then backfill idle GPUs; every kept move lowers the objective."""
+    """Left shift, backfill idle GPUs, then re-place waiting jobs into the gaps
+    (:mod:`.reinsert`); every kept move lowers the objective."""
+    im = _backfill(pp, s)
+    ri = reinsert_jobs(pp, im.schedule)
+    if ri.objective < im.objective:
+        return replace(im, schedule=ri.schedule, objective=ri.objective, reinserted=ri.accepted)
+    return im
+
+
+def _backfill(pp: PoolProblem, s: TaskSchedule) -> Improved:
     best = s
     best_v = evaluate(pp, s).objective
     ls = left_shift(pp, s)

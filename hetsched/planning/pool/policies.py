@@ -53,7 +53,8 @@ class Hare(PoolPolicy):
                   "order": "round order: relaxation, priority, work, seeded or best",
                   "bound": "relaxation: lp, fluid or auto (lp while it fits)",
                   "space": "seed: also plan space mode, start from its best plan as a task "
-                           "plan (uneven tasks) and improve it by backfilling idle GPUs; keep "
+                           "plan (uneven tasks) and improve it by backfilling idle GPUs and "
+                           "re-placing waiting jobs into the gaps; keep "
                            "Hare's own plan when lower (the plan stays a task plan, never above "
                            "the space plan's task plan); keep: also keep the space plan itself "
                            "when time sharing does not beat it; off: the pool model alone, "
@@ -96,6 +97,7 @@ class Hare(PoolPolicy):
         best.policy = "hare"
         best.params = {"order": "space", "pick": "backfill", "space_tasks_s": round(start_v, 6),
                        "backfill_tries": im.tries, "backfill_moves": im.accepted,
+                       "reinserted_jobs": im.reinserted,
                        "hare_own_s": round(own, 6)}
         return best
 
