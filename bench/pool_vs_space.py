@@ -10,7 +10,9 @@ For one PlanningProblem, all on the same space plan (space mode's ``auto``):
 * ``before``: Hare as it was before the pool model could express space plans: its
   orders plus the space plan's order as a seed (equal slices, the pool model);
 * ``after``: pool mode's default (``space=seed``): the space plan's exact task plan,
-  left-shifted and backfilled, or Hare's own plan when lower;
+  left-shifted, backfilled and its waiting jobs re-placed into the gaps, or Hare's
+  own plan when lower; ``no_reinsert``: the same without the re-placement (the
+  default before it), in the same run;
 * ``exact``: the space plan's task plan as the pool evaluator times it (no
   improvement): equal to ``space`` up to whole-iteration rounding;
 * ``bound``: the default plan's lower bound (min of the pool relaxation and the
@@ -26,13 +28,15 @@ from typing import Any
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.planner import plan_problem
-from hetsched.planning.pool import plan_pool
+from hetsched.planning.pool import plan_pool, reinsert
 from hetsched.planning.pool.evaluator import evaluate
 from hetsched.planning.pool.from_space import space_tasks
 from hetsched.planning.pool.policies import Hare
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.relaxation import relaxation
 from hetsched.planning.pool.space_seed import space_seed
+
+DEFAULT_WORK = reinsert.MAX_WORK
 
 
 def idle_share(plan: Plan, gpus: int) -> float:
@@ -83,25 +87,32 @@ def compare(p: PlanningProblem, restart_cost_s: float | None = None) -> dict[str
     t0 = time.perf_counter()
     out["before"] = before(p, space)
     out["before_s"] = round(time.perf_counter() - t0, 2)
-    for tag, params in (("off", {"space": "off"}), ("after", None)):
+    for tag, params in (("off", {"space": "off"}), ("no_reinsert", None), ("after", None)):
         t0 = time.perf_counter()
-        plan = plan_pool(p, "hare", params, space_plan=space, **kw)
+        # no_reinsert: the default without re-placing waiting jobs into the gaps
+        reinsert.MAX_WORK = 0 if tag == "no_reinsert" else DEFAULT_WORK
+        try:
+            plan = plan_pool(p, "hare", params, space_plan=space, **kw)
+        finally:
+            reinsert.MAX_WORK = DEFAULT_WORK
         out[tag] = plan.weighted_jct_s
         out[f"{tag}_s"] = round(time.perf_counter() - t0, 2)
         if tag == "after":
             out["after_order"] = plan.params.get("order")
             out["backfill_moves"] = plan.params.get("backfill_moves")
+            out["reinserted_jobs"] = plan.params.get("reinserted_jobs")
             out["bound"] = plan.lower_bound_s
     out["bound_over_space"] = out["bound"] / space.weighted_jct_s
-    for k in ("exact", "before", "off", "after"):
+    for k in ("exact", "before", "off", "no_reinsert", "after"):
         if out[k] is not None:
             out[f"{k}_over_space"] = out[k] / space.weighted_jct_s
     return out
 
 
 HEADER = ("| instance | space auto (s) | idle GPU share (while a job waits) | exact / space | paper (off) / space | "
-          "before / space | after / space | after's start | backfill moves | bound / space |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+          "before / space | no re-placement / space | after / space | after's start | "
+          "backfill moves | jobs re-placed | bound / space |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
 
 
 def row(name: str, r: dict[str, Any]) -> str:
@@ -109,5 +120,6 @@ def row(name: str, r: dict[str, Any]) -> str:
     return (f"| {name} | {r['space']:.4g} ({r['space_policy']}) | {100 * r['idle']:.1f}% "
             f"({100 * r['idle_waiting']:.2f}%) | "
             f"{ex} | {r['off_over_space']:.3f} | {r['before_over_space']:.3f} | "
+            f"{r['no_reinsert_over_space']:.4f} | "
             f"{r['after_over_space']:.4f} | {r['after_order']} | {r['backfill_moves'] or 0} | "
-            f"{r['bound_over_space']:.3f} |")
+            f"{r['reinserted_jobs'] or 0} | {r['bound_over_space']:.3f} |")
