@@ -203,7 +203,7 @@ def _recreate(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, j: int,
 
 
 def _order(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> list[int]:
-    """Jobs by weighted waiting (ready rounds not started), most first; then the rest."""
+    """The jobs whose rounds wait (ready, not started), by weighted waiting, most first."""
     job, rnd = np.asarray(s.job, dtype=np.int64), np.asarray(s.rnd, dtype=np.int64)
     maxr = int(rnd.max()) + 1
     key = job * maxr + rnd
