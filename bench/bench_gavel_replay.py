@@ -29,7 +29,8 @@ Subsampled to the first ``--jobs`` jobs of each trace to keep the run short.
 contain space plans (bench/pool_vs_space.py). ``--pool --pinned``: the same on
 every trace with each job on exactly its scale factor's GPU count, Gavel's own
 setting, where a space plan leaves GPUs idle while a wide job waits for its
-GPUs and time sharing can use them.
+GPUs and time sharing can use them. ``--denser K`` divides every arrival time by
+K, so more jobs queue at once.
 
 hetsched predicts with its calibrated model (one-GPU step time plus the sync
 time calibrated from the 2/4/8-GPU rows; docs/model.md), the pinned replay with
@@ -175,8 +176,9 @@ def trace_jobs(name: str, limit: int, pinned: bool = False) -> list[Job]:
     return [replace(j, requested_gpus=None, min_gpus=1, max_gpus=None) for j in jobs]
 
 
-def pool_vs_space(limit: int, out: str, pinned: bool = False) -> None:
-    """Pool mode against space mode, before and after (the module docstring's --pool)."""
+def pool_vs_space(limit: int, out: str, pinned: bool = False, denser: float = 1.0) -> None:
+    """Pool mode against space mode, before and after (the module docstring's --pool);
+    ``denser``: every arrival time divided by it (more jobs queue at once)."""
     from pool_vs_space import HEADER, compare, row
 
     res: dict[str, object] = {}
@@ -187,10 +189,12 @@ def pool_vs_space(limit: int, out: str, pinned: bool = False) -> None:
         if not (GAVEL / "traces" / name).is_file():
             res[name] = MISSING
             continue
-        jobs = trace_jobs(name, limit, pinned)
+        jobs = [replace(j, arrival_s=j.arrival_s / denser)
+                for j in trace_jobs(name, limit, pinned)]
         r = compare(PlanningProblem(jobs, cluster(), TABLE), restart_cost_s=0.0)
         res[name] = {"jobs": len(jobs), **r}
-        label = f"{name} ({len(jobs)} jobs{', pinned' if pinned else ''})"
+        label = (f"{name} ({len(jobs)} jobs{', pinned' if pinned else ''}"
+                 f"{f', arrivals / {denser:g}' if denser != 1 else ''})")
         print(row(label, r), flush=True)
     meta = {"machine": platform.platform(), "python": platform.python_version(),
             "command": " ".join(["python", *sys.argv]), "load": os.getloadavg()}
@@ -205,9 +209,13 @@ def main() -> None:
                     help="pool mode against space mode instead (before/after)")
     ap.add_argument("--pinned", action="store_true",
                     help="with --pool: every trace, each job on its scale factor's GPU count")
+    ap.add_argument("--denser", type=float, default=1.0,
+                    help="with --pool: divide every arrival time by this (more queueing)")
     args = ap.parse_args()
+    if args.denser <= 0:
+        ap.error("--denser must be > 0")
     if args.pool:
-        pool_vs_space(args.jobs, args.out, args.pinned)
+        pool_vs_space(args.jobs, args.out, args.pinned, args.denser)
         return
     res = {}
     for name in ("small_test.trace", "msr-seed0-0e4a51.trace"):

@@ -72,6 +72,7 @@ def improve(pp: PoolProblem, s: TaskSchedule) -> Improved:
 
 
 def _backfill(pp: PoolProblem, s: TaskSchedule) -> Improved:
+    """Left shift, then backfill idle GPUs; every kept move lowers the objective."""
     best = s
     best_v = evaluate(pp, s).objective
     ls = left_shift(pp, s)
