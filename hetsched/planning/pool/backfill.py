@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hetsched.core.model import SharesError, balanced_shares
-from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, evaluate
+from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, by_gpu, evaluate
 from hetsched.planning.pool.from_space import retime
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.reinsert import reinsert_jobs
@@ -115,11 +115,7 @@ class _State:
         np.maximum.at(hi, rid, ev.sync_end)
         self.win = dict(zip(self.table, zip(lo.tolist(), hi.tolist(), strict=True),
                             strict=True))
-        order = np.lexsort((start, np.asarray(s.gpu)))
-        g_sorted = np.asarray(s.gpu)[order]
-        bounds = np.searchsorted(g_sorted, np.arange(pp.K + 1))
-        self.busy = [(start[order[a:b]], ev.end[order[a:b]])
-                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+        self.busy = by_gpu(pp.K, start, ev.end, np.asarray(s.gpu))
 
     def candidates(self, blk: list[tuple[int, int]]) -> list[tuple[int, list[tuple[int, int]]]]:
         """Up to CANDIDATES (GPU, rounds of the block during which it is idle): GPUs the

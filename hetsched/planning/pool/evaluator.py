@@ -82,6 +82,15 @@ def task_times(pp: PoolProblem, job: np.ndarray, rnd: np.ndarray,
     return n * pp.t_it[job, typ], n * pp.s_it[job, typ]
 
 
+def by_gpu(K: int, start: np.ndarray, end: np.ndarray, gpu: np.ndarray
+           ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per GPU ``0..K-1``, the (starts, ends) of its tasks in start order."""
+    order = np.lexsort((start, gpu))
+    bounds = np.searchsorted(gpu[order], np.arange(K + 1)).tolist()
+    return [(start[order[a:b]], end[order[a:b]])
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def evaluate(pp: PoolProblem, s: TaskSchedule, tol: float | None = None) -> Evaluation:
     """Validate ``s`` against Hare_Sched's constraints and compute its objective."""
     job = np.asarray(s.job, dtype=np.int64)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, evaluate
+from hetsched.planning.pool.evaluator import Evaluation, TaskSchedule, by_gpu, evaluate
 from hetsched.planning.pool.problem import PoolProblem
 
 #: the work the search may spend, in all: gaps looked at, tasks placed, and per job
@@ -50,15 +50,12 @@ class _Gaps:
     def __init__(self, pp: PoolProblem, s: TaskSchedule, ev: Evaluation, j: int,
                  shortest: float) -> None:
         keep = np.asarray(s.job) != j
-        start, end = np.asarray(s.start, dtype=float)[keep], ev.end[keep]
-        gpu = np.asarray(s.gpu, dtype=np.int64)[keep]
-        order = np.lexsort((start, gpu))
-        bounds = np.searchsorted(gpu[order], np.arange(pp.K + 1)).tolist()
         self.lo: list[list[float]] = []  # gap k of a GPU: [lo[k], hi[k])
         self.hi: list[list[float]] = []
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            lo = np.concatenate([[-np.inf], end[order[a:b]]])
-            hi = np.concatenate([start[order[a:b]], [np.inf]])
+        for st, en in by_gpu(pp.K, np.asarray(s.start, dtype=float)[keep], ev.end[keep],
+                             np.asarray(s.gpu, dtype=np.int64)[keep]):
+            lo = np.concatenate([[-np.inf], en])
+            hi = np.concatenate([st, [np.inf]])
             wide = hi - lo >= shortest * (1 - 1e-9)  # no task of the job fits the others
             self.lo.append(lo[wide].tolist())
             self.hi.append(hi[wide].tolist())
@@ -107,20 +104,17 @@ def _job_rows(s: TaskSchedule, j: int) -> list[list[int]]:
 
 def _durations(pp: PoolProblem, s: TaskSchedule, j: int, rows: list[int]) -> np.ndarray:
     """(tasks, GPUs) compute seconds of job j's ``rows`` on every GPU (inf: not allowed)."""
-    from hetsched.planning.pool.uneven import iteration_at
+    from hetsched.planning.pool.uneven import task_compute_s
 
     assert s.batch is not None and s.iters is not None
     p = pp.base
     T = p.T
-    b = np.asarray(s.batch, dtype=np.int64)[rows]
-    n = np.asarray(s.iters, dtype=float)[rows]
     typ = np.tile(np.arange(T), len(rows))
     jj = np.full(len(typ), j)
-    bb = np.repeat(b, T)
-    per = iteration_at(pp, jj, typ, bb) + pp.task_overhead_s[jj, typ] / pp.N[j]
-    per = np.where(p.allowed[jj, typ] & (bb <= p.cap[jj, typ]), per, np.inf)
-    by_type = np.repeat(n, T) * per
-    return by_type.reshape(len(rows), T)[:, pp.gpu_type]
+    bb = np.repeat(np.asarray(s.batch, dtype=np.int64)[rows], T)
+    secs = task_compute_s(pp, jj, typ, bb, np.repeat(np.asarray(s.iters)[rows], T))
+    secs = np.where(p.allowed[jj, typ] & (bb <= p.cap[jj, typ]), secs, np.inf)
+    return secs.reshape(len(rows), T)[:, pp.gpu_type]
 
 
 def _place_round(gaps: _Gaps, dur: np.ndarray, ready: float, limit: float
@@ -204,17 +198,15 @@ def _recreate(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, j: int,
 
 def _order(pp: PoolProblem, s: TaskSchedule, ev: Evaluation) -> list[int]:
     """The jobs whose rounds wait (ready, not started), by weighted waiting, most first."""
-    job, rnd = np.asarray(s.job, dtype=np.int64), np.asarray(s.rnd, dtype=np.int64)
-    maxr = int(rnd.max()) + 1
-    key = job * maxr + rnd
-    ukey, inv = np.unique(key, return_inverse=True)
-    inv = np.asarray(inv).reshape(-1)
-    first = np.full(len(ukey), np.inf)
-    bar = np.full(len(ukey), -np.inf)
-    np.minimum.at(first, inv, np.asarray(s.start, dtype=float))
-    np.maximum.at(bar, inv, ev.sync_end)
-    rj = ukey // maxr
-    same = np.zeros(len(ukey), dtype=bool)
+    from hetsched.planning.pool.uneven import rounds_of
+
+    rid, rj, _ = rounds_of(pp, np.asarray(s.job, dtype=np.int64),
+                           np.asarray(s.rnd, dtype=np.int64), np.asarray(s.task, dtype=np.int64))
+    first = np.full(len(rj), np.inf)
+    bar = np.full(len(rj), -np.inf)
+    np.minimum.at(first, rid, np.asarray(s.start, dtype=float))
+    np.maximum.at(bar, rid, ev.sync_end)
+    same = np.zeros(len(rj), dtype=bool)
     same[1:] = rj[1:] == rj[:-1]
     ready = np.where(same, np.concatenate([[0.0], bar[:-1]]), pp.arrival[rj])
     wait = np.bincount(rj, weights=np.maximum(0.0, first - ready), minlength=pp.S)

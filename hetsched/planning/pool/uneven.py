@@ -142,13 +142,19 @@ def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, np.asarray(inv).reshape(-1)
 
 
+def task_compute_s(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray,
+                   iters: np.ndarray) -> np.ndarray:
+    """Compute seconds of each uneven task (job, GPU type, local batch, iterations): its
+    iterations at the executor's step, plus the measured per-task overhead's share."""
+    return iters * (iteration_at(pp, job, typ, batch) + pp.task_overhead_s[job, typ] / pp.N[job])
+
+
 def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.ndarray,
                  iters: np.ndarray, rid: np.ndarray, rj: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(compute, sync) seconds of every task of a checked uneven schedule."""
     typ = pp.gpu_type[gpu]
-    step = iteration_at(pp, job, typ, batch)
-    tc = iters * (step + pp.task_overhead_s[job, typ] / pp.N[job])
+    tc = task_compute_s(pp, job, typ, batch, iters)
     nodes = gpu_nodes(pp)[gpu]
     nr = len(rj)
     counts = np.zeros((nr, pp.T), dtype=np.int64)  # each round's workers per GPU type
@@ -167,4 +173,4 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
 
 
 __all__ = ["step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes",
-           "unique_rows", "uneven_times"]
+           "unique_rows", "task_compute_s", "uneven_times"]
