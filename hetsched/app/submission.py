@@ -1,5 +1,6 @@
 """What submitting a plan means in every mode (app/modes.py): the result, the errors,
-the files root, the plan checks, the sbatch options and time limit every job gets, the
+the files root, the plan checks, the id a submit runs under (a plan that ran to its end
+runs again under a new one), the sbatch options and time limit every job gets, the
 refusal of a job queued under another plan, and interrupt-safe sbatch loops.
 
 The modes' own submission: app/space_submit.py (a hetjob per job or co-location
@@ -15,13 +16,15 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hetsched import config
+from hetsched.app.runnable import unrunnable
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
-from hetsched.io.jobfiles import files_root
+from hetsched.io.jobfiles import batch_of, files_root
 from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
 from hetsched.slurm.templates import Script
 from hetsched.state.store import SUBMITTING, Store
@@ -71,6 +74,46 @@ def check_plan(plan: Plan, source: str = "plan") -> str:
     if not NAME_RE.match(pid):
         raise InputError(source, f"plan_id {pid!r} is not valid", "plan_id")
     return pid
+
+
+def run_id(plan: Plan, pid: str, store: Store, client: SlurmClient) -> str:
+    """The id a user's submit of ``plan`` (id ``pid``) runs under.
+
+    Submitting is idempotent: a plan whose batch is still in flight (a job queued or
+    running under this plan or a replan's, an sbatch not yet answered, or a job not
+    yet handed over after a crash) resumes under its own id, and nothing is sent
+    twice. A plan whose batch ran to its end (every job handed to Slurm, none left
+    in the queue: one squeue) is a new batch of the same jobs: it runs again under
+    ``PID.2``, ``PID.3``... (the first such id not in that state), so its jobs
+    train afresh instead of resuming the finished checkpoints, and status and
+    reports keep the two runs apart.
+    """
+    names = {j.name for j in plan.jobs if j.segments} - {n for n, _ in unrunnable(plan)}
+    live: set[str] | None = None  # one squeue, and only when it is needed
+    stored: dict[str, dict[str, Any] | None] = {}
+
+    def batch(plan_id: str, job: str) -> str:
+        if plan_id not in stored:
+            stored[plan_id] = store.plan(plan_id)
+        return batch_of(stored[plan_id] or {"plan_id": plan_id}, job)
+
+    n, rid = 1, pid
+    while True:
+        subs = store.submissions(rid)
+        handed = {s.job for s in subs if s.slurm_id}
+        if not subs or not names <= handed or any(
+                s.slurm_id is None and s.state == SUBMITTING for s in subs):
+            return rid
+        # still in the queue, under this plan or a replan's plan that continues its jobs
+        queued = {s.slurm_id for s in store.submissions() if s.job in names and s.slurm_id
+                  and s.state in LIVE_STATES and batch(s.plan_id, s.job) == rid}
+        if queued:
+            if live is None:
+                live = {j.leader for j in client.jobs() if not j.finished}
+            if queued & live:
+                return rid
+        n += 1
+        rid = f"{pid}.{n}"
 
 
 def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:

@@ -7,6 +7,7 @@ What every mode shares: app/submission.py.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from hetsched.app.submission import (  # noqa: F401 - the names callers use
     base_sbatch,
     check_plan,
     files_dir,
+    run_id,
     time_limit,
 )
 from hetsched.core.plan import Plan
@@ -43,6 +45,15 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     Jobs that would fail where they run (app/runnable.py) are refused, or left
     out with ``skip_unrunnable`` (space mode).
     """
+    if not dry_run and store is not None and client is not None and only is None \
+            and segment_of is None:
+        pid = check_plan(plan, source)
+        rid = run_id(plan, pid, store, client)
+        if rid != pid:
+            if progress is not None:
+                progress(f"plan {pid} ran to its end before: submitting its jobs again "
+                         f"as plan {rid}")
+            plan = dataclasses.replace(plan, plan_id=rid)
     return mode_named(plan.mode).submit(
         plan, store, client, dry_run=dry_run, partition=partition, pin_nodes=pin_nodes,
         only=only, segment_of=segment_of, source=source,

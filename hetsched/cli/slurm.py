@@ -135,7 +135,9 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     Each job's first segment becomes one heterogeneous job: one component per
     (GPU type, node) group with --gres=gpu:TYPE:N and one srun step across
     them. All or nothing: if an sbatch fails, what this run submitted is
-    cancelled. Re-running after a crash does not submit twice. Later segments
+    cancelled. Re-running after a crash does not submit twice; a plan whose
+    jobs all ran and left the queue runs again as a new batch (plan id PID.2,
+    PID.3...), its jobs trained afresh. Later segments
     are submitted by `hetsched replan`. A pool-mode plan becomes ONE hetjob
     holding the pool's GPUs, one `hetsched exec` per GPU (--dry-run also
     prints each GPU's task sequence).
