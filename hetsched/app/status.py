@@ -153,15 +153,20 @@ def failed_log(store: Store, slurm_id: str | None) -> str | None:
     return str(found[0]) if found else None
 
 
+def _times(r: float) -> str:
+    """``1.7x``; two decimals where one would read as the threshold itself (``1.51x``)."""
+    return f"{r:.2f}x" if round(r, 1) <= SLOW else f"{r:.1f}x"
+
+
 def _slow(st: JobStatus, pred_dur: float | None) -> str:
     """Why this job is flagged as slower than predicted ("" when it is not)."""
     if st.measured_jct_s and st.predicted_jct_s and st.measured_jct_s > SLOW * st.predicted_jct_s:
-        return f"JCT {st.measured_jct_s / st.predicted_jct_s:.1f}x the prediction"
+        return f"JCT {_times(st.measured_jct_s / st.predicted_jct_s)} the prediction"
     if st.state in RUNNING and st.elapsed_s and pred_dur and st.elapsed_s > SLOW * pred_dur:
-        return f"running {st.elapsed_s / pred_dur:.1f}x its predicted time"
+        return f"running {_times(st.elapsed_s / pred_dur)} its predicted time"
     if st.measured_iter_s and st.predicted_iter_s and \
             st.measured_iter_s > SLOW * st.predicted_iter_s:
-        return f"iterations {st.measured_iter_s / st.predicted_iter_s:.1f}x the prediction"
+        return f"iterations {_times(st.measured_iter_s / st.predicted_iter_s)} the prediction"
     return ""
 
 

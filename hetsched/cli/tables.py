@@ -147,6 +147,8 @@ def status_table(jobs: list[Any], width: int = UNLIMITED, now: float | None = No
 
 def status_notes(jobs: list[Any]) -> list[str]:
     """Lines under the status table: slow jobs (the '!'), and each failed job's log."""
-    out = [f"! {j.job}: {j.slow} (more than 1.5x)" for j in jobs if j.slow]
+    from hetsched.app.status import SLOW
+
+    out = [f"! {j.job}: {j.slow} (more than {SLOW:g}x)" for j in jobs if j.slow]
     out += [f"{j.job} {j.state.lower()}: log {j.log}" for j in jobs if j.log]
     return out

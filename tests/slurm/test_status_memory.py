@@ -72,3 +72,12 @@ def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
     assert {j.job for j in every} == {"o1", "n1"}
     assert " plan " in _text(every) and " plan " not in _text(
         [j for j in every if j.job == "n1"])
+
+
+def test_slow_ratios_never_read_as_the_threshold() -> None:
+    """A job flagged at 1.504x its prediction says 1.50x, not "1.5x (more than 1.5x)"."""
+    from hetsched.app.status import SLOW, _times
+
+    assert _times(1.504) == "1.50x" and _times(1.549) == "1.55x"
+    assert _times(1.56) == "1.6x" and _times(33.0) == "33.0x"
+    assert SLOW == 1.5
