@@ -64,7 +64,9 @@ class CommandError(HetschedError):
     def __str__(self) -> str:
         tail = " ".join(line.strip() for line in self.stderr.strip().splitlines()[-3:])
         what = f"`{' '.join(self.argv[:3])}{' ...' if len(self.argv) > 3 else ''}`"
-        code = "timed out" if self.returncode is None else f"exited {self.returncode}"
+        # exit status 0 and still an error: Slurm's --json commands answer so (an errors list)
+        code = ("timed out" if self.returncode is None else "answered with an error"
+                if self.returncode == 0 else f"exited {self.returncode}")
         msg = f"{what} {code}"
         if tail:
             msg += f": {tail}"

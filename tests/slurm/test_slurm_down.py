@@ -64,6 +64,7 @@ def test_every_command_says_slurm_did_not_answer(
                           (replan_cmd, ["--state", str(state), "--force", "--throughputs", str(tp)])):
             code, out = invoke(cmd, args)
             assert code == EXIT_SLURM_DOWN and "Slurm did not answer" in out, (cmd.name, out)
+            assert "exited 0" not in out, (cmd.name, out)  # exit status 0 is no success here
             assert _rows(state) == rows, cmd.name  # nothing recorded on a non-answer
     finally:
         testbed.start_controller()
