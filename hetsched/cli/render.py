@@ -41,6 +41,8 @@ def batches_summary(workers: list[Any]) -> str:
 
 def jobs_table(plan: Plan, width: int = UNLIMITED) -> Table:
     """One row per segment; on a WIDTH-column terminal other columns fold before names split."""
+    if plan.mode == "pool" and plan.tasks is not None:
+        return _pool_jobs_table(plan, plan.tasks, width)
     # co-located groups (Harmony): a "group" column naming the jobs a segment shares its GPUs with
     mates = _group_members(plan)
     cols = [("job", "left", "name"), ("w", "right", "number"), ("seg", "right", "number"),
@@ -61,6 +63,26 @@ def jobs_table(plan: Plan, width: int = UNLIMITED) -> Table:
                 fmt_s(jp.jct_s) if last else "",
                 *([_group_cell(seg.group, jp.name, mates)] if mates else []),
             ))
+    return folding_table(f"Plan ({plan.policy})", cols, rows, width)
+
+
+def _pool_jobs_table(plan: Plan, tasks: PoolTasks, width: int) -> Table:
+    """A pool plan, one row per job: the GPUs its tasks ran on over its life (time-shared
+    with other jobs' tasks, not all at once), and the most tasks any of its rounds has
+    times the largest local batch of a task (in an even plan, every round's shape)."""
+    cols = [("job", "left", "name"), ("w", "right", "number"),
+            ("GPUs used (node:count)", "left", "list"),
+            ("max tasks x batch", "left", "list"),
+            ("iter", "right", "number"), ("start", "right", "number"),
+            ("end", "right", "number"), ("JCT", "right", "number")]
+    rows: list[tuple[str, ...]] = []
+    for jp in plan.jobs:
+        t = tasks.jobs.get(jp.name)
+        seg = jp.segments[0] if jp.segments else None
+        rows.append((jp.name, f"{jp.weight:g}", gpus_summary(seg.workers) if seg else "-",
+                     f"{t.tasks_per_round} x {t.local_batch}" if t else "-",
+                     f"{seg.iteration_s * 1000:.1f}ms" if seg else "-",
+                     fmt_s(jp.start_s), fmt_s(jp.end_s), fmt_s(jp.jct_s)))
     return folding_table(f"Plan ({plan.policy})", cols, rows, width)
 
 
@@ -89,8 +111,9 @@ def summary_table(plan: Plan) -> Table:
     tab.add_row("makespan", f"{plan.makespan_s:,.1f} s ({fmt_s(plan.makespan_s)})")
     tab.add_row("Jain fairness", f"{plan.fairness:.3f}")
     kind = plan.lower_bound_extra.get("kind")
-    tab.add_row("lower bound", f"{plan.lower_bound_s:,.1f} s (gap {plan.gap * 100:.1f}%"
-                + (f", {kind} bound)" if kind else ")"))
+    # a kind names the bound ("lp" -> "lp bound") unless it says so itself (a pool plan's)
+    tab.add_row("lower bound", f"{plan.lower_bound_s:,.1f} s (gap {plan.gap * 100:.1f}%" + (
+        ")" if not kind else f", {kind})" if "bound" in str(kind) else f", {kind} bound)"))
     tab.add_row("planning time", f"{plan.planning_time_s:.3f} s")
     if plan.candidates:
         best = min(plan.candidates.values())

@@ -174,3 +174,23 @@ def test_tasks_section_is_typed_once_and_written_back_as_read() -> None:
     assert (last.job, last.round, last.task, last.keep, last.evict) == ("a", 2, 1, False, ("b",))
     assert last.start_s == pytest.approx(1.0 + 2 * 2.5)
     assert t.to_dict() == section
+
+
+def test_cli_pool_table_shows_rounds_not_simultaneous_workers(tmp_path: Path) -> None:
+    """The pool table lists the GPUs a job's tasks ran on ("GPUs used") and its rounds'
+    shape (most tasks x largest local batch) from the plan's tasks section; the lower
+    bound line reads as one sentence."""
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, ["plan", *ARGS, "--mode", "pool", "--policy", "hare",
+                                    "--no-gantt", "--out", str(out)],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert "GPUs used (node:count)" in res.output and "max tasks x batch" in res.output
+    assert "local batches" not in res.output
+    for j in d["jobs"]:
+        t = d["tasks"]["jobs"][j["name"]]
+        row = next(x for x in res.output.splitlines() if f" {j['name']} " in x)
+        assert f" {t['tasks_per_round']} x {t['local_batch']} " in row, row
+    line = next(x for x in res.output.splitlines() if "lower bound" in x)
+    assert "alike)" in line and "plans bound" not in line

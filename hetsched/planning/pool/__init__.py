@@ -171,8 +171,8 @@ def _union_bound(plan: Plan, alone: float) -> None:
     bound = min(plan.lower_bound_s, alone)
     plan.lower_bound_extra = {
         **plan.lower_bound_extra,
-        "kind": f"min(pool relaxation {plan.lower_bound_s:.6g}, each job alone "
-                f"{alone:.6g}): bounds equal-slice and uneven task plans and space plans"}
+        "kind": f"the lesser of the pool relaxation ({plan.lower_bound_s:.6g}) and each job "
+                f"alone ({alone:.6g}), which bounds task and space plans alike"}
     plan.lower_bound_s = float(bound)
 
 
