@@ -93,7 +93,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many;
     ``confs[i]``, if given, job i's Pareto configurations (:func:`pareto_configs`);
     ``hint``, if given, estimated completion times where the grid should be fine.
-    Returns ``{"weighted_jct_s", "intervals", "configs", "time_s"}``.
+    Returns ``{"weighted_jct_s", "intervals", "configs", "columns", "rounds", "time_s",
+    "completion_s"}`` (``completion_s``: each job's completion time at the last solve).
     """
     t_start = time.perf_counter()
     if time_limit_s is None:
@@ -135,7 +136,9 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         return None
     return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
             "configs": int(n_conf.sum()), "columns": columns(n_conf, first, last),
-            "rounds": rounds, "time_s": time.perf_counter() - t_start}
+            "rounds": rounds, "time_s": time.perf_counter() - t_start,
+            # each job's completion at the last solve (where the bound's slack is: benches)
+            "completion_s": [float(lp.x[c]) * scale + t0 for c in lp.C]}
 
 
 @dataclass
