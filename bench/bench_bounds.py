@@ -203,11 +203,35 @@ def by_job() -> list[dict[str, object]]:
         order = np.argsort(-diff, kind="stable")
         quick = np.array(lp["completion_s"]) - a <= 1.1 * sb.P  # the LP sees no wait
         top = order[:10]
+        # the no-wait jobs in the plan: their wait, and their GPU sets' speed (model)
+        slower, model_ratio, wait = [], [], []
+        for i, jp in enumerate(plan.jobs):
+            if not quick[i]:
+                continue
+            wait.append(jp.segments[0].start_s - a[i])
+            for s in jp.segments:
+                x = np.zeros((1, p.T), dtype=int)
+                for wk in s.workers:
+                    x[0, p.types.index(wk.gpu_type)] += 1
+                m = float(p.iter_time(i, x)[0])
+                model_ratio.append(s.iteration_s / m)
+                slower.append(m * float(p.iters[i]) / float(sb.P[i]))
+        segs = [s for jp in plan.jobs for s in jp.segments]
+        t0, t1 = min(s.start_s for s in segs), max(s.end_s for s in segs)
+        busy = sum(len(s.workers) * (s.end_s - s.start_s) for s in segs) / (p.K * (t1 - t0))
         row = {"trace": name, "jobs": p.S, "plan": float(in_plan.sum()), "lp": float(in_lp.sum()),
                "gap": float(diff.sum() / in_plan.sum()),
                "top10_share": float(diff[top].sum() / diff.sum()),
                "lp_no_wait_jobs": int(quick.sum()),
                "lp_no_wait_share": float(diff[quick].sum() / diff.sum()),
+               "no_wait_jobs_in_plan": {
+                   "median_wait_s": float(np.median(wait)) if wait else None,
+                   "median_plan_over_model_iter": float(np.median(model_ratio))
+                   if model_ratio else None,
+                   "median_slower_than_fastest": float(np.median(slower)) if slower else None,
+                   "p90_slower_than_fastest": float(np.quantile(slower, 0.9))
+                   if slower else None},
+               "plan_gpu_busy": float(busy),
                "top": [{"job": int(i), "arrival_s": round(float(a[i])),
                         "alone_s": round(float(sb.P[i])),
                         "lp_s": round(float(in_lp[i] / w[i])),

@@ -193,3 +193,29 @@ def test_bound_covers_elastic_plans_that_change_the_batch() -> None:
     assert 0 < info["weighted_jct_s"] <= ones.weighted_jct_s
     fixed = plan_problem(p, "exhaustive", restart_cost_s=0.0)
     assert info["weighted_jct_s"] <= fixed.weighted_jct_s
+
+
+def test_merged_configurations_relax_every_member_by_its_gpu_seconds() -> None:
+    """Each configuration is covered by a merged one that is no slower and needs no more
+    GPU-seconds of any type (so every schedule maps onto the merged LP), and charging
+    GPU-seconds instead of the fewest GPUs of the group bounds no lower."""
+    from hetsched.planning import lp_configs
+    from hetsched.planning.lp_bound import lp_lower_bound
+
+    p = many_jobs()
+    for i in range(0, p.S, 7):
+        X, pt = pareto_configs(p, i, _lattice(p, i))
+        Xm, pm = lp_configs.merge_configs(X, pt, max(2, len(X) // 4))
+        assert len(pm) < len(pt) or len(pt) <= 2
+        for x, q in zip(X, pt, strict=True):
+            covers = (pm <= q * (1 + 1e-12)) & (pm[:, None] * Xm <= q * x + 1e-9).all(axis=1)
+            assert covers.any(), (i, x, q)
+    lattices = [_lattice(p, i) for i in range(p.S)]
+    area = lp_lower_bound(p, lattices)
+    try:
+        lp_configs.AREA_MERGE = False
+        fewest = lp_lower_bound(p, lattices)
+    finally:
+        lp_configs.AREA_MERGE = True
+    assert area is not None and fewest is not None
+    assert area["weighted_jct_s"] >= fewest["weighted_jct_s"] * (1 - 1e-6)

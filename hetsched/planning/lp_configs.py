@@ -9,6 +9,10 @@ from hetsched.core.problem import PlanningProblem
 
 __all__ = ["pareto_configs", "merge_configs"]
 
+#: merged configurations charge the fewest GPU-seconds of their members (else the fewest
+#: GPUs at the fastest time: looser; kept to measure against)
+AREA_MERGE = True
+
 
 def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray, iters: float | None = None,
                    it: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -33,17 +37,21 @@ def pareto_configs(p: PlanningProblem, i: int, X: np.ndarray, iters: float | Non
 
 
 def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``cap`` configurations: runs of neighbours merged into one that uses the
-    fewest GPUs of each type of the run at its fastest time.
+    """At most ``cap`` configurations: runs of neighbours merged into one that runs at
+    the run's fastest time and charges, per GPU type, the fewest GPU-seconds any member
+    of the run needs (``min_r p_r x_rt``, as counts over that time: fractional).
 
     Runs are taken within configurations that use the same set of GPU types
     (fastest first), each set getting runs in proportion to its size, so a
     merged configuration keeps its members' kind of GPUs (merging a V100-only
     with a K80-only configuration would give one that uses neither). A
     relaxation, so the bound stays valid: every schedule maps onto the merged
-    configurations with no more GPUs and no more time per piece, so capacity and
+    configurations with no more GPU-seconds of any type and no more time per piece
+    (the LP uses a configuration only through ``p`` and ``p x_t``), so capacity and
     running-time rows only loosen, and the tail ``Q`` (whose kernel is
-    ``min(p_r, p_l)``) of the merged split is at most the original's.
+    ``min(p_r, p_l)``) of the merged split is at most the original's. Charging
+    ``p_min x min_r x_rt`` instead (``AREA_MERGE = False``: the fewest GPUs at the
+    fastest time) is valid too, and never tighter.
     """
     if len(X) <= cap:
         return X, pt
@@ -60,6 +68,11 @@ def merge_configs(X: np.ndarray, pt: np.ndarray, cap: int) -> tuple[np.ndarray, 
     for kind, n in zip(kinds, share, strict=True):
         idx = np.nonzero(support == kind)[0]
         groups += np.array_split(idx[np.argsort(pt[idx], kind="stable")], min(n, len(idx)))
-    Xm = np.array([X[g].min(axis=0) for g in groups])
     pm = np.array([float(pt[g].min()) for g in groups])
+    if AREA_MERGE:
+        # GPU-seconds per type: the least any member needs, spread over the fastest time
+        Xm = np.array([(pt[g, None] * X[g]).min(axis=0) / max(q, 1e-300)
+                       for g, q in zip(groups, pm, strict=True)])
+    else:
+        Xm = np.array([X[g].min(axis=0) for g in groups])
     return Xm, pm
