@@ -32,9 +32,13 @@ class Exhaustive(Policy):
 
     def __init__(self, *, max_pairs: int = 20_000_000) -> None:
         self.max_pairs = int(max_pairs)
+        self._grids: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
 
-    #: seconds per (state, allocation) pair and job in the DP (numpy, measured on a 2-core VM)
-    SECONDS_PER_PAIR = 4e-8
+    #: seconds per (state, allocation) pair and job in the DP (numpy, measured on the 2-core VM:
+    #: 5e-9 on Gavel's traces with the grids kept, bench_work_calibration.py)
+    SECONDS_PER_PAIR = 6e-9
+    #: pairs of the grids kept between events (about 32 bytes each)
+    GRID_CACHE_PAIRS = 4_000_000
 
     @classmethod
     def cost(cls, problem: PlanningProblem) -> float | None:
@@ -62,6 +66,20 @@ class Exhaustive(Policy):
         k = np.minimum(np.asarray(active, dtype=float), problem.K)
         return float(len(k) * cls.EVENT_S + k.sum() * (cls.JOB_S + pairs * cls.SECONDS_PER_PAIR))
 
+    def _grid(self, n: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:func:`_grid` of the free GPUs ``n``, kept for later events: the free counts
+        take few distinct values over a plan (11-25 on Gavel's traces, the whole cluster
+        at half the events), and building the pairs had been a third of the search's
+        time. The most recently used grids are kept, up to ``GRID_CACHE_PAIRS`` pairs."""
+        key = tuple(int(v) for v in n)
+        hit = self._grids.pop(key, None)
+        grid = hit if hit is not None else _grid(n)
+        self._grids[key] = grid  # most recent last
+        while len(self._grids) > 1 and sum(len(g[1]) for g in self._grids.values()) \
+                > self.GRID_CACHE_PAIRS:
+            del self._grids[next(iter(self._grids))]
+        return grid
+
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
@@ -77,14 +95,7 @@ class Exhaustive(Policy):
                 f"exhaustive: {pairs:,} (state, allocation) pairs for {len(rows)} jobs on "
                 f"{int(n.sum())} GPUs of {p.T} types exceeds max_pairs={self.max_pairs:,}; "
                 "use has or jps, or raise --param max_pairs=N")
-        states = np.array(np.unravel_index(np.arange(P), dims)).T  # (P, T)
-        # all (s, x) with x <= s, as flat indices
-        le = (states[None, :, :] <= states[:, None, :]).all(axis=2) if P <= 4096 else None
-        if le is not None:
-            s_idx, x_idx = np.nonzero(le)
-        else:
-            s_idx, x_idx = _pairs(states, dims)
-        d_idx = np.ravel_multi_index((states[s_idx] - states[x_idx]).T, dims)
+        states, s_idx, x_idx, d_idx, starts = self._grid(n)
         self.work_s += len(rows) * len(s_idx) * self.SECONDS_PER_PAIR
         V = np.zeros(P)
         choice = []
@@ -94,8 +105,8 @@ class Exhaustive(Policy):
             k = states.sum(axis=1)
             f[(k < p.lo[i]) | (k > p.hi[i]) | (k == 0)] = np.inf
             tot = f[x_idx] + V[d_idx]
-            newV = np.full(P, np.inf)
-            np.minimum.at(newV, s_idx, tot)
+            # pairs are grouped by state, in state order (every state has x = 0)
+            newV = np.minimum.reduceat(tot, starts)
             # argmin per state: first pair achieving the minimum
             hit = tot == newV[s_idx]
             arg = np.full(P, -1)
@@ -111,6 +122,25 @@ class Exhaustive(Policy):
             X[r] = states[x]
             s = int(np.ravel_multi_index(tuple(states[s] - states[x]), dims))
         return X
+
+
+def _grid(n: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every state ``s <= n`` (per-type counts) and every pair ``x <= s``: the states, per
+    pair the flat indices of ``s``, ``x`` and ``s - x`` (grouped by ``s``, in order), and
+    where each state's pairs start."""
+    dims = n + 1
+    P = int(np.prod(dims))
+    states = np.array(np.unravel_index(np.arange(P), dims)).T  # (P, T)
+    # all (s, x) with x <= s, as flat indices
+    le = (states[None, :, :] <= states[:, None, :]).all(axis=2) if P <= 4096 else None
+    if le is not None:
+        s_idx, x_idx = np.nonzero(le)
+    else:
+        s_idx, x_idx = _pairs(states, dims)
+    d_idx = np.ravel_multi_index((states[s_idx] - states[x_idx]).T, dims)
+    # where each state's pairs start (s_idx is sorted: both enumerations go state by state)
+    starts = np.searchsorted(s_idx, np.arange(P))
+    return states, s_idx, x_idx, d_idx, starts
 
 
 def _pairs(states: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
