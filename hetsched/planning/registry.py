@@ -28,7 +28,7 @@ _ALIASES: dict[tuple[str, str], str] = {}
 #: before jps (40 sampled categories) before has (every category). Unlisted registered
 #: policies follow in name order
 AUTO_ORDER = {
-    "space": ("optimus", "optimus-lb", "fifo", "allox", "homo", "srtf", "exhaustive", "jps",
+    "space": ("optimus", "optimus-lb", "fifo", "allox", "homo", "srtf", "jps", "exhaustive",
               "has"),
     "pool": ("hare", "pool-allox", "pool-srtf", "pool-homo", "pool-fifo"),
 }
