@@ -97,16 +97,17 @@ def run_id(plan: Plan, pid: str, store: Store, client: SlurmClient) -> str:
             stored[plan_id] = store.plan(plan_id)
         return batch_of(stored[plan_id] or {"plan_id": plan_id}, job)
 
+    mine = [s for s in store.submissions() if s.job in names]  # one read, every plan
     n, rid = 1, pid
     while True:
-        subs = store.submissions(rid)
+        subs = [s for s in mine if s.plan_id == rid]
         handed = {s.job for s in subs if s.slurm_id}
         if not subs or not names <= handed or any(
                 s.slurm_id is None and s.state == SUBMITTING for s in subs):
             return rid
         # still in the queue, under this plan or a replan's plan that continues its jobs
-        queued = {s.slurm_id for s in store.submissions() if s.job in names and s.slurm_id
-                  and s.state in LIVE_STATES and batch(s.plan_id, s.job) == rid}
+        queued = {s.slurm_id for s in mine if s.slurm_id and s.state in LIVE_STATES
+                  and batch(s.plan_id, s.job) == rid}
         if queued:
             if live is None:
                 live = {j.leader for j in client.jobs() if not j.finished}

@@ -49,11 +49,10 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
             and segment_of is None:
         pid = check_plan(plan, source)
         rid = run_id(plan, pid, store, client)
-        if rid != pid:
-            if progress is not None:
-                progress(f"plan {pid} ran to its end before: submitting its jobs again "
-                         f"as plan {rid}")
-            plan = dataclasses.replace(plan, plan_id=rid)
+        if rid != pid and progress is not None:
+            progress(f"plan {pid} ran to its end before: submitting its jobs again "
+                     f"as plan {rid}")
+        plan = dataclasses.replace(plan, plan_id=rid)  # the id named: not hashed again
     return mode_named(plan.mode).submit(
         plan, store, client, dry_run=dry_run, partition=partition, pin_nodes=pin_nodes,
         only=only, segment_of=segment_of, source=source,

@@ -24,9 +24,10 @@ _ALIASES: dict[tuple[str, str], str] = {}
 #: admits them in this order while their predicted counted work fits the budget). The
 #: first always runs to its end, so it is the cheapest good one (optimus: ~1.5 ms per
 #: event); then the other greedy and queue policies (cheap: they always fit below 1,000
-#: jobs), then the searches, exhaustive (exact per event, affordable on small clusters)
-#: before jps (40 sampled categories) before has (every category). Unlisted registered
-#: policies follow in name order
+#: jobs), then the searches: jps (40 sampled categories) before exhaustive (exact per
+#: event, affordable on small clusters; first, it had taken the budget jps needed where
+#: jps's plan is better) before has (every category). Unlisted registered policies
+#: follow in name order
 AUTO_ORDER = {
     "space": ("optimus", "optimus-lb", "fifo", "allox", "homo", "srtf", "jps", "exhaustive",
               "has"),
