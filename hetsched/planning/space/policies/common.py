@@ -246,8 +246,20 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     """Iteration time with an equal split of the global batch (no load balancing).
 
     This is how the baselines' papers run data parallelism: every worker gets
-    B/K samples, so the slowest GPU type sets the pace.
+    B/K samples, so the slowest GPU type sets the pace. Memoised per problem
+    (``p.estimates.equal_iter_time``): the fixed-size baselines ask for the same
+    few counts of each job at every event.
     """
+    cache = p.estimates.equal_iter_time
+    key = (i, tuple(int(x) for x in n))
+    v = cache.get(key)
+    if v is None:
+        v = cache[key] = _equal_iter_time(p, i, n)
+    return v
+
+
+def _equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
+    """:func:`equal_iter_time`, computed."""
     from hetsched.core.model import equal_shares, step_time
 
     K = int(n.sum())
@@ -275,7 +287,7 @@ def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
         def eq(i: int, n: tuple[int, ...]) -> float:
             key = (i, n)
             if key not in cache:
-                cache[key] = equal_iter_time(p, i, np.array(n, dtype=int))
+                cache[key] = _equal_iter_time(p, i, np.array(n, dtype=int))
             return cache[key]
 
         return eq

@@ -79,7 +79,6 @@ class SRTF(Policy):
     paper = "Shortest remaining time first (Gavel's and Hare's baseline)"
     summary = "Shortest predicted remaining time first, requested GPU count, preemptive"
     shares = "equal"
-    EVENT_S, JOB_S = 8e-3, 2e-5
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem

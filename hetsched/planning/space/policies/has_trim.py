@@ -18,6 +18,8 @@ from hetsched.planning.space.policies.base import Snapshot
 TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
 #: (job, counts) iteration times kept across events for the greedy trim (then cleared)
 ITER_CACHE_MAX = 2_000_000
+#: lattice points of iteration times kept across events for the exact trim (all jobs)
+LATTICE_CACHE_POINTS = 4_000_000
 
 
 def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
@@ -48,6 +50,66 @@ def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
     return out
 
 
+def model_key(p: PlanningProblem, i: int) -> tuple:
+    """What :meth:`PlanningProblem.iter_time` of job i depends on: jobs with equal keys
+    (one workload at one global batch) have equal iteration times at every count vector."""
+    keys: dict[int, tuple] = p.estimates.extra.setdefault("model_key", {})
+    if i not in keys:
+        curves = p.curves[i]
+        keys[i] = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(),
+                   p.allowed[i].tobytes(), int(p.B[i]), float(p.model_mb[i]),
+                   p.sync[i].tobytes(), tuple(sorted(p.calibrated[i].items())),
+                   None if curves is None else tuple(
+                       None if cv is None else (cv[0].tobytes(), cv[1].tobytes())
+                       for cv in curves))
+    return keys[i]
+
+
+def lattice_times(p: PlanningProblem, i: int, dims: tuple[int, ...], states: np.ndarray
+                  ) -> np.ndarray:
+    """:meth:`PlanningProblem.iter_time` of job i at every count vector of the lattice
+    ``dims`` (``states``, in C order), read from a box of them kept across events.
+
+    The free GPUs change at every event, so each event's lattice differs, but
+    they overlap, and jobs of one workload and batch share one box
+    (:func:`model_key`): a box grows to cover every lattice asked for (while it
+    holds at most ``TRIM_TABLE_MAX`` points) and only the new points are
+    computed. Each value is ``p.iter_time``'s for that row (rows are computed
+    independently), so the table, and the plan, are what they were without it.
+    The boxes are kept in ``p.estimates.extra`` up to ``LATTICE_CACHE_POINTS``
+    points in all, least recently used dropped first.
+    """
+    store: dict[tuple, tuple[tuple[int, ...], np.ndarray]] = \
+        p.estimates.extra.setdefault("trim_lattice", {})
+    key = model_key(p, i)
+    old = store.pop(key, None)
+    if old is not None and all(d <= b for d, b in zip(dims, old[0], strict=True)):
+        store[key] = old  # most recently used last
+        return old[1][tuple(slice(0, d) for d in dims)].reshape(-1)
+    box = dims if old is None else tuple(max(d, b) for d, b in zip(dims, old[0], strict=True))
+    if int(np.prod(box)) > TRIM_TABLE_MAX:
+        box, old = dims, None
+    if box == dims:
+        all_states = states
+    else:
+        all_states = np.array(np.unravel_index(np.arange(int(np.prod(box))), box)).T
+    F = np.empty(len(all_states))
+    if old is None:
+        F[:] = p.iter_time(i, all_states)
+    else:
+        known = (all_states < np.asarray(old[0])).all(axis=1)
+        F[known] = old[1][tuple(all_states[known].T)]
+        F[~known] = p.iter_time(i, all_states[~known])
+    Fb = F.reshape(box)
+    store[key] = (box, Fb)
+    total = sum(v.size for _, v in store.values())
+    for k in list(store):
+        if total <= LATTICE_CACHE_POINTS or k == key:
+            break
+        total -= store.pop(k)[1].size
+    return Fb[tuple(slice(0, d) for d in dims)].reshape(-1)
+
+
 def best_sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Job i's best sub-allocation of every count vector of the lattice ``dims``.
@@ -57,7 +119,7 @@ def best_sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
     of the best ``y <= x`` for every ``x``, and the lattice's count vectors.
     """
     states = np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
-    f = p.iter_time(i, states)
+    f = lattice_times(p, i, dims, states)
     f[states.sum(axis=1) < lo] = np.inf
     V = f.reshape(dims)
     idx = np.arange(V.size).reshape(dims)
