@@ -12,7 +12,7 @@ from hetsched.core.report import RecordingReporter
 from hetsched.planning.planner import plan_problem
 
 #: binding on this instance: has is predicted over what is left, the cheaper ones fit
-BUDGET_S = 0.2
+BUDGET_S = 0.08
 
 
 def _plan(workers: int) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:

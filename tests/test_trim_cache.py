@@ -1,9 +1,10 @@
 """The iteration-time memos of the baselines and of HAS/JPS's trim give the computed values.
 
 ``equal_iter_time`` (fifo, srtf, allox, las) is memoised per problem;
-``has_trim.lattice_times`` keeps a box of iteration times per job model across
-events. Both must return exactly what computing afresh returns, whatever order
-the lattices are asked in, and plans must not depend on how much is kept.
+``has_trim.sub_table`` keeps each job model's trim table across events, in a
+box that grows. Both must return exactly what computing afresh returns (ties
+included), whatever order the lattices are asked in, and plans must not
+depend on how much is kept.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _problem():
     cluster = make_cluster([("a", "v100", 4), ("b", "v100", 4), ("c", "k80", 4),
                             ("d", "p100", 3)])
     jobs = [make_job("j0", "w", global_batch=64), make_job("j1", "w", global_batch=64),
-            make_job("j2", "u", global_batch=128), make_job("j3", "w", global_batch=32)]
+            make_job("j2", "u", global_batch=128), make_job("j3", "w", global_batch=32),
+            make_job("j4", "w", global_batch=64, min_gpus=3)]
     return PlanningProblem(jobs, cluster, table)
 
 
@@ -34,41 +36,76 @@ def _states(dims):
     return np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
 
 
-def test_lattice_times_equal_iter_time_in_any_order(monkeypatch) -> None:
+def _fresh(p, i, dims, lo):
+    """The table of the lattice ``dims`` alone: what each event computed before."""
+    states = _states(dims)
+    f = p.iter_time(i, states)
+    f[states.sum(axis=1) < lo] = np.inf
+    V, idx = has_trim._sweep(f.reshape(dims))
+    return V, idx
+
+
+def _brute(p, i, dims, lo):
+    """Least iteration time of any y <= x with at least lo GPUs, for every x of ``dims``."""
+    states = _states(dims)
+    f = p.iter_time(i, states)
+    f[states.sum(axis=1) < lo] = np.inf
+    return np.array([f[(states <= x).all(axis=1)].min() for x in states])
+
+
+def test_kept_tables_equal_fresh_ones_in_any_order(monkeypatch) -> None:
     p = _problem()
-    monkeypatch.setattr(has_trim, "LATTICE_CACHE_POINTS", 200)  # forces evictions too
+    monkeypatch.setattr(has_trim, "TABLE_CACHE_BYTES", 6000)  # some boxes are not kept
     rng = np.random.default_rng(0)
-    for _ in range(60):
+    for _ in range(80):
         i = int(rng.integers(p.S))
+        lo = int(p.lo[i])
         dims = tuple(int(rng.integers(1, n + 2)) for n in p.n_type)
-        states = _states(dims)
-        got = has_trim.lattice_times(p, i, dims, states)
-        np.testing.assert_array_equal(got, p.iter_time(i, states))
-    kept = p.estimates.extra["trim_lattice"]
-    # the box just used stays even when it alone is over the limit; the others go first
-    assert sum(v.size for _, v in kept.values()) <= 200 or len(kept) == 1
+        V, idx, box = has_trim.sub_table(p, i, dims, lo)
+        Vf, idxf = _fresh(p, i, dims, lo)
+        inside = tuple(slice(0, d) for d in dims)
+        np.testing.assert_array_equal(V[inside], Vf)
+        # the same best y (ties broken alike), as counts
+        got = np.array(np.unravel_index(idx[inside].ravel(), box)).T
+        want = np.array(np.unravel_index(idxf.ravel(), dims)).T
+        np.testing.assert_array_equal(got, want)
+    assert 0 < has_trim._kept_bytes(p.estimates.extra["trim_tables"]) <= 6000
 
 
-def test_jobs_of_one_model_share_a_box() -> None:
+def test_the_table_is_the_best_sub_allocation() -> None:
+    p = _problem()
+    for i in (0, 2, 4):
+        dims = tuple(int(n) + 1 for n in p.n_type)
+        V, _, _ = has_trim.sub_table(p, i, dims, int(p.lo[i]))
+        np.testing.assert_array_equal(V.ravel(), _brute(p, i, dims, int(p.lo[i])))
+
+
+def test_jobs_of_one_model_share_a_box_and_each_minimum_has_its_table() -> None:
     p = _problem()
     assert has_trim.model_key(p, 0) == has_trim.model_key(p, 1)  # same workload and batch
+    assert has_trim.model_key(p, 0) == has_trim.model_key(p, 4)  # min_gpus is not the model
     assert has_trim.model_key(p, 0) != has_trim.model_key(p, 3)  # another batch
     assert has_trim.model_key(p, 0) != has_trim.model_key(p, 2)  # another workload
     dims = tuple(int(n) + 1 for n in p.n_type)
-    has_trim.lattice_times(p, 0, dims, _states(dims))
-    has_trim.lattice_times(p, 1, dims, _states(dims))
-    assert len(p.estimates.extra["trim_lattice"]) == 1
+    for i in (0, 1, 4):
+        has_trim.sub_table(p, i, dims, int(p.lo[i]))
+    kept = p.estimates.extra["trim_tables"]
+    assert len(kept) == 1
+    box = next(iter(kept.values()))
+    assert sorted(box.tables) == [1, 3]
+    assert box.F is None  # the box covers the partition: its times are dropped
+    V, _, _ = has_trim.sub_table(p, 4, dims, 3)
+    np.testing.assert_array_equal(V.ravel(), _brute(p, 4, dims, 3))
 
 
 def test_a_box_grows_only_up_to_the_table_size(monkeypatch) -> None:
     p = _problem()
     monkeypatch.setattr(has_trim, "TRIM_TABLE_MAX", 20)
-    key = has_trim.model_key(p, 0)
     boxes = []
     for dims in ((2, 2, 3), (3, 2, 2), (2, 3, 3)):  # 12, 12, 18 points (the caller's limit)
-        got = has_trim.lattice_times(p, 0, dims, _states(dims))
-        np.testing.assert_array_equal(got, p.iter_time(0, _states(dims)))
-        boxes.append(p.estimates.extra["trim_lattice"][key][0])
+        V, _, box = has_trim.sub_table(p, 0, dims, 1)
+        np.testing.assert_array_equal(V[tuple(slice(0, d) for d in dims)], _fresh(p, 0, dims, 1)[0])
+        boxes.append(box)
     # (2,2,3) then their box (3,2,3); (3,3,3) would be 27 points: the last lattice alone
     assert boxes == [(2, 2, 3), (3, 2, 3), (2, 3, 3)]
 
@@ -84,15 +121,16 @@ def test_equal_iter_time_memo_is_the_computed_value() -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(max_jobs=5, max_gpus=10))
-def test_jps_plans_do_not_depend_on_the_lattice_memo(inst) -> None:
+def test_jps_plans_do_not_depend_on_the_kept_tables(inst) -> None:
     p = inst.problem()
     kept = simulate(p, JPS(samples=8), restart_cost_s=0.0)
     q = inst.problem()
-    old = has_trim.LATTICE_CACHE_POINTS
-    has_trim.LATTICE_CACHE_POINTS = 0  # only the box just used is kept
+    old = has_trim.TABLE_CACHE_BYTES
+    has_trim.TABLE_CACHE_BYTES = 0  # none kept: each event builds its own tables
     try:
         fresh = simulate(q, JPS(samples=8), restart_cost_s=0.0)
     finally:
-        has_trim.LATTICE_CACHE_POINTS = old
+        has_trim.TABLE_CACHE_BYTES = old
+    assert not q.estimates.extra.get("trim_tables")
     assert [j.to_dict() for j in kept.jobs] == [j.to_dict() for j in fresh.jobs]
     assert kept.weighted_jct_s == fresh.weighted_jct_s

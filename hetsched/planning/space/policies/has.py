@@ -38,8 +38,8 @@ from hetsched.planning.space.policies.common import (
 )
 from hetsched.planning.space.policies.has_trim import (
     TRIM_TABLE_MAX,
-    best_sub_table,
     refill,
+    sub_table,
     trim_greedy,
 )
 from hetsched.planning.space.policies.sampling import (
@@ -55,10 +55,12 @@ from hetsched.planning.space.policies.sampling import (
 MATCHINGS = ("both", "raw", "normalized")
 #: best (category, matching) rows whose idle GPUs are handed out after the trim
 REFILL_ROWS = 16
-#: reference seconds per job row matched or scored by a CategorySolver (auto's work count)
-ROW_S = 2e-5
-#: reference seconds per transportation LP (P3 above TRANSPORT_MIN_SLOTS job slots)
-LP_S = 6e-3
+#: reference seconds per job row matched or scored by a CategorySolver (auto's work count;
+#: with the trim tables kept across events, bench/bench_work_calibration.py: 1.3-4.4x CPU)
+ROW_S = 6e-6
+#: reference seconds per transportation LP (P3 above TRANSPORT_MIN_SLOTS job slots; warm
+#: started from the snapshot's last solve)
+LP_S = 5e-4
 
 
 def predicted_search_s(gpus: int, jobs: float, categories: int) -> float:
@@ -100,7 +102,7 @@ class CategorySolver:
         self.hi = np.minimum(np.array([int(p.hi[i]) for i in self.jobs]), usable)
         self.total = int(min(free.sum(), self.hi.sum()))
         self._tab: dict[str, np.ndarray] = {}
-        self._best_sub: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._best_sub: dict[int, tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
         self._lp: dict[bool, TransportLP] = {}
 
     def work_s(self) -> float:
@@ -207,7 +209,7 @@ class CategorySolver:
         a ring all-reduce over a 10 Gbit/s network it often does not: a slow
         or remote worker can lengthen the iteration. The best ``y <= x`` for
         every count vector x is a prefix minimum over the lattice of count
-        vectors, so one table per job (:func:`.has_trim.best_sub_table`) trims
+        vectors, so one table per job (:func:`.has_trim.sub_table`) trims
         every category exactly. Above ``TRIM_TABLE_MAX`` lattice points a
         greedy one-GPU-at-a-time trim (:func:`.has_trim.trim_greedy`) is used instead.
         """
@@ -215,11 +217,11 @@ class CategorySolver:
         if int(np.prod(dims)) > TRIM_TABLE_MAX:
             return trim_greedy(self.p, self.jobs[j], int(self.lo[j]), X)
         if j not in self._best_sub:
-            self._best_sub[j] = best_sub_table(self.p, self.jobs[j], dims, int(self.lo[j]))
-        val, idx, states = self._best_sub[j]
-        flat = np.ravel_multi_index(X.T, dims)
-        X[:] = states[idx[flat]]
-        return val[flat].copy()
+            self._best_sub[j] = sub_table(self.p, self.jobs[j], dims, int(self.lo[j]))
+        val, idx, box = self._best_sub[j]
+        at = tuple(X.T)
+        X[:] = np.array(np.unravel_index(idx[at], box)).T
+        return val[at]
 
     def expand(self, X: np.ndarray) -> np.ndarray:
         out = np.zeros((len(self.snap.jobs), self.p.T), dtype=int)

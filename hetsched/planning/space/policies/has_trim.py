@@ -1,7 +1,7 @@
 """HAS's trim and refill (docs/policies.md): after the matching, per job.
 
 A category's matching gives every GPU to some job (the paper's (8c)); the
-trim cuts each job's counts to its best sub-allocation (:func:`best_sub_table`
+trim cuts each job's counts to its best sub-allocation (:func:`sub_table`
 exactly, :func:`trim_greedy` above ``TRIM_TABLE_MAX`` lattice points), and
 with ``refill=True`` the GPUs then held by no job go to the jobs they speed
 up most (:func:`refill`). :class:`.has.CategorySolver` calls them; JPS
@@ -9,6 +9,8 @@ shares them through it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,8 +20,9 @@ from hetsched.planning.space.policies.base import Snapshot
 TRIM_TABLE_MAX = 250_000  # lattice points per job for the exact trim table
 #: (job, counts) iteration times kept across events for the greedy trim (then cleared)
 ITER_CACHE_MAX = 2_000_000
-#: lattice points of iteration times kept across events for the exact trim (all jobs)
-LATTICE_CACHE_POINTS = 4_000_000
+#: bytes of the exact trim's tables kept across events, all job models together (8 a
+#: lattice point for the iteration times while a box can grow, 12 for each table)
+TABLE_CACHE_BYTES = 64 * 2**20
 
 
 def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
@@ -65,65 +68,94 @@ def model_key(p: PlanningProblem, i: int) -> tuple:
     return keys[i]
 
 
-def lattice_times(p: PlanningProblem, i: int, dims: tuple[int, ...], states: np.ndarray
-                  ) -> np.ndarray:
-    """:meth:`PlanningProblem.iter_time` of job i at every count vector of the lattice
-    ``dims`` (``states``, in C order), read from a box of them kept across events.
-
-    The free GPUs change at every event, so each event's lattice differs, but
-    they overlap, and jobs of one workload and batch share one box
-    (:func:`model_key`): a box grows to cover every lattice asked for (while it
-    holds at most ``TRIM_TABLE_MAX`` points) and only the new points are
-    computed. Each value is ``p.iter_time``'s for that row (rows are computed
-    independently), so the table, and the plan, are what they were without it.
-    The boxes are kept in ``p.estimates.extra`` up to ``LATTICE_CACHE_POINTS``
-    points in all, least recently used dropped first.
-    """
-    store: dict[tuple, tuple[tuple[int, ...], np.ndarray]] = \
-        p.estimates.extra.setdefault("trim_lattice", {})
-    key = model_key(p, i)
-    old = store.pop(key, None)
-    if old is not None and all(d <= b for d, b in zip(dims, old[0], strict=True)):
-        store[key] = old  # most recently used last
-        return old[1][tuple(slice(0, d) for d in dims)].reshape(-1)
-    box = dims if old is None else tuple(max(d, b) for d, b in zip(dims, old[0], strict=True))
-    if int(np.prod(box)) > TRIM_TABLE_MAX:
-        box, old = dims, None
-    if box == dims:
-        all_states = states
-    else:
-        all_states = np.array(np.unravel_index(np.arange(int(np.prod(box))), box)).T
-    F = np.empty(len(all_states))
-    if old is None:
-        F[:] = p.iter_time(i, all_states)
-    else:
-        known = (all_states < np.asarray(old[0])).all(axis=1)
-        F[known] = old[1][tuple(all_states[known].T)]
-        F[~known] = p.iter_time(i, all_states[~known])
-    Fb = F.reshape(box)
-    store[key] = (box, Fb)
-    total = sum(v.size for _, v in store.values())
-    for k in list(store):
-        if total <= LATTICE_CACHE_POINTS or k == key:
-            break
-        total -= store.pop(k)[1].size
-    return Fb[tuple(slice(0, d) for d in dims)].reshape(-1)
-
-
-def best_sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
+              ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Job i's best sub-allocation of every count vector of the lattice ``dims``.
 
-    A prefix minimum of the iteration time along each type's axis (counts
-    below ``lo`` GPUs excluded). Returns the flat best times, the flat index
-    of the best ``y <= x`` for every ``x``, and the lattice's count vectors.
+    Returns ``(V, idx, box)``, arrays of shape ``box`` (which covers ``dims``):
+    for a count vector x inside ``dims``, ``V[x]`` is the least iteration time
+    of any ``y <= x`` with at least ``lo`` GPUs and ``idx[x]`` that y's flat
+    index in ``box``. A prefix minimum along each type's axis (:func:`_sweep`).
+
+    The free GPUs change at every event, so each event's lattice differs; but
+    the prefix minimum at x reads only the y <= x, so the table of a larger box,
+    read inside ``dims``, is the table of ``dims`` (ties broken alike). So the
+    tables are kept across events, one box per job model (:func:`model_key`:
+    jobs of one workload and batch share it) grown to cover every lattice asked
+    for while it holds at most ``TRIM_TABLE_MAX`` points; on growth only the new
+    points' iteration times are computed (``p.iter_time``'s, row by row). A box
+    that covers the whole partition cannot grow, so its iteration times are
+    dropped once its table is built. The boxes live in ``p.estimates.extra``
+    while they fit ``TABLE_CACHE_BYTES``; past it a new or grown box is built
+    and not kept (first come, first kept: evicting would rebuild tables in
+    turn), as each event's table was before.
     """
-    states = np.array(np.unravel_index(np.arange(int(np.prod(dims))), dims)).T
-    f = lattice_times(p, i, dims, states)
-    f[states.sum(axis=1) < lo] = np.inf
-    V = f.reshape(dims)
-    idx = np.arange(V.size).reshape(dims)
-    for ax in range(len(dims)):
+    store: dict[tuple, _Box] = p.estimates.extra.setdefault("trim_tables", {})
+    key = model_key(p, i)
+    ent = store.get(key)
+    if ent is not None and all(d <= b for d, b in zip(dims, ent.box, strict=True)):
+        if lo in ent.tables:
+            V, idx = ent.tables[lo]
+            return V, idx, ent.box
+        cand = _Box(ent.box, ent.F if ent.F is not None else _times(p, i, ent.box, None),
+                    dict(ent.tables))
+    else:
+        box = dims if ent is None else tuple(max(d, b) for d, b in zip(dims, ent.box,
+                                                                           strict=True))
+        if int(np.prod(box)) > TRIM_TABLE_MAX:
+            box = dims
+        cand = _Box(box, _times(p, i, box, ent), {})
+    assert cand.F is not None
+    f = cand.F.copy()
+    f[np.indices(cand.box).sum(axis=0) < lo] = np.inf
+    V, idx = _sweep(f)
+    cand.tables[lo] = (V, idx.astype(np.int32))
+    if cand.box == tuple(int(n) + 1 for n in p.n_type):
+        cand.F = None  # it cannot grow: only another lo would need the times again
+    others = sum(e.nbytes() for k, e in store.items() if k != key)
+    if others + cand.nbytes() <= TABLE_CACHE_BYTES:
+        store[key] = cand
+    return V, idx, cand.box
+
+
+@dataclass
+class _Box:
+    """One job model's kept lattice: iteration times ``F`` over ``box`` (None once the
+    box covers the partition), and per minimum GPU count its prefix-minimum table
+    (values, flat index of the best y)."""
+
+    box: tuple[int, ...]
+    F: np.ndarray | None
+    tables: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    def nbytes(self) -> int:
+        n = 0 if self.F is None else self.F.nbytes
+        return n + sum(V.nbytes + idx.nbytes for V, idx in self.tables.values())
+
+
+def _kept_bytes(store: dict[tuple, _Box]) -> int:
+    return sum(e.nbytes() for e in store.values())
+
+
+def _times(p: PlanningProblem, i: int, box: tuple[int, ...], old: _Box | None) -> np.ndarray:
+    """Job i's iteration times over the lattice ``box``, reusing ``old``'s where it has them."""
+    states = np.array(np.unravel_index(np.arange(int(np.prod(box))), box)).T
+    F = np.empty(len(states))
+    if old is None or old.F is None or any(b > c for b, c in zip(old.box, box, strict=True)):
+        F[:] = p.iter_time(i, states)
+    else:
+        known = (states < np.asarray(old.box)).all(axis=1)
+        F[known] = old.F[tuple(states[known].T)]
+        F[~known] = p.iter_time(i, states[~known])
+    return F.reshape(box)
+
+
+def _sweep(f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix minimum of ``f`` (box-shaped) over every ``y <= x``, and the flat index of the
+    y that gives it (the first along each axis's sweep among equal values)."""
+    V = f
+    idx = np.arange(V.size, dtype=np.int64).reshape(V.shape)
+    for ax in range(V.ndim):
         V = np.moveaxis(V, ax, 0).copy()
         idx = np.moveaxis(idx, ax, 0).copy()
         for k in range(1, V.shape[0]):
@@ -134,7 +166,7 @@ def best_sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
             np.copyto(idx[k, ...], idx[k - 1, ...], where=worse)
         V = np.moveaxis(V, 0, ax)
         idx = np.moveaxis(idx, 0, ax)
-    return V.reshape(-1), idx.reshape(-1), states
+    return np.ascontiguousarray(V), np.ascontiguousarray(idx)
 
 
 def trim_greedy(p: PlanningProblem, i: int, lo: int, X: np.ndarray) -> np.ndarray:
