@@ -82,10 +82,10 @@ def test_the_table_is_the_best_sub_allocation() -> None:
 
 def test_jobs_of_one_model_share_a_box_and_each_minimum_has_its_table() -> None:
     p = _problem()
-    assert has_trim.model_key(p, 0) == has_trim.model_key(p, 1)  # same workload and batch
-    assert has_trim.model_key(p, 0) == has_trim.model_key(p, 4)  # min_gpus is not the model
-    assert has_trim.model_key(p, 0) != has_trim.model_key(p, 3)  # another batch
-    assert has_trim.model_key(p, 0) != has_trim.model_key(p, 2)  # another workload
+    assert p.model_key(0) == p.model_key(1)  # same workload and batch
+    assert p.model_key(0) == p.model_key(4)  # min_gpus is not the model
+    assert p.model_key(0) != p.model_key(3)  # another batch
+    assert p.model_key(0) != p.model_key(2)  # another workload
     dims = tuple(int(n) + 1 for n in p.n_type)
     for i in (0, 1, 4):
         has_trim.sub_table(p, i, dims, int(p.lo[i]))

@@ -56,6 +56,8 @@ class Estimates:
     minimal_set: dict[int, np.ndarray] = field(default_factory=dict)
     #: share mode -> (job, counts, type) -> step-time gain of one more GPU of that type
     gain: dict[str, dict[tuple[int, tuple[int, ...], int], float]] = field(default_factory=dict)
+    #: job -> what its iteration times depend on (PlanningProblem.model_key)
+    model_key: dict[int, tuple] = field(default_factory=dict)
     #: the lower bound, computed once per problem (space mode; see planning.bounds)
     bound: Bound | None = None
     #: anything else a policy wants to keep per problem, under a name it owns
@@ -73,7 +75,7 @@ class Estimates:
     def clear(self) -> None:
         """Forget every memoised value (the plain copies stay)."""
         for d in (self.iter_time, self.equal_iter_time, self.fastest, self.by_memory,
-                  self.minimal_time, self.minimal_set, self.gain, self.extra):
+                  self.minimal_time, self.minimal_set, self.gain, self.model_key, self.extra):
             d.clear()
         self.bound = None
 

@@ -232,6 +232,20 @@ class PlanningProblem:
         N = np.atleast_2d(N)
         return self.compute_time(i, N) + self.comm_estimate(i, N)
 
+    def model_key(self, i: int) -> tuple:
+        """What :meth:`iter_time` of job i depends on: jobs with equal keys (one workload
+        at one global batch) have equal iteration times at every count vector."""
+        keys = self.estimates.model_key
+        if i not in keys:
+            curves = self.curves[i]
+            keys[i] = (self.a[i].tobytes(), self.c[i].tobytes(), self.cap[i].tobytes(),
+                       self.allowed[i].tobytes(), int(self.B[i]), float(self.model_mb[i]),
+                       self.sync[i].tobytes(), tuple(sorted(self.calibrated[i].items())),
+                       None if curves is None else tuple(
+                           None if cv is None else (cv[0].tobytes(), cv[1].tobytes())
+                           for cv in curves))
+        return keys[i]
+
     def iter_time1(self, i: int, n: tuple[int, ...]) -> float:
         """Scalar, cached :meth:`iter_time` for one count vector (a tuple).
 

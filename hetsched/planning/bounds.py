@@ -227,7 +227,8 @@ def _simple_bounds(p: PlanningProblem) -> _Simple:
     allp = prices + pool_prices
     best_iter = np.empty(S)
     E = np.empty((len(allp), S))
-    # Jobs of one workload and batch share the minima (per iteration): compute once.
+    # Jobs of one workload and batch (and GPU-count range) share the minima (per
+    # iteration): compute once.
     memo: dict[tuple, tuple[float, list[float], tuple[np.ndarray, np.ndarray] | None]] = {}
     lat_memo: dict[tuple, np.ndarray | None] = {}
     lattices: list[np.ndarray | None] = []
@@ -235,9 +236,7 @@ def _simple_bounds(p: PlanningProblem) -> _Simple:
     budget = TOTAL_LATTICE_MAX
     pareto_budget = MAX_LATTICE_POINTS if S <= LP_MAX_JOBS else 0
     for i in range(S):
-        key = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(), p.allowed[i].tobytes(),
-               int(p.B[i]), float(p.model_mb[i]), p.sync[i].tobytes(), int(p.lo[i]), int(p.hi[i]),
-               p.jobs[i].elastic)
+        key = (p.model_key(i), int(p.lo[i]), int(p.hi[i]), p.jobs[i].elastic)
         if key not in memo:
             X = _lattice(p, i) if budget > 0 else None
             lat_memo[key] = X

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -250,11 +251,16 @@ def equal_iter_time(p: PlanningProblem, i: int, n: np.ndarray) -> float:
     (``p.estimates.equal_iter_time``): the fixed-size baselines ask for the same
     few counts of each job at every event.
     """
+    return _equal_memo(p, i, tuple(int(x) for x in n))
+
+
+def _equal_memo(p: PlanningProblem, i: int, n: tuple[int, ...]) -> float:
+    """:func:`equal_iter_time` of counts ``n`` given as a tuple: the memo's key."""
     cache = p.estimates.equal_iter_time
-    key = (i, tuple(int(x) for x in n))
+    key = (i, n)
     v = cache.get(key)
     if v is None:
-        v = cache[key] = _equal_iter_time(p, i, n)
+        v = cache[key] = _equal_iter_time(p, i, np.array(n, dtype=int))
     return v
 
 
@@ -282,15 +288,7 @@ IterTime = Callable[[int, tuple[int, ...]], float]
 def iter_time_fn(p: PlanningProblem, shares: str) -> IterTime:
     """The policy-side iteration-time estimate matching a policy's share mode (scalar, cached)."""
     if shares == "equal":
-        cache = p.estimates.equal_iter_time
-
-        def eq(i: int, n: tuple[int, ...]) -> float:
-            key = (i, n)
-            if key not in cache:
-                cache[key] = _equal_iter_time(p, i, np.array(n, dtype=int))
-            return cache[key]
-
-        return eq
+        return functools.partial(_equal_memo, p)
     return p.iter_time1
 
 

@@ -53,21 +53,6 @@ def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
     return out
 
 
-def model_key(p: PlanningProblem, i: int) -> tuple:
-    """What :meth:`PlanningProblem.iter_time` of job i depends on: jobs with equal keys
-    (one workload at one global batch) have equal iteration times at every count vector."""
-    keys: dict[int, tuple] = p.estimates.extra.setdefault("model_key", {})
-    if i not in keys:
-        curves = p.curves[i]
-        keys[i] = (p.a[i].tobytes(), p.c[i].tobytes(), p.cap[i].tobytes(),
-                   p.allowed[i].tobytes(), int(p.B[i]), float(p.model_mb[i]),
-                   p.sync[i].tobytes(), tuple(sorted(p.calibrated[i].items())),
-                   None if curves is None else tuple(
-                       None if cv is None else (cv[0].tobytes(), cv[1].tobytes())
-                       for cv in curves))
-    return keys[i]
-
-
 def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
               ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Job i's best sub-allocation of every count vector of the lattice ``dims``.
@@ -80,7 +65,7 @@ def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
     The free GPUs change at every event, so each event's lattice differs; but
     the prefix minimum at x reads only the y <= x, so the table of a larger box,
     read inside ``dims``, is the table of ``dims`` (ties broken alike). So the
-    tables are kept across events, one box per job model (:func:`model_key`:
+    tables are kept across events, one box per job model (``p.model_key``:
     jobs of one workload and batch share it) grown to cover every lattice asked
     for while it holds at most ``TRIM_TABLE_MAX`` points; on growth only the new
     points' iteration times are computed (``p.iter_time``'s, row by row). A box
@@ -91,7 +76,7 @@ def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
     turn), as each event's table was before.
     """
     store: dict[tuple, _Box] = p.estimates.extra.setdefault("trim_tables", {})
-    key = model_key(p, i)
+    key = p.model_key(i)
     ent = store.get(key)
     if ent is not None and all(d <= b for d, b in zip(dims, ent.box, strict=True)):
         if lo in ent.tables:
@@ -112,7 +97,7 @@ def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
     cand.tables[lo] = (V, idx.astype(np.int32))
     if cand.box == tuple(int(n) + 1 for n in p.n_type):
         cand.F = None  # it cannot grow: only another lo would need the times again
-    others = sum(e.nbytes() for k, e in store.items() if k != key)
+    others = _kept_bytes(store) - (store[key].nbytes() if key in store else 0)
     if others + cand.nbytes() <= TABLE_CACHE_BYTES:
         store[key] = cand
     return V, idx, cand.box
