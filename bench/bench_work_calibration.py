@@ -7,7 +7,8 @@ planning/select.py) and never reads a clock, so the same input gives the same
 plan. The constants that turn events, jobs, DP pairs and LPs into reference
 seconds were measured on the 2-core bench machine. This bench checks them.
 For each space-mode candidate on Gavel's traces (the bound bench's four
-instances) and two synthetic sizes, it runs ``simulate``. It records the
+instances), two synthetic sizes and bench_pool's B (100 jobs on 160 GPUs, its
+trace and batch loads), it runs ``simulate``. It records the
 counted work, the prediction auto would have made from the first candidate's
 plan, and the CPU seconds. A ratio counted/CPU far above 1 means auto skips a
 candidate it could afford; far below 1, it overruns its budget.
@@ -27,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_bounds import trace_problems  # noqa: E402
+from bench_pool import mix_8_4_3, problem  # noqa: E402
 from bench_scaling import scale_problem  # noqa: E402
 
 from hetsched.planning import registry  # noqa: E402
@@ -44,6 +46,8 @@ def main() -> None:
     names = registry.auto_candidates("space")
     problems = [(f"{n} ({p.S} jobs)", p) for n, p in trace_problems()]
     problems += [(f"synthetic {s}x{k}", scale_problem(s, k)) for s, k in ((50, 160), (200, 360))]
+    problems += [(f"bench_pool B {load} (100x160)", problem(100, mix_8_4_3(160), load))
+                 for load in ("trace", "batch")]
     rows = []
     for label, p in problems:
         first = simulate(p, reg[names[0]](), restart_cost_s=0.0)

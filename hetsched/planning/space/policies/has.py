@@ -56,7 +56,7 @@ MATCHINGS = ("both", "raw", "normalized")
 #: best (category, matching) rows whose idle GPUs are handed out after the trim
 REFILL_ROWS = 16
 #: reference seconds per job row matched or scored by a CategorySolver (auto's work count;
-#: with the trim tables kept across events, bench/bench_work_calibration.py: 1.3-4.4x CPU)
+#: with the trim tables kept across events, bench/bench_work_calibration.py: 1.3-4.6x CPU)
 ROW_S = 6e-6
 #: reference seconds per transportation LP (P3 above TRANSPORT_MIN_SLOTS job slots; warm
 #: started from the snapshot's last solve)
