@@ -7,7 +7,8 @@ waits, why it was given up, who cancelled it), where it runs (nodes and GPU
 indices), the actual start and end beside the plan's, the measured JCT
 beside the predicted one, the measured against the predicted iteration
 time, the log file of a job that failed, and a flag when it runs more than
-SLOW times slower than predicted. Jobs of the active plan that were never
+SLOW times slower than predicted (its JCT or run time also more than
+SLOW_GRACE_S seconds over: start-up is not in the plan). Jobs of the active plan that were never
 submitted are listed too.
 
 By default only the current batch: the active plan and the plans it was
@@ -38,6 +39,10 @@ NOT_SUBMITTED = "NOT_SUBMITTED"
 
 #: a job measured more than this many times slower than its prediction is flagged
 SLOW = 1.5
+#: ... and, for its JCT or run time, more than this many seconds over it: the plan
+#: leaves out a job's start-up (srun, rendezvous, imports, the first batch), seconds
+#: that would flag every job of a few minutes while saying nothing of a long one
+SLOW_GRACE_S = 60.0
 FAILED_LIKE = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL",
                          "PREEMPTED", "DEADLINE", "GONE", "GAVE_UP"})
 
@@ -158,11 +163,16 @@ def _times(r: float) -> str:
     return f"{r:.2f}x" if round(r, 1) <= SLOW else f"{r:.1f}x"
 
 
+def _over(measured: float, predicted: float) -> bool:
+    """A duration more than SLOW times its prediction and SLOW_GRACE_S seconds over it."""
+    return measured > SLOW * predicted and measured - predicted > SLOW_GRACE_S
+
+
 def _slow(st: JobStatus, pred_dur: float | None) -> str:
     """Why this job is flagged as slower than predicted ("" when it is not)."""
-    if st.measured_jct_s and st.predicted_jct_s and st.measured_jct_s > SLOW * st.predicted_jct_s:
+    if st.measured_jct_s and st.predicted_jct_s and _over(st.measured_jct_s, st.predicted_jct_s):
         return f"JCT {_times(st.measured_jct_s / st.predicted_jct_s)} the prediction"
-    if st.state in RUNNING and st.elapsed_s and pred_dur and st.elapsed_s > SLOW * pred_dur:
+    if st.state in RUNNING and st.elapsed_s and pred_dur and _over(st.elapsed_s, pred_dur):
         return f"running {_times(st.elapsed_s / pred_dur)} its predicted time"
     if st.measured_iter_s and st.predicted_iter_s and \
             st.measured_iter_s > SLOW * st.predicted_iter_s:

@@ -81,3 +81,24 @@ def test_slow_ratios_never_read_as_the_threshold() -> None:
     assert _times(1.504) == "1.50x" and _times(1.549) == "1.55x"
     assert _times(1.56) == "1.6x" and _times(33.0) == "33.0x"
     assert SLOW == 1.5
+
+
+def test_slow_needs_a_minute_over_the_prediction_besides_the_ratio() -> None:
+    """Start-up is not in the plan: a 20 s job that takes 50 s is not flagged, a 200 s
+    job that takes 400 s is, by JCT and by run time alike; iterations by ratio alone."""
+    from hetsched.app.status import SLOW_GRACE_S, JobStatus, _slow
+
+    def job(state: str, **kw: float) -> JobStatus:
+        return JobStatus("j", "p", "1", state, "", "", None, None, None, None, None, **kw)
+
+    assert _slow(job("COMPLETED", predicted_jct_s=20.0, measured_jct_s=50.0), 20.0) == ""
+    assert "JCT 2.0x" in _slow(job("COMPLETED", predicted_jct_s=200.0, measured_jct_s=400.0),
+                                200.0)
+    tiny = job("RUNNING")
+    tiny.elapsed_s = 20.0 + SLOW_GRACE_S  # 4x its predicted 20 s, exactly a minute over
+    assert _slow(tiny, 20.0) == ""
+    tiny.elapsed_s += 1.0
+    assert "running 4.0x" in _slow(tiny, 20.0)
+    quick = job("RUNNING")
+    quick.measured_iter_s, quick.predicted_iter_s = 0.02, 0.01
+    assert "iterations 2.0x" in _slow(quick, None)
