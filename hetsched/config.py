@@ -40,6 +40,8 @@ class Setting:
     default: Any
     help: str
     kind: type = str
+    #: the values a string setting may take (empty: any)
+    choices: tuple[str, ...] = ()
 
 
 #: restart cost (s) a plan charges when a running job changes GPUs: checkpoint,
@@ -49,6 +51,10 @@ DEFAULT_RESTART_COST_S = 60.0
 SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("state", "HETSCHED_STATE", "",
             "SQLite state store (default $XDG_STATE_HOME/hetsched/state.db)"),
+    Setting("state_journal", "HETSCHED_STATE_JOURNAL", "auto",
+            "the state file's SQLite journal: auto (WAL on a local file system, a rollback "
+            "journal on a network one such as NFS, Lustre or GPFS), wal or delete",
+            choices=("auto", "wal", "delete")),
     Setting("partition", "HETSCHED_PARTITION", "", "Slurm partition to plan for and submit to"),
     Setting("restart_cost_s", "HETSCHED_RESTART_COST", DEFAULT_RESTART_COST_S,
             "seconds a plan charges when a running job changes GPUs", float),
@@ -149,6 +155,8 @@ def _convert(s: Setting, raw: Any, source: str) -> Any:
         return v
     if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
         raise InputError(source, f"expected a string, got {type(raw).__name__}", s.key)
+    if s.choices and str(raw) not in s.choices:
+        raise InputError(source, f"{raw!r} is not valid; expected {', '.join(s.choices)}", s.key)
     return str(raw)
 
 

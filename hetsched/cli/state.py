@@ -47,11 +47,14 @@ def check_cmd(state: str | None) -> None:
         counts = {t: st.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608
                   for t in ("plans", "submissions", "events", "replans")}
         version = st.schema_version
+        journal = str(st.conn.execute("PRAGMA journal_mode").fetchone()[0])
+        why = st.journal_reason
     bak = guard.backup_path(p)
     when = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bak.stat().st_mtime))
             if bak.exists() else "none")
     click.echo(f"{p}: ok (schema version {version}; "
-               + ", ".join(f"{n} {t}" for t, n in counts.items()) + f"); backup: {when}")
+               + ", ".join(f"{n} {t}" for t, n in counts.items()) + f"); backup: {when}; "
+               f"journal: {journal} ({why})")
 
 
 @state_cmd.command("backup")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -35,6 +36,8 @@ from hetsched import config
 from hetsched.errors import EXIT_STATE_CORRUPT, HetschedError
 from hetsched.state import guard
 from hetsched.state.schema import APPLICATION, MIGRATIONS, SCHEMA, SCHEMA_VERSION
+
+_log = logging.getLogger(__name__)
 
 #: submission states hetsched sets itself (Slurm's own states are stored as Slurm spells them)
 SUBMITTING = "SUBMITTING"  # row written, sbatch not yet answered
@@ -89,8 +92,9 @@ class Store:
     # -- opening and checks ------------------------------------------------
     def _open(self) -> sqlite3.Connection:
         p = self.path
+        self.journal, self.journal_reason = _journal(p)
         if not p.exists():
-            self._create(p)  # filled first, then linked in place: never seen empty
+            self._create(p, self.journal)  # filled first, then linked in place: never seen empty
         guard.preflight(p)  # empty, read-only, unreadable: refused before SQLite writes
         try:
             conn = sqlite3.connect(str(p), timeout=30.0, isolation_level=None)
@@ -99,7 +103,7 @@ class Store:
         conn.row_factory = sqlite3.Row
         try:
             self._check(conn, p)
-            self._configure(conn)
+            self._configure(conn, self.journal)
             self._init_schema(conn)
         except sqlite3.DatabaseError as e:
             conn.close()
@@ -113,20 +117,31 @@ class Store:
         return conn
 
     @staticmethod
-    def _configure(conn: sqlite3.Connection) -> None:
+    def _configure(conn: sqlite3.Connection, journal: str) -> None:
+        """Busy timeout, the journal (fs.py: WAL on a local file system, a rollback
+        journal on a network one), full fsync, foreign keys."""
         conn.execute("PRAGMA busy_timeout = 30000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        try:
+            got = conn.execute(f"PRAGMA journal_mode = {'WAL' if journal == 'wal' else 'DELETE'}"
+                               ).fetchone()[0]
+        except sqlite3.OperationalError as e:  # a switch needs the file to itself
+            if "locked" not in str(e):
+                raise
+            got = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(got).lower() != journal:
+            _log.warning("the state file stays in %s mode for now: another hetsched process "
+                         "has it open; it switches to %s when opened alone", got, journal)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
 
     @classmethod
-    def _create(cls, p: Path) -> None:
+    def _create(cls, p: Path, journal: str) -> None:
         """A new state file with its schema, put in place atomically (0600)."""
         tmp = guard.create_atomically(p)
         try:
             conn = sqlite3.connect(str(tmp), timeout=30.0, isolation_level=None)
             try:
-                cls._configure(conn)
+                cls._configure(conn, journal)
                 cls._init_schema(conn)
             finally:
                 conn.close()
@@ -386,6 +401,14 @@ class Store:
     def profiles(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
+
+
+def _journal(p: Path) -> tuple[str, str]:
+    """The journal the state file at ``p`` gets, and why (fs.py; the ``state_journal``
+    setting overrides it)."""
+    from hetsched.state.fs import journal_mode
+
+    return journal_mode(p, str(config.get("state_journal")))
 
 
 def open_store_readonly(path: str | Path | None = None) -> Store | None:

@@ -18,7 +18,7 @@ def test_new_store_mode_wal_and_schema(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "state.db"
     with open_store(path) as st:
         assert st.schema_version == SCHEMA_VERSION
-        assert st.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert st.conn.execute("PRAGMA journal_mode").fetchone()[0] == st.journal  # fs.py
         tables = {r[0] for r in st.conn.execute("SELECT name FROM sqlite_master")}
         assert {"plans", "submissions", "events", "replans", "profiles", "meta"} <= tables
         st.add_plan(PLAN)
