@@ -7,12 +7,14 @@ STAMP := .deps.stamp
 .PHONY: deps demo test test-fast lint bench clean gpu-check
 
 # Installs what hetsched needs: Python packages (torch pinned to the CPU build
-# on these machines) and, when root on Debian, Slurm and munge for the testbed.
+# on these machines) and, when root on Debian, Slurm and munge for the testbed and
+# bindfs (a FUSE mount: the state file's journal on a file system other hosts share).
 $(STAMP): pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    ! { command -v slurmctld && command -v munged && [ -f /usr/include/slurm/spank.h ]; } >/dev/null; then \
+	    ! { command -v slurmctld && command -v munged && command -v bindfs && \
+	       [ -f /usr/include/slurm/spank.h ]; } >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			slurmctld slurmd slurm-client munge libslurm-dev gcc >/dev/null; fi
+			slurmctld slurmd slurm-client munge libslurm-dev gcc bindfs >/dev/null; fi
 	$(PIP) install -q 'torch==2.13.0' || $(PIP) install -q torch
 	$(PIP) install -q -e '.[plot,test,lint]'
 	@touch $(STAMP)

@@ -137,3 +137,36 @@ def test_a_bad_journal_setting_names_the_variable_and_the_choices(
                                          r"expected auto, wal, delete"):
         open_store(tmp_path / "s.db")
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow
+def test_a_state_file_on_a_real_fuse_mount_gets_a_rollback_journal(tmp_path: Path) -> None:
+    """A real FUSE mount (bindfs, which `make test` installs as root on Debian): the
+    journal is chosen from the kernel's own mountinfo, and two writers lose nothing."""
+    import os
+    import shutil
+
+    if shutil.which("bindfs") is None or os.geteuid() != 0 or not Path("/dev/fuse").exists():
+        pytest.skip("needs bindfs, root and /dev/fuse")
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    if subprocess.run(["bindfs", str(src), str(mnt)], capture_output=True).returncode:
+        pytest.skip("this machine refuses FUSE mounts")
+    try:
+        path = mnt / "home" / "state.db"
+        with open_store(path) as st:
+            assert st.journal == "delete" and st.journal_reason.startswith("fuse")
+            st.add_event("job-completed", job="a")
+        env = {k: v for k, v in os.environ.items() if k != "HETSCHED_STATE_JOURNAL"}
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), name], env=env)
+                 for name in ("x", "y")]
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        assert _mode(path) == "delete"
+        with open_store(path) as st:
+            assert len(st.events()) == 81
+        out = subprocess.run([sys.executable, "-m", "hetsched", "state", "check", "--state",
+                              str(path)], capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and "journal: delete (fuse" in out.stdout, out
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)

@@ -28,8 +28,6 @@ NETWORK_FS = frozenset({
     "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph",
     "glusterfs", "afs", "panfs", "wekafs", "9p", "ncpfs", "ocfs2", "gfs2", "pvfs2",
     "orangefs", "cvfs", "quobyte", "vboxsf", "virtiofs"})
-#: FUSE file systems are named ``fuse.<name>``; these are local ones
-LOCAL_FUSE = frozenset({"fuse.lxcfs", "fuse.portal", "fuse.gvfsd-fuse"})
 MOUNTINFO = Path("/proc/self/mountinfo")
 
 
@@ -77,8 +75,10 @@ def filesystem_type(path: str | Path, mountinfo: str | None = None) -> str | Non
 
 
 def is_network(fstype: str | None) -> bool:
-    return fstype is not None and (fstype in NETWORK_FS or (
-        fstype.startswith("fuse.") and fstype not in LOCAL_FUSE))
+    """A known network file system, or any FUSE one (``fuse``, ``fuse.<name>``,
+    ``fuseblk``): sshfs, s3fs and the like may be shared and may not map shared memory
+    coherently; a rollback journal is only slower where WAL would have been safe."""
+    return fstype is not None and (fstype in NETWORK_FS or fstype.startswith("fuse"))
 
 
 def journal_mode(path: str | Path, setting: str = "auto",
@@ -88,7 +88,8 @@ def journal_mode(path: str | Path, setting: str = "auto",
         return setting, "the state_journal setting"
     fstype = filesystem_type(path, mountinfo)
     if is_network(fstype):
-        return "delete", f"{fstype}: a network file system, where WAL is unsafe across hosts"
+        return "delete", (f"{fstype}: a network or FUSE file system, where WAL is unsafe "
+                          "across hosts")
     return "wal", f"{fstype}: a local file system" if fstype else "file system unknown"
 
 
