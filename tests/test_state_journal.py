@@ -170,3 +170,81 @@ def test_a_state_file_on_a_real_fuse_mount_gets_a_rollback_journal(tmp_path: Pat
         assert out.returncode == 0 and "journal: delete (fuse" in out.stdout, out
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+#: an LD_PRELOAD shim: every POSIX byte-range lock and flock fails with ENOLCK, as on an
+#: NFS mount whose lock daemon is not running
+NO_LOCKS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+static int refused(int cmd) {
+    return cmd == F_SETLK || cmd == F_SETLKW || cmd == F_GETLK
+        || cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK;
+}
+static int pass(const char *name, int fd, int cmd, void *arg) {
+    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, name);
+    return real(fd, cmd, arg);
+}
+int fcntl(int fd, int cmd, ...) {
+    va_list ap; va_start(ap, cmd); void *arg = va_arg(ap, void *); va_end(ap);
+    if (refused(cmd)) { errno = ENOLCK; return -1; }
+    return pass("fcntl", fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...) {
+    va_list ap; va_start(ap, cmd); void *arg = va_arg(ap, void *); va_end(ap);
+    if (refused(cmd)) { errno = ENOLCK; return -1; }
+    return pass("fcntl64", fd, cmd, arg);
+}
+int flock(int fd, int op) { (void)fd; (void)op; errno = ENOLCK; return -1; }
+"""
+
+
+def test_lock_problem_is_none_where_locks_work(tmp_path: Path) -> None:
+    assert fs.lock_problem(tmp_path) is None
+    assert fs.lock_problem(tmp_path / "not" / "yet") is None  # its nearest folder's
+
+
+@pytest.mark.slow
+def test_a_file_system_without_locks_is_one_line_at_once_not_a_wait(tmp_path: Path) -> None:
+    """Under a shim that refuses every lock (NFS without its lock daemon), each command
+    that opens the state file says so in one line, exit 8, at once: SQLite alone reads
+    ENOLCK as "busy", waits out its 30 s busy timeout and then read as corrupted."""
+    import os
+    import shutil
+    import time
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the shim")
+    src, lib = tmp_path / "nolocks.c", tmp_path / "nolocks.so"
+    src.write_text(NO_LOCKS_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], check=True)
+    existing = tmp_path / "old" / "state.db"
+    with open_store(existing) as st:  # made where locks work, then the locks go away
+        st.add_event("job-completed", job="a")
+    new = tmp_path / "new" / "state.db"
+    for args, state in ((["state", "check"], existing), (["status"], existing),
+                        (["replan"], existing), (["profiles", "list"], new)):
+        env = {**os.environ, "HETSCHED_STATE": str(state), "LD_PRELOAD": str(lib)}
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True,
+                             text=True, env=env, timeout=60)
+        took = time.monotonic() - t0
+        assert out.returncode == 8, (args, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "refuses file locks" in lines[0], (args, out.stderr)
+        assert "No locks available" in lines[0] and took < 20, (args, took)
+    assert not new.exists() and not new.parent.exists()
+    with open_store(existing) as st:  # untouched
+        assert [e["job"] for e in st.events()] == ["a"]
+    # the replan lock (flock) on such a file system: the same error, not a traceback
+    code = ("import sys\nfrom hetsched.app.replan import replan_lock\n"
+            "from hetsched.errors import HetschedError\ntry:\n"
+            "    with replan_lock(sys.argv[1]):\n        print('locked')\n"
+            "except HetschedError as e:\n    print(e.exit_code, e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "replan.lock")],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "LD_PRELOAD": str(lib)})
+    assert out.stdout.startswith("8 cannot lock") and "refuses file locks" in out.stdout, out

@@ -42,7 +42,7 @@ from hetsched.io.files import private_dir
 from hetsched.io.jobfiles import replan_lock as replan_lock_path
 from hetsched.io.jobfiles import replan_log
 from hetsched.slurm.client import SlurmClient
-from hetsched.state.store import Store
+from hetsched.state.store import Store, no_locks
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
 EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
@@ -76,6 +76,8 @@ def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
             holder = "?"
         raise ReplanLocked(f"another replan is running (lock {p}, pid {holder}); skipped"
                            ) from None
+    except OSError as e:  # ENOLCK and the like: the file system has no working flock
+        raise no_locks(p, e.strerror or str(e)) from None
     try:
         pidfile.write_text(f"{os.getpid()}\n")
         yield

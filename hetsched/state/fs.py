@@ -20,7 +20,9 @@ before this check existed.
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
 
 #: file system types whose files other hosts may open too (mountinfo's type field)
@@ -81,6 +83,34 @@ def is_network(fstype: str | None) -> bool:
     return fstype is not None and (fstype in NETWORK_FS or fstype.startswith("fuse"))
 
 
+#: what fcntl says on a file system that has no byte-range locks
+NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def lock_problem(folder: str | Path) -> str | None:
+    """Why the file system of ``folder`` refuses POSIX byte-range locks (which SQLite's
+    journals and the replan lock need), or None when it takes them or cannot be tried.
+
+    A lock taken on a fresh temporary file there: an NFS mount without its lock daemon
+    answers ENOLCK, which SQLite reads as "busy" and waits out its busy timeout for.
+    """
+    import fcntl
+
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:  # not created yet: its parent's
+        folder = folder.parent
+    try:
+        f = tempfile.TemporaryFile(dir=folder, prefix=".hetsched-lock-test-")
+    except OSError:
+        return None  # a folder that is missing or not writable: preflight says so
+    with f:
+        try:
+            fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            return (e.strerror or str(e)) if e.errno in NO_LOCKS else None
+    return None
+
+
 def journal_mode(path: str | Path, setting: str = "auto",
                  mountinfo: str | None = None) -> tuple[str, str]:
     """The journal the state file at ``path`` gets (``wal`` or ``delete``) and why."""
@@ -93,4 +123,5 @@ def journal_mode(path: str | Path, setting: str = "auto",
     return "wal", f"{fstype}: a local file system" if fstype else "file system unknown"
 
 
-__all__ = ["NETWORK_FS", "filesystem_type", "is_network", "journal_mode", "parse_mountinfo"]
+__all__ = ["NETWORK_FS", "filesystem_type", "is_network", "journal_mode", "lock_problem",
+           "parse_mountinfo"]

@@ -93,6 +93,7 @@ class Store:
     def _open(self) -> sqlite3.Connection:
         p = self.path
         self.journal, self.journal_reason = _journal(p)
+        _check_locks(p)  # before SQLite waits out its busy timeout on refused locks
         if not p.exists():
             self._create(p, self.journal)  # filled first, then linked in place: never seen empty
         guard.preflight(p)  # empty, read-only, unreadable: refused before SQLite writes
@@ -146,6 +147,8 @@ class Store:
             finally:
                 conn.close()
             guard.publish(tmp, p)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot create state file {p}: {e}; nothing was created") from None
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -403,6 +406,26 @@ class Store:
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
 
 
+def _check_locks(p: Path) -> None:
+    """Refuse, in one line, a state file whose file system refuses POSIX locks (fs.py)."""
+    from hetsched.state.fs import lock_problem
+
+    why = lock_problem(p.parent)
+    if why is not None:
+        raise no_locks(p, why)
+
+
+def no_locks(p: Path, why: str) -> guard.StateAccessError:
+    """The error for a state file (or its replan lock) on a file system without locks."""
+    from hetsched.state.fs import filesystem_type
+
+    return guard.StateAccessError(
+        f"cannot lock {p} ({why}); nothing was changed: the file system there "
+        f"({filesystem_type(p) or 'unknown'}) refuses file locks (NFS without its lock "
+        "daemon, Lustre without the flock mount option); set HETSCHED_STATE to a file on "
+        "one that has them")
+
+
 def _journal(p: Path) -> tuple[str, str]:
     """The journal the state file at ``p`` gets, and why (fs.py; the ``state_journal``
     setting overrides it)."""
@@ -424,6 +447,7 @@ def open_store_readonly(path: str | Path | None = None) -> Store | None:
         guard.preflight(p)  # empty, unreadable: the same clear refusals as for writers
     except guard.StateReadOnly:
         pass  # reading is all status needs
+    _check_locks(p)  # a reader takes shared locks too
     store = Store.__new__(Store)
     store.path = p
     try:
