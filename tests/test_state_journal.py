@@ -4,6 +4,7 @@ is not shared between the login nodes that open the file."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -94,9 +95,14 @@ def test_a_wal_state_file_on_nfs_is_switched_when_opened_alone(
     monkeypatch.delenv("HETSCHED_STATE_JOURNAL")
     other = sqlite3.connect(str(path))  # another process has it open: no switch yet
     other.execute("SELECT count(*) FROM events").fetchone()
-    with open_store(path) as st:
-        assert [e["job"] for e in st.events()] == ["a"]
-        st.add_event("job-completed", job="b")
+    log = logging.getLogger("hetsched.state.store")  # the CLI's logger may not propagate
+    log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger=log.name), open_store(path) as st:
+            assert [e["job"] for e in st.events()] == ["a"]
+            st.add_event("job-completed", job="b")
+    finally:
+        log.removeHandler(caplog.handler)
     assert "stays in wal mode" in caplog.text
     other.close()
     with open_store(path) as st:  # alone now: switched, nothing lost
