@@ -8,8 +8,8 @@ indices), the actual start and end beside the plan's, the measured JCT
 beside the predicted one, the measured against the predicted iteration
 time, the log file of a job that failed, and a flag when it runs more than
 SLOW times slower than predicted (its JCT or run time also more than
-SLOW_GRACE_S seconds over: start-up is not in the plan). Jobs of the active plan that were never
-submitted are listed too.
+SLOW_GRACE_S seconds over: start-up is not in the plan). Jobs of the active
+plan that were never submitted are listed too.
 
 By default only the current batch: the active plan and the plans it was
 replanned from; ``all_batches`` lists every job the state file knows.
