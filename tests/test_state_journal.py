@@ -146,7 +146,8 @@ def test_a_bad_journal_setting_names_the_variable_and_the_choices(
 
 
 @pytest.mark.slow
-def test_a_state_file_on_a_real_fuse_mount_gets_a_rollback_journal(tmp_path: Path) -> None:
+def test_a_state_file_on_a_real_fuse_mount_gets_a_rollback_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real FUSE mount (bindfs, which `make test` installs as root on Debian): the
     journal is chosen from the kernel's own mountinfo, and two writers lose nothing."""
     import os
@@ -154,6 +155,7 @@ def test_a_state_file_on_a_real_fuse_mount_gets_a_rollback_journal(tmp_path: Pat
 
     if shutil.which("bindfs") is None or os.geteuid() != 0 or not Path("/dev/fuse").exists():
         pytest.skip("needs bindfs, root and /dev/fuse")
+    monkeypatch.delenv("HETSCHED_STATE_JOURNAL", raising=False)  # auto: the mount decides
     src, mnt = tmp_path / "src", tmp_path / "mnt"
     src.mkdir()
     mnt.mkdir()
