@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -15,7 +16,7 @@ from rich.table import Table
 from hetsched import __version__
 from hetsched.cli.options import exit_codes_help, format_option, needs_extra, partition_option
 from hetsched.cli.tables import stdout_console
-from hetsched.errors import HetschedError, InputError
+from hetsched.errors import EXIT_FAILURE, HetschedError, InputError
 
 DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -78,6 +79,14 @@ class Main(click.Group):
             return super().invoke(ctx)
         except HetschedError as e:
             _fail(e)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # a full disk or quota under a job file, a plan copy, a report: one line
+            click.echo(f"hetsched: error: cannot write {e.filename or 'a file'}: {e.strerror} "
+                       "(the disk or your quota is full); free some space and run again",
+                       err=True)
+            sys.exit(EXIT_FAILURE)
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
             if top not in EXTRAS:
@@ -121,10 +130,10 @@ def main(verbose: int, quiet: bool) -> None:
 
 
 def write_output(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise InputError(path, f"cannot write: {e}") from None
+    """A file the user named, written whole or not at all (io/files.py)."""
+    from hetsched.io.files import write_user_file
+
+    write_user_file(path, text)
 
 
 @main.command()

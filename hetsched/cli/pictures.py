@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.core.plan import Plan
-from hetsched.errors import InputError
 
 PER_GPU_MAX_JOBS = 20
 PER_GPU_MAX_GPUS = 64
@@ -62,15 +61,21 @@ def human_time_axis(ax: Any, span_s: float) -> str:
     return name
 
 
-def _save(fig: Any, path: str | Path) -> None:
+def save_png(fig: Any, path: str | Path, **savefig: Any) -> None:
+    """Render ``fig`` as a PNG (``savefig``: matplotlib's options, default 110 dpi with a
+    tight box) and write it to ``path`` whole or not at all; closes the figure."""
+    import io
+
     import matplotlib.pyplot as plt
 
+    from hetsched.io.files import write_user_file
+
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-    except OSError as e:
-        raise InputError(str(path), f"cannot write the PNG: {e}") from None
+        fig.savefig(buf, format="png", **(savefig or {"dpi": 110, "bbox_inches": "tight"}))
     finally:
         plt.close(fig)
+    write_user_file(path, buf.getvalue())  # whole or not at all
 
 
 def _pyplot() -> Any:
@@ -155,7 +160,7 @@ def _summary(plan: Plan, path: Path) -> dict[str, Any]:
     fig.canvas.draw()
     ticks = [tk.get_text() for tk in ax.get_xticklabels()]
     size = fig.get_size_inches()
-    _save(fig, path)
+    save_png(fig, path)
     return {"layout": "summary", "rows": len(types) + 1, "types": types, "unit": unit,
             "xticks": ticks, "inches": (float(size[0]), float(size[1]))}
 
@@ -227,7 +232,7 @@ def _per_gpu(plan: Plan, keys: list[tuple[str, int]], path: str | Path) -> dict[
               bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.canvas.draw()
     ticks = [t.get_text() for t in ax.get_xticklabels()]
-    _save(fig, path)
+    save_png(fig, path)
     return {"layout": "per-gpu", "rows": len(keys), "unit": unit, "xticks": ticks,
             "labels": labels_drawn}
 
@@ -286,7 +291,7 @@ def _per_job(plan: Plan, path: str | Path) -> dict[str, Any]:
         ax.tick_params(axis="x", labeltop=True, top=True)
     fig.canvas.draw()
     ticks = [t.get_text() for t in ax.get_xticklabels()]
-    _save(fig, path)
+    save_png(fig, path)
     return {"layout": "per-job", "rows": n, "unit": unit, "xticks": ticks}
 
 
@@ -317,7 +322,7 @@ def png_predicted_vs_measured(rows: list[dict[str, Any]], path: str | Path) -> d
     ax.set_title(f"{len(pts)} jobs measured, {within} within 10% of the plan")
     if pts:
         ax.legend(loc="upper left", fontsize=8)
-    _save(fig, path)
+    save_png(fig, path)
     return {"points": len(pts), "within_10pct": within,
             "labels": len(pts) - hidden if pts else 0}
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from hetsched.cli.options import format_option, state_option
-from hetsched.errors import InputError
 
 
 @click.group("profiles")
@@ -59,10 +58,9 @@ def profiles_export(state_path: str | None, out: str | None, workload: str | Non
     with open_store(state_path) as st:
         text = export_csv(st, workload, gpu_type.lower() if gpu_type else None)
     if out:
-        try:
-            Path(out).write_text(text)
-        except OSError as e:
-            raise InputError(out, f"cannot write: {e}") from None
+        from hetsched.io.files import write_user_file
+
+        write_user_file(out, text)
     else:
         click.echo(text, nl=False)
 

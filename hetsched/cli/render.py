@@ -15,7 +15,6 @@ from rich.text import Text
 from hetsched.cli.tables import UNLIMITED, fmt_s, folding_table, print_table
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import PoolTasks, TaskRow
-from hetsched.errors import InputError
 
 PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red"]
@@ -190,25 +189,18 @@ def plan_yaml(plan: Plan) -> str:
 def _finish_gantt(fig: Any, ax: Any, labels: list[str], title: str, plan: Plan,
                   path: str | Path) -> None:
     """Axes, title, legend and the file of a per-GPU Gantt chart (both modes)."""
-    import matplotlib.pyplot as plt
+    from hetsched.cli.pictures import human_time_axis, save_png
 
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
     ax.set_ylim(-1, len(labels))
     ax.invert_yaxis()
-    from hetsched.cli.pictures import human_time_axis
-
     human_time_axis(ax, max(plan.makespan_s, 1e-9))
     ax.set_title(f"{title}: weighted JCT {plan.weighted_jct_s:,.0f} s, "
                  f"makespan {plan.makespan_s:,.0f} s")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise InputError(str(path), f"cannot write the PNG: {e}") from None
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dpi=120)  # whole or not at all
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from hetsched.cli.options import format_option, needs_extra
-from hetsched.errors import InputError
 
 
 @click.command("simulate")
@@ -114,10 +113,8 @@ def _pngs(res: object, path: str) -> None:
     ax.set_xlabel("JCT (h)")
     ax.set_ylabel("fraction of jobs")
     ax.legend()
-    try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-    except OSError as e:
-        raise InputError(path, f"cannot write: {e}") from None
-    plt.close(fig)
+    from hetsched.cli.pictures import save_png
+
+    save_png(fig, path)
     p = Path(path)
     png_gantt(res.online, p.with_name(p.stem + "-gantt" + p.suffix))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -145,6 +146,44 @@ def atomic_write(path: Path, text: str) -> None:
     beside the state file and are the user's own.
     """
     atomic_write_with(path, lambda f: f.write(text.encode()))
+
+
+def write_user_file(path: str | Path, data: str | bytes) -> None:
+    """Write a file the user named (``--out``, ``-o``, ``--gantt``): whole or not at all.
+
+    The data goes to a temporary file beside it and is renamed over it only once
+    written, so a full disk or quota leaves the previous file as it was (a plain
+    ``write_text`` had emptied it first). The file keeps its mode, or a new one gets
+    the umask's (not 0600: a plan or a picture is the user's to share). A path that
+    is not a regular file (``/dev/stdout``, a pipe) is written in place; a symbolic
+    link is followed. Raises InputError naming the path.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        if os.path.exists(path) and not os.path.isfile(path):  # /dev/stdout, a pipe
+            with open(path, "wb") as f:
+                f.write(raw)
+            return
+        p = Path(os.path.realpath(path))
+        if p.exists():
+            mode = stat.S_IMODE(p.stat().st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+            os.chmod(tmp, mode)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise InputError(str(path), f"cannot write: {e.strerror or e}"
+                         + (" (the disk or your quota is full; the file was left as it was)"
+                            if e.errno in (errno.ENOSPC, errno.EDQUOT) else "")) from None
 
 
 def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,

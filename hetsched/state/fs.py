@@ -111,6 +111,24 @@ def lock_problem(folder: str | Path) -> str | None:
     return None
 
 
+#: what a write says when the disk or the user's quota is full
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def space_problem(folder: str | Path) -> str | None:
+    """Why nothing can be written in ``folder`` for lack of space (a full disk, a full
+    quota: what SQLite calls "disk I/O error" or "database or disk is full"), or None.
+    Asked only after SQLite failed: 64 KiB written and synced to a temporary file."""
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".hetsched-space-test-") as f:
+            f.write(b"\0" * 65536)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return (e.strerror or str(e)) if e.errno in NO_SPACE else None
+    return None
+
+
 def journal_mode(path: str | Path, setting: str = "auto",
                  mountinfo: str | None = None) -> tuple[str, str]:
     """The journal the state file at ``path`` gets (``wal`` or ``delete``) and why."""
@@ -124,4 +142,4 @@ def journal_mode(path: str | Path, setting: str = "auto",
 
 
 __all__ = ["NETWORK_FS", "filesystem_type", "is_network", "journal_mode", "lock_problem",
-           "parse_mountinfo"]
+           "parse_mountinfo", "space_problem"]

@@ -95,7 +95,7 @@ class Store:
         self.journal, self.journal_reason = _journal(p)
         _check_locks(p)  # before SQLite waits out its busy timeout on refused locks
         if not p.exists():
-            self._create(p, self.journal)  # filled first, then linked in place: never seen empty
+            self._create(p)  # filled first, then linked in place: never seen empty
         guard.preflight(p)  # empty, read-only, unreadable: refused before SQLite writes
         try:
             conn = sqlite3.connect(str(p), timeout=30.0, isolation_level=None)
@@ -108,6 +108,9 @@ class Store:
             self._init_schema(conn)
         except sqlite3.DatabaseError as e:
             conn.close()
+            full = _no_space(p, e)
+            if full is not None:
+                raise full from None
             raise StoreError(
                 f"state file {p} is corrupted or not a SQLite file ({e}); it was left "
                 "untouched: move it away (or restore a backup) and run again") from None
@@ -136,21 +139,24 @@ class Store:
         conn.execute("PRAGMA foreign_keys = ON")
 
     @classmethod
-    def _create(cls, p: Path, journal: str) -> None:
+    def _create(cls, p: Path) -> None:
         """A new state file with its schema, put in place atomically (0600)."""
         tmp = guard.create_atomically(p)
         try:
             conn = sqlite3.connect(str(tmp), timeout=30.0, isolation_level=None)
-            try:
-                cls._configure(conn, journal)
+            try:  # one self-contained file (no -wal beside it); the first open sets the journal
+                cls._configure(conn, "delete")
                 cls._init_schema(conn)
             finally:
                 conn.close()
             guard.publish(tmp, p)
         except sqlite3.Error as e:
-            raise StoreError(f"cannot create state file {p}: {e}; nothing was created") from None
+            full = _no_space(p, e)
+            raise (full or StoreError(f"cannot create state file {p}: {e}; nothing was "
+                                      "created")) from None
         finally:
-            tmp.unlink(missing_ok=True)
+            for leftover in (tmp, *(Path(f"{tmp}{s}") for s in ("-journal", "-wal", "-shm"))):
+                leftover.unlink(missing_ok=True)
 
     @staticmethod
     def _check(conn: sqlite3.Connection, p: Path) -> None:
@@ -208,7 +214,8 @@ class Store:
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v),))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may have rolled back itself (disk full)
+                conn.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
@@ -223,8 +230,12 @@ class Store:
 
     def backup(self, dest: str | Path | None = None) -> Path:
         """Copy the store with SQLite's backup API (default ``<state>.bak``)."""
-        return guard.write_backup(self.conn, Path(dest) if dest else guard.backup_path(
-            self.path))
+        out = Path(dest) if dest else guard.backup_path(self.path)
+        try:
+            return guard.write_backup(self.conn, out)
+        except sqlite3.Error as e:  # the copy is written whole or not at all (guard.py)
+            full = _no_space(out, e, "write the backup", "back it up elsewhere (--to)")
+            raise (full or StoreError(f"cannot back up {self.path} to {out}: {e}")) from None
 
     def __enter__(self) -> Store:
         return self
@@ -238,13 +249,20 @@ class Store:
         if self.conn.in_transaction:  # nested use joins the outer transaction
             yield self.conn
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:  # SQLite may have rolled back itself (disk full)
+                    self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as e:
+            full = _no_space(self.path, e)
+            if full is None:
+                raise
+            raise full from None
 
     @property
     def schema_version(self) -> int:
@@ -406,6 +424,22 @@ class Store:
             "SELECT * FROM profiles ORDER BY workload, gpu_type, local_batch")]
 
 
+def _no_space(p: Path, e: sqlite3.Error, what: str = "use the state file",
+              elsewhere: str = "set HETSCHED_STATE to a file elsewhere"
+              ) -> guard.StateAccessError | None:
+    """The error to raise when SQLite failed because the disk or quota is full (fs.py),
+    else None: the caller's own error stands."""
+    from hetsched.state.fs import space_problem
+
+    full = "database or disk is full" in str(e)  # SQLITE_FULL says so itself
+    why = "No space left on device" if full else space_problem(p.parent)
+    if why is None:
+        return None
+    return guard.StateAccessError(
+        f"cannot {what} {p} ({e}): {why} in {p.parent}; nothing was changed: free some "
+        f"space (the disk or your quota is full), or {elsewhere}")
+
+
 def _check_locks(p: Path) -> None:
     """Refuse, in one line, a state file whose file system refuses POSIX locks (fs.py)."""
     from hetsched.state.fs import lock_problem
@@ -456,6 +490,9 @@ def open_store_readonly(path: str | Path | None = None) -> Store | None:
         conn.row_factory = sqlite3.Row
         Store._check(conn, p)
     except sqlite3.DatabaseError as e:
+        full = _no_space(p, e)
+        if full is not None:
+            raise full from None
         raise StoreError(f"state file {p} is corrupted or not a SQLite file ({e}); it was "
                          "left untouched") from None
     if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
