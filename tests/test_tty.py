@@ -129,3 +129,53 @@ def test_reporter_draws_every_hook_on_a_terminal(total_first: int | None) -> Non
     assert "has: weighted JCT 123.4 s" in text
     assert "jps: skipped" in text
     assert "3/6 jobs" in text
+
+
+def test_ctrl_c_in_a_terminal_exits_130_in_one_line(examples, tmp_path) -> None:
+    """SIGINT while the live bars draw: the bars are taken down, the cursor is shown
+    again, one line says so, exit 130 (the documented code; click alone said "Aborted!"
+    and 1)."""
+    import signal
+    import time
+
+    import yaml
+
+    specs = yaml.safe_load(examples["jobs"].read_text())["jobs"]
+    many = [{**specs[k % len(specs)], "name": f"j{k}", "arrival_s": 60 * k,
+             "epochs": 1 + k % 5} for k in range(400)]
+    jobs = tmp_path / "many.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": many}))
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    env.update(TERM="xterm-256color")
+    proc = subprocess.Popen([sys.executable, "-m", "hetsched", "plan", str(jobs),
+                             *example_args(examples)[1:]], cwd=tmp_path, env=env,
+                            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out = bytearray()
+    try:
+        deadline = time.monotonic() + 120
+        while b"jobs" not in out and time.monotonic() < deadline:  # a bar is drawn
+            out += os.read(master, 65536)
+        proc.send_signal(signal.SIGINT)
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        rc = proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    raw = out.decode("utf-8", "replace")
+    text = ANSI.sub("", raw)
+    assert rc == 130, text
+    assert "Traceback" not in text and "Aborted" not in text, text
+    assert text.rstrip().endswith("hetsched: interrupted"), text[-300:]
+    assert "\x1b[?25h" in raw  # the cursor the bars hid is shown again

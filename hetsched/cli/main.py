@@ -16,7 +16,7 @@ from rich.table import Table
 from hetsched import __version__
 from hetsched.cli.options import exit_codes_help, format_option, needs_extra, partition_option
 from hetsched.cli.tables import stdout_console
-from hetsched.errors import EXIT_FAILURE, HetschedError, InputError
+from hetsched.errors import EXIT_FAILURE, EXIT_INTERRUPTED, HetschedError, InputError
 
 DEFAULT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -87,6 +87,9 @@ class Main(click.Group):
                        "(the disk or your quota is full); free some space and run again",
                        err=True)
             sys.exit(EXIT_FAILURE)
+        except KeyboardInterrupt:  # Ctrl-C: the documented 130, not click's "Aborted!" and 1
+            click.echo("hetsched: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
             if top not in EXTRAS:
