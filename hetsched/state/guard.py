@@ -78,6 +78,15 @@ def _restore_hint(state: Path) -> str:
     return "no backup exists; move the file away to start afresh"
 
 
+def read_only_mount(p: Path) -> bool:
+    """Whether ``p`` is on a file system mounted read-only (nothing there can change
+    while it is: SQLite may then read it without locks or a WAL index)."""
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def preflight(p: Path) -> None:
     """Refuse an existing state file that cannot be used, before SQLite touches it."""
     try:
@@ -103,6 +112,11 @@ def preflight(p: Path) -> None:
             f"state file {p} is empty (0 bytes): it was truncated or made by something else, "
             "and jobs hetsched submitted may still be queued in Slurm. It was left "
             f"untouched: {_restore_hint(p)}")
+    if read_only_mount(p):
+        raise StateReadOnly(
+            f"state file {p} is on a read-only file system; it is not corrupted, but every "
+            "hetsched command records what it does there: point HETSCHED_STATE at a writable "
+            "copy (`hetsched status` still reads it)")
     if not st.st_mode & stat.S_IWUSR or not os.access(p, os.W_OK):
         raise StateReadOnly(
             f"state file {p} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not "
