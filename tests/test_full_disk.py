@@ -59,7 +59,7 @@ def disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield d
     finally:
-        subprocess.run(["umount", str(d)], check=False)
+        subprocess.run(["umount", "-l", str(d)], check=False)  # lazy: also when busy
 
 
 def _fill(disk: Path) -> Path:

@@ -169,3 +169,24 @@ def test_state_file_that_cannot_be_created(tmp_path: Path) -> None:
 
     with pytest.raises(StateAccessError, match="cannot create state file"):
         open_store(blocker / "state.db")
+
+
+def test_a_folder_named_like_a_uri_part_is_read_as_a_folder(tmp_path: Path) -> None:
+    """The read-only opens (status, restore's check) go through a ``file:`` URI: a folder
+    named ``#1`` or ``a?b`` had been read as the URI's fragment or query, so status
+    opened another file and said nothing was ever submitted."""
+    from hetsched.state.store import open_store, open_store_readonly
+
+    d = tmp_path / "my #1 project?x%20y"
+    d.mkdir()
+    with open_store(d / "state.db") as st:
+        st.add_plan({"plan_id": "p1", "policy": "fifo", "jobs": []})
+        st.backup()
+    reader = open_store_readonly(d / "state.db")
+    assert reader is not None
+    try:
+        assert [p["id"] for p in reader.plans()] == ["p1"]
+    finally:
+        reader.close()
+    res = cli(d / "state.db", "state", "restore", "--force")
+    assert res.returncode == 0 and "restored" in res.stdout, res.stderr

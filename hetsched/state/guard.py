@@ -78,6 +78,15 @@ def _restore_hint(state: Path) -> str:
     return "no backup exists; move the file away to start afresh"
 
 
+def sqlite_uri(p: Path, query: str) -> str:
+    """``file:`` URI of ``p`` with ``query``: the path percent-encoded, so a folder named
+    ``#1`` or ``a?b`` is not read as the URI's fragment or query (which opened another
+    file, or none)."""
+    from urllib.parse import quote
+
+    return f"file:{quote(str(p.absolute()))}?{query}"
+
+
 def read_only_mount(p: Path) -> bool:
     """Whether ``p`` is on a file system mounted read-only (nothing there can change
     while it is: SQLite may then read it without locks or a WAL index)."""
@@ -212,7 +221,7 @@ def restore_backup(state: Path, source: Path,
     if not source.is_file() or source.stat().st_size == 0:
         raise StateEmpty(f"no usable backup at {source}; nothing was changed")
     try:
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        src = sqlite3.connect(sqlite_uri(source, "mode=ro"), uri=True)
     except sqlite3.Error as e:
         raise StateAccessError(f"cannot open backup {source}: {e}; nothing was changed"
                                ) from None

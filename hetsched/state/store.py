@@ -488,7 +488,7 @@ def open_store_readonly(path: str | Path | None = None) -> Store | None:
         # on a read-only mount nothing can change it, and SQLite could not make the WAL
         # index it wants beside it: read it as immutable (no locks, no -shm)
         frozen = "&immutable=1" if guard.read_only_mount(p) else ""
-        conn = sqlite3.connect(f"file:{p}?mode=ro{frozen}", uri=True, timeout=30.0,
+        conn = sqlite3.connect(guard.sqlite_uri(p, f"mode=ro{frozen}"), uri=True, timeout=30.0,
                                isolation_level=None)
         conn.row_factory = sqlite3.Row
         Store._check(conn, p)
