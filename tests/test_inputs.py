@@ -46,7 +46,7 @@ def job(**kw: object) -> str:
     (job(colour="red"), "job 'a'", "unknown field 'colour'; valid fields: name, workload"),
     (job(entrypoint="'not a module'"), "job 'a': entrypoint", "'module.path:function'"),
     # a workload reaches probe scripts and job environments: an identifier only
-    (job(workload='"x\\ntouch /tmp/PWNED #"'), "job 'a': workload", "1-128 letters, digits"),
+    (job(workload='"x\\ntouch /tmp/PWNED #"'), "job 'a': workload", "1-128 ASCII letters, digits"),
     (job(workload="'$(id)'"), "job 'a': workload", "starting with a letter or digit"),
     (job(workload="''"), "job 'a': workload", "is not valid"),
     ("{workload: w}", "jobs[0]: name", "missing required field"),

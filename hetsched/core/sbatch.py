@@ -77,8 +77,8 @@ def _check(key: str, value: Any) -> Any:
     s = str(value)
     pattern, valid = {
         "time": (TIME_RE, "minutes, MM:SS, HH:MM:SS or D-HH:MM:SS"),
-        "account": (NAME_VALUE_RE, "letters, digits, '.', '_' or '-'"),
-        "qos": (NAME_VALUE_RE, "letters, digits, '.', '_' or '-'"),
+        "account": (NAME_VALUE_RE, "ASCII letters, digits, '.', '_' or '-'"),
+        "qos": (NAME_VALUE_RE, "ASCII letters, digits, '.', '_' or '-'"),
         "mem": (MEM_RE, "a number with an optional K/M/G/T suffix, e.g. 64G"),
         "constraint": (CONSTRAINT_RE, "a Slurm constraint such as 'a100&ib' (no spaces)"),
     }[key]

@@ -20,7 +20,7 @@ GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 #: a workload is an identifier: it names profiles, reaches probe scripts and
 #: job environments, so it never carries spaces, quotes or control characters
 WORKLOAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-WORKLOAD_VALID = "1-128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+WORKLOAD_VALID = "1-128 ASCII letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
 
 # Node states as Slurm reports them, reduced to what the planner needs.
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned", "up"})

@@ -117,7 +117,7 @@ def parse_job(data: Any, source: str, index: int) -> Job:
     where = (f"job {name_hint!r}" if isinstance(name_hint, str) and len(name_hint) <= 256
              else f"jobs[{index}]")
     f = _Fields(data, source, where, JOB_FIELDS)
-    name = f.str_("name", pattern=NAME_RE, valid="letters, digits, '.', '_' or '-'")
+    name = f.str_("name", pattern=NAME_RE, valid="ASCII letters, digits, '.', '_' or '-'")
     workload = f.str_("workload", pattern=WORKLOAD_RE, valid=WORKLOAD_VALID)
     b = limits.JOB
     dataset_size = f.int_("dataset_size", b["dataset_size"])
@@ -288,7 +288,7 @@ def expand_hostlist(expr: str, source: str, where: str) -> list[str]:
                          where) from None
     for n in names:
         if not NAME_RE.match(n):
-            raise InputError(source, f"bad node name {n!r}: letters, digits, '.', '_', '-' only",
+            raise InputError(source, f"bad node name {n!r}: ASCII letters, digits, '.', '_', '-' only",
                              where)
     return names
 

@@ -67,7 +67,7 @@ def _word(v: Any) -> _Safe:
     s = str(v)
     if not WORD_RE.match(s):
         raise TemplateValueError("sbatch template", f"{s!r} contains spaces or shell "
-                                 "characters; only letters, digits and ._:/=,%+@- are allowed "
+                                 "characters; only ASCII letters, digits and ._:/=,%+@- are allowed "
                                  "here (paths for logs/state must not contain spaces)")
     return _Safe(s)
 
