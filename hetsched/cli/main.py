@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import sys
@@ -80,7 +79,9 @@ class Main(click.Group):
         except HetschedError as e:
             _fail(e)
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            from hetsched.io.files import NO_SPACE
+
+            if e.errno not in NO_SPACE:
                 raise
             # a full disk or quota under a job file, a plan copy, a report: one line
             click.echo(f"hetsched: error: cannot write {e.filename or 'a file'}: {e.strerror} "

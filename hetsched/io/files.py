@@ -148,6 +148,10 @@ def atomic_write(path: Path, text: str) -> None:
     atomic_write_with(path, lambda f: f.write(text.encode()))
 
 
+#: what a write says when the disk or the user's quota is full
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
 def write_user_file(path: str | Path, data: str | bytes) -> None:
     """Write a file the user named (``--out``, ``-o``, ``--gantt``): whole or not at all.
 
@@ -171,19 +175,11 @@ def write_user_file(path: str | Path, data: str | bytes) -> None:
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(raw)
-            os.chmod(tmp, mode)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _replace_via_temp(p, lambda f: f.write(raw), mode)
     except OSError as e:
         raise InputError(str(path), f"cannot write: {e.strerror or e}"
                          + (" (the disk or your quota is full; the file was left as it was)"
-                            if e.errno in (errno.ENOSPC, errno.EDQUOT) else "")) from None
+                            if e.errno in NO_SPACE else "")) from None
 
 
 def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,
@@ -194,6 +190,13 @@ def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,
     after the rename must not lose them).
     """
     private_dir(path.parent)
+    _replace_via_temp(path, write, 0o600, durable)
+
+
+def _replace_via_temp(path: Path, write: Callable[[BinaryIO], object], mode: int,
+                      durable: bool = False) -> None:
+    """``write(f)`` into a temp file in ``path``'s folder, give it ``mode`` and rename it
+    over ``path``; the temp file is removed when anything fails (see atomic_write_with)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -201,7 +204,7 @@ def atomic_write_with(path: Path, write: Callable[[BinaryIO], object], *,
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -23,7 +23,11 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
+
+from hetsched.io.files import NO_SPACE
 
 #: file system types whose files other hosts may open too (mountinfo's type field)
 NETWORK_FS = frozenset({
@@ -87,6 +91,21 @@ def is_network(fstype: str | None) -> bool:
 NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP})
 
 
+def _probe(folder: str | Path, act: Callable[[IO[bytes]], object],
+           errnos: frozenset[int]) -> str | None:
+    """``act`` on a fresh temporary file in ``folder`` (its nearest folder that exists):
+    the error's words when it fails with one of ``errnos``, else None."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:  # not created yet: its parent's
+        folder = folder.parent
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".hetsched-probe-") as f:
+            act(f)
+    except OSError as e:  # a folder that is not writable is not this probe's to say
+        return (e.strerror or str(e)) if e.errno in errnos else None
+    return None
+
+
 def lock_problem(folder: str | Path) -> str | None:
     """Why the file system of ``folder`` refuses POSIX byte-range locks (which SQLite's
     journals and the replan lock need), or None when it takes them or cannot be tried.
@@ -96,37 +115,20 @@ def lock_problem(folder: str | Path) -> str | None:
     """
     import fcntl
 
-    folder = Path(folder)
-    while not folder.exists() and folder != folder.parent:  # not created yet: its parent's
-        folder = folder.parent
-    try:
-        f = tempfile.TemporaryFile(dir=folder, prefix=".hetsched-lock-test-")
-    except OSError:
-        return None  # a folder that is missing or not writable: preflight says so
-    with f:
-        try:
-            fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            return (e.strerror or str(e)) if e.errno in NO_LOCKS else None
-    return None
-
-
-#: what a write says when the disk or the user's quota is full
-NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+    return _probe(folder, lambda f: fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB),
+                  NO_LOCKS)
 
 
 def space_problem(folder: str | Path) -> str | None:
     """Why nothing can be written in ``folder`` for lack of space (a full disk, a full
     quota: what SQLite calls "disk I/O error" or "database or disk is full"), or None.
     Asked only after SQLite failed: 64 KiB written and synced to a temporary file."""
-    try:
-        with tempfile.TemporaryFile(dir=folder, prefix=".hetsched-space-test-") as f:
-            f.write(b"\0" * 65536)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:
-        return (e.strerror or str(e)) if e.errno in NO_SPACE else None
-    return None
+    def fill(f: IO[bytes]) -> None:
+        f.write(b"\0" * 65536)
+        f.flush()
+        os.fsync(f.fileno())
+
+    return _probe(folder, fill, NO_SPACE)
 
 
 def journal_mode(path: str | Path, setting: str = "auto",
