@@ -146,7 +146,9 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     it (--dependency=afterany). Each job gets a time limit and SIGUSR1 before
     it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
     then the jobs file's `slurm:`, then these options, then the config
-    (`hetsched config show`); Slurm's SBATCH_* variables override them all.
+    (`hetsched config show`). An SBATCH_* variable for an option the script
+    sets is not passed to sbatch (a warning names it), nor are the SLURM_*
+    variables of a job this command runs in.
     SIGINT/SIGTERM during submit cancel what it submitted (exit 130/143).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left

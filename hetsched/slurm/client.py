@@ -20,6 +20,8 @@ once Slurm has forgotten the job, from hetsched's own state store.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from hetsched.slurm.runner import SAFE_TRANSIENT, CommandError, Runner, SlurmUnavailable
+from hetsched.slurm.sbatch_env import enclosing_job, sbatch_environment
+
+log = logging.getLogger("hetsched.slurm")
+#: SBATCH_* variables this process has already said it leaves out (once each)
+_told: set[str] = set()
 
 #: Slurm job states after which a job will not run again (unless requeued).
 FINISHED_STATES = frozenset({
@@ -301,6 +308,19 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
 # ---------------------------------------------------------------------------
 
 
+def _tell_left_out(left_out: Mapping[str, str]) -> None:
+    """Warn once per process about each SBATCH_* variable sbatch does not get."""
+    job = enclosing_job(os.environ)
+    if job and "SLURM_JOB_ID" not in _told:
+        _told.add("SLURM_JOB_ID")
+        log.info("running inside Slurm job %s: its SLURM_* variables are not passed to "
+                 "the jobs submitted", job)
+    for var, why in sorted(left_out.items()):
+        if var not in _told:
+            _told.add(var)
+            log.warning("%s in the environment is not passed to sbatch: %s", var, why)
+
+
 @dataclass
 class CliSlurmClient:
     """SlurmClient backed by the Slurm command-line tools."""
@@ -354,10 +374,15 @@ class CliSlurmClient:
         return [p.rstrip("*") for p in names]
 
     def submit(self, script_path: str | Path, *, extra_args: Sequence[str] = ()) -> str:
+        # the script decides, not the caller's environment (sbatch_env.py): an
+        # enclosing job's SLURM_* and a shell's overriding SBATCH_* stay out
+        env, left_out = sbatch_environment(os.environ, Path(script_path).read_text(
+            encoding="utf-8", errors="replace"))
+        _tell_left_out(left_out)
         # only retry when the controller was never reached: a lost reply to a
         # successful sbatch must not become a second job (the caller checks).
         res = self.runner.run(["sbatch", "--parsable", *extra_args, str(script_path)],
-                              retry_on=SAFE_TRANSIENT)
+                              retry_on=SAFE_TRANSIENT, environ=env)
         first = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         job_id = first.split(";")[0].strip()
         if not job_id.isdigit():

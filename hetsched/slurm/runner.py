@@ -139,17 +139,21 @@ class Runner:
     counts: Counter[str] = field(default_factory=Counter)
     sleep: Callable[[float], None] = field(default_factory=lambda: time.sleep)
 
-    def _env(self) -> dict[str, str] | None:
-        if not self.env:
+    def _env(self, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        if not self.env and environ is None:
             return None
-        e = dict(os.environ)
-        e.update(self.env)
+        e = dict(os.environ if environ is None else environ)
+        e.update(self.env or {})
         return e
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout_s: float | None = None,
             retries: int | None = None, retry_on: re.Pattern[str] | None = TRANSIENT,
-            input: str | None = None, output_path: str | Path | None = None) -> Result:
+            input: str | None = None, output_path: str | Path | None = None,
+            environ: Mapping[str, str] | None = None) -> Result:
         """Run ``argv``; retry transient failures matching ``retry_on``.
+
+        ``environ``, if given, replaces this process's environment as the
+        command's (``env`` entries still go on top).
 
         ``output_path`` sends stdout/stderr to a file instead of pipes: used
         for daemons, which fork and could keep a pipe open forever.
@@ -175,7 +179,8 @@ class Runner:
                 with attempt:
                     n = attempt.retry_state.attempt_number
                     result = self._once(argv, check=check, timeout=timeout, input=input,
-                                        output_path=output_path, retry_on=retry_on)
+                                        output_path=output_path, retry_on=retry_on,
+                                        env=self._env(environ))
                     return Result(argv, result[0], result[1], result[2],
                                   time.monotonic() - t0, n)
         except _Transient as t:
@@ -188,7 +193,8 @@ class Runner:
 
     def _once(self, argv: list[str], *, check: bool, timeout: float, input: str | None,
               output_path: str | Path | None,
-              retry_on: re.Pattern[str] | None) -> tuple[int, str, str]:
+              retry_on: re.Pattern[str] | None,
+              env: dict[str, str] | None = None) -> tuple[int, str, str]:
         """One attempt: (returncode, stdout, stderr), or _Transient / CommandError."""
         self.counts[Path(argv[0]).name] += 1
         log.debug("run: %s", " ".join(argv))
@@ -200,11 +206,11 @@ class Runner:
                 with open(output_path, "ab") as out:
                     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, timeout=timeout,
-                                          env=self._env(), check=False)
+                                          env=env, check=False)
                 stdout = stderr = ""
             else:
                 proc = subprocess.run(argv, input=input, capture_output=True, text=True,
-                                      timeout=timeout, env=self._env(), check=False,
+                                      timeout=timeout, env=env, check=False,
                                       stdin=None if input is not None else subprocess.DEVNULL)
                 stdout, stderr = proc.stdout, proc.stderr
         except FileNotFoundError:

@@ -1,0 +1,112 @@
+"""hetsched inside a Slurm job, and SBATCH_* in the caller's shell, on the real testbed.
+
+A site that forbids long processes on its login nodes has users run `hetsched
+watch` or `replan` as a job, and `submit` or `profile` from an interactive
+allocation. sbatch copies the enclosing job's SLURM_* variables into every job
+it submits, where srun reads them as its own options: with `sbatch_mem` set,
+the enclosing job's SLURM_MEM_PER_CPU made each submitted job die at once
+("srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are
+mutually exclusive"). And an SBATCH_OUTPUT in a login shell's profile sent the
+job's log where `status` does not look.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_helpers import contract_plan, wait_for
+
+from hetsched.slurm.client import CliSlurmClient
+from hetsched.slurm.testbed import Testbed
+
+pytestmark = pytest.mark.slurm
+
+
+def _step_stub(tmp_path: Path) -> Path:
+    """A stand-in for `hetsched run` that records the step's environment and ends."""
+    stub = tmp_path / "env-hetsched"
+    stub.write_text(f"#!/bin/bash\nenv > {tmp_path}/env-$SLURM_JOB_ID-$SLURM_PROCID.txt\n")
+    stub.chmod(0o755)
+    return stub
+
+
+def _plan(tmp_path: Path, plan_id: str) -> Path:
+    plan = contract_plan(plan_id, {"inner": [[("v100-1", "v100", 8)]]})
+    pf = tmp_path / "plan.json"
+    pf.write_text(plan.to_json())
+    return pf
+
+
+def _hetsched() -> list[str]:
+    return [sys.executable, "-c", "from hetsched.cli.main import main; main()"]
+
+
+def _final_state(client: CliSlurmClient, job_id: str) -> str:
+    def done() -> bool:
+        return any(j.finished for j in client.jobs() if j.leader == job_id)
+
+    wait_for(done, 60, f"Slurm job {job_id} to end", every_s=0.5)
+    return next(j.state for j in client.jobs() if j.leader == job_id)
+
+
+def _submitted(state: Path) -> dict[str, str]:
+    from hetsched.state.store import open_store
+
+    with open_store(state) as st:
+        return {s.job: s.slurm_id for s in st.submissions()}
+
+
+def test_submit_from_inside_a_slurm_job_gives_jobs_their_own_environment(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(_step_stub(tmp_path)))
+    monkeypatch.setenv("HETSCHED_SBATCH_MEM", "200M")
+    state = tmp_path / "state.db"
+    script = tmp_path / "driver.sh"
+    cmd = " ".join(f"'{a}'" for a in [*_hetsched(), "submit", str(_plan(tmp_path, "inside1")),
+                                      "--state", str(state)])
+    script.write_text(f"#!/bin/bash\n{cmd}\necho \"submit exit $?\"\n")
+    # the enclosing job: memory per CPU and two CPUs a task, as a user's allocation has
+    out = subprocess.run(["sbatch", "--parsable", "--partition=gpu", "--nodelist=t4-1",
+                          "--ntasks=1", "--cpus-per-task=2", "--mem-per-cpu=100",
+                          f"--output={tmp_path}/driver.out", str(script)],
+                         capture_output=True, text=True, check=True, env=os.environ)
+    driver = out.stdout.strip().split(";")[0]
+    assert _final_state(client, driver) == "COMPLETED"
+    assert "submit exit 0" in (tmp_path / "driver.out").read_text()
+    inner = _submitted(state)["inner"]
+    assert inner != driver
+    assert _final_state(client, inner) == "COMPLETED", \
+        list((tmp_path / "state.db.files" / "logs").glob("*"))
+    env = dict(line.split("=", 1) for line in
+               (tmp_path / f"env-{inner}-0.txt").read_text().splitlines() if "=" in line)
+    assert env["SLURM_JOB_ID"] == inner
+    assert "SLURM_MEM_PER_CPU" not in env  # the enclosing job's
+    assert env.get("SLURM_CPUS_PER_TASK") == "1"  # the script's, not the enclosing job's 2
+
+
+def test_sbatch_variables_in_the_shell_do_not_override_the_script(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(_step_stub(tmp_path)))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict(os.environ, SBATCH_OUTPUT=f"{elsewhere}/%j.out", SBATCH_PARTITION="nope",
+               SBATCH_WAIT="1")
+    state = tmp_path / "state.db"
+    res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "shellenv1")),
+                          "--state", str(state)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    for var, option in (("SBATCH_OUTPUT", "--output"), ("SBATCH_PARTITION", "--partition"),
+                        ("SBATCH_WAIT", "wait")):
+        [line] = [ln for ln in res.stderr.splitlines() if var in ln]
+        assert line.startswith("hetsched: warning:") and option in line
+    inner = _submitted(state)["inner"]
+    assert _final_state(client, inner) == "COMPLETED"
+    assert list((tmp_path / "state.db.files" / "logs").glob(f"*-{inner}.out"))
+    assert not list(elsewhere.iterdir())
