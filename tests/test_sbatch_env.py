@@ -63,3 +63,14 @@ def test_a_script_with_time_and_account_takes_them_from_hetscheds_settings() -> 
     assert env == {"SBATCH_MEM_PER_NODE": "8G"}
     assert "HETSCHED_SBATCH_TIME" in left_out["SBATCH_TIMELIMIT"]
     assert "HETSCHED_SBATCH_ACCOUNT" in left_out["SBATCH_ACCOUNT"]
+
+
+def test_gres_types_keep_slurms_spelling_beside_hetscheds_lower_case() -> None:
+    from hetsched.slurm.client import NodeInfo, gres_names, parse_gres, type_names
+
+    text = "gpu:Tesla_V100:2(S:0,1),gpu:A100:1(S:0),gpu:4,mps:100"
+    assert parse_gres(text) == {"tesla_v100": 2, "a100": 1, "gpu": 4}
+    assert gres_names(text) == {"tesla_v100": "Tesla_V100", "a100": "A100"}
+    nodes = [NodeInfo("n1", "idle", {}, {}, gres_names=gres_names("gpu:A100:2")),
+             NodeInfo("n2", "idle", {}, {}, gres_names=gres_names("gpu:t4:1"))]
+    assert type_names(nodes) == {"a100": "A100", "t4": "t4"}

@@ -102,7 +102,8 @@ def group_memory_mb(plan: Plan, view: GroupView) -> int:
 
 def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path: Path,
                   log_dir: Path, partition: str | None, pin_nodes: bool,
-                  sbatch: SbatchOptions) -> dict[str, tuple[int, Script]]:
+                  sbatch: SbatchOptions, gres_names: Mapping[str, str] | None = None
+                  ) -> dict[str, tuple[int, Script]]:
     """Each group unit's script: the time limit from the group's span (``time_limit``)."""
     out: dict[str, tuple[int, Script]] = {}
     for name, u in units.items():
@@ -124,5 +125,6 @@ def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path:
         out[name] = (seg, render_group(pid, view, plan_path=plan_path, log_dir=log_dir,
                                        partition=partition, pin_nodes=pin_nodes, sbatch=sbatch,
                                        time_min=limit, signal_s=warn,
-                                       memory_mb=group_memory_mb(plan, view)))
+                                       memory_mb=group_memory_mb(plan, view),
+                                       gres_names=gres_names))
     return out

@@ -42,7 +42,7 @@ from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
-from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.client import SlurmClient, type_names
 from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
@@ -186,7 +186,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          key_file=files.secret, report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
-                         partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit)
+                         partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit,
+                         gres_names=type_names(client.nodes(partition)))
     jobs = [j for j in plan.jobs if j.segments]
     if not allow_active_elsewhere:
         refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})

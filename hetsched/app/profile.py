@@ -14,7 +14,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,12 @@ def _safe(s: str) -> str:
 
 def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | None,
                   time_limit_s: float, warmup: int, steps: int,
-                  hetsched: str | None = None) -> list[ProbeOutcome]:
-    """Render every probe script (before anything is submitted) into ``files/probes``."""
+                  hetsched: str | None = None,
+                  gres_names: Mapping[str, str] | None = None) -> list[ProbeOutcome]:
+    """Render every probe script (before anything is submitted) into ``files/probes``.
+
+    ``gres_names``: each GPU type as Slurm spells it (GRES types are case-sensitive).
+    """
     from hetsched.slurm.templates import render_probe
 
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
@@ -143,7 +147,8 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
         script = render_probe(sp.workload, sp.gpu_type, sp.batches, out=f"{base}.csv",
                               log_dir=logs_dir(files), partition=partition, extra_args=extra,
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),
-                              hetsched=hetsched)
+                              hetsched=hetsched,
+                              gres_name=(gres_names or {}).get(sp.gpu_type))
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)
         outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hetsched.core.plan import Plan
@@ -26,7 +26,7 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
-from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.client import NodeInfo
 
 #: the runtime's built-in workloads and the bytes one synthetic sample takes
 #: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
@@ -127,9 +127,9 @@ def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
     return plan
 
 
-def check_node_types(plan: Plan, client: SlurmClient, names: set[str],
-                     partition: str | None, pinned: bool = True) -> None:
-    """Each pinned worker's GPU type is its node's (one ``sinfo``), before any sbatch.
+def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
+                     pinned: bool = True) -> None:
+    """Each pinned worker's GPU type is its node's (``nodes``: sinfo's), before any sbatch.
 
     Pinned components ask Slurm for untyped GPUs on their node (templates.py: so
     a replan can move a pending job to another type's node in place), so Slurm
@@ -138,7 +138,7 @@ def check_node_types(plan: Plan, client: SlurmClient, names: set[str],
     """
     if not pinned:
         return
-    have = {n.name: n.gres for n in client.nodes(partition)}
+    have = {n.name: n.gres for n in nodes}
     for j in plan.jobs:
         if j.name not in names or not j.segments:
             continue

@@ -62,7 +62,7 @@ from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, logs_dir, plan_copy
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
-from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.client import SlurmClient, type_names
 from hetsched.slurm.runner import CommandError
 from hetsched.slurm.templates import Script, render_hetjob
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
@@ -71,12 +71,14 @@ from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
 def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
-                sbatch: SbatchOptions | None = None) -> dict[str, tuple[int, Script]]:
+                sbatch: SbatchOptions | None = None,
+                gres_names: Mapping[str, str] | None = None) -> dict[str, tuple[int, Script]]:
     """Render every job's script (segment 0 unless ``segment_of`` says otherwise).
 
     Each job's sbatch options are its spec's ``slurm:`` over ``sbatch`` (see
     :func:`base_sbatch`); without a ``time`` the limit comes from the
-    segment's predicted duration (:func:`time_limit`).
+    segment's predicted duration (:func:`time_limit`). ``gres_names``: each GPU
+    type as Slurm spells it (``client.type_names``).
     """
     out: dict[str, tuple[int, Script]] = {}
     base = sbatch if sbatch is not None else base_sbatch()
@@ -95,14 +97,16 @@ def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
             warn = int(min(float(config.get("signal_s")), limit * 30))
         out[j.name] = (seg, render_hetjob(
             pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
-            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn))
+            pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
+            gres_names=gres_names))
     return out
 
 
 def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                  partition: str | None, pin_nodes: bool = True, only: set[str] | None = None,
                  segment_of: Mapping[str, int] | None = None,
-                 sbatch: SbatchOptions | None = None, source: str = "plan"
+                 sbatch: SbatchOptions | None = None, source: str = "plan",
+                 gres_names: Mapping[str, str] | None = None
                  ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
     """Every unit's script: isolated jobs (``render_job_scripts``) and co-location groups, one
     script per group (app/group_submit.py); and the units, and each job's unit."""
@@ -116,10 +120,11 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
     alone = {n for n, u in units.items() if u.group is None}
     scripts = render_job_scripts(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
-                          sbatch=sbatch)
+                          sbatch=sbatch, gres_names=gres_names)
     scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,
                                  partition=partition, pin_nodes=pin_nodes,
-                                 sbatch=sbatch if sbatch is not None else base_sbatch()))
+                                 sbatch=sbatch if sbatch is not None else base_sbatch(),
+                                 gres_names=gres_names))
     return scripts, units, unit_of
 
 
@@ -167,11 +172,13 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
     plan_path, logs = plan_copy(base, pid), logs_dir(base)
+    nodes = client.nodes(partition)  # one sinfo: GPU types as Slurm spells them, node types
     # render everything first: a bad value fails before anything reaches Slurm
     scripts, units, unit_of = render_units(
         plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
-        pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source)
-    check_node_types(plan, client, set(unit_of), partition, pin_nodes)
+        pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
+        gres_names=type_names(nodes))
+    check_node_types(plan, nodes, set(unit_of), pin_nodes)
     if not allow_active_elsewhere:
         refuse_active_elsewhere(store, client, pid, set(unit_of))
     private_dir(logs)

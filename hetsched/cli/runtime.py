@@ -261,18 +261,20 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     jobs = load_jobs(jobs_file)
     part = partition or config.get("partition") or None
     client = None
+    names: dict[str, str] | None = None  # GPU types as Slurm spells them
     if cluster_file:
         types = list(load_cluster(cluster_file).gpu_types)
     else:
         from hetsched.slurm.client import CliSlurmClient
-        from hetsched.slurm.inventory import load_cluster_from_slurm
+        from hetsched.slurm.inventory import load_inventory
 
         client = CliSlurmClient()
-        types = list(load_cluster_from_slurm(client, part).gpu_types)
+        inv = load_inventory(client, part)
+        types, names = list(inv.cluster.gpu_types), inv.gres_names
     sweep = parse_batches(batches) if batches else None
     if dry_run:
         _profile_dry_run(jobs, types, state_path, sweep, part, time_limit, warmup, steps,
-                         force=force, retry_unusable=retry_unusable)
+                         force=force, retry_unusable=retry_unusable, gres_names=names)
         return
     with open_store(state_path) as st:
         specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
@@ -286,12 +288,13 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                 click.echo("nothing to probe: every (workload, GPU type) has history")
             return
         if client is None:
-            from hetsched.slurm.client import CliSlurmClient
+            from hetsched.slurm.client import CliSlurmClient, type_names
 
             client = CliSlurmClient()
+            names = type_names(client.nodes(part))
         t0 = time.monotonic()
         outs = render_probes(specs, files_dir(st), partition=part, time_limit_s=time_limit,
-                             warmup=warmup, steps=steps)
+                             warmup=warmup, steps=steps, gres_names=names)
         from hetsched.cli import logs
         from hetsched.cli.progress import RichReporter
 
@@ -315,7 +318,8 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
 def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
                      sweep: tuple[int, ...] | None, part: str | None, time_limit: float,
                      warmup: int,
-                     steps: int, *, force: bool, retry_unusable: bool) -> None:
+                     steps: int, *, force: bool, retry_unusable: bool,
+                     gres_names: dict[str, str] | None = None) -> None:
     """``profile --dry-run``: print the probe scripts that would be submitted."""
     import tempfile
 
@@ -332,7 +336,7 @@ def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
             st.close()
     with tempfile.TemporaryDirectory() as tmp:
         outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
-                             warmup=warmup, steps=steps)
+                             warmup=warmup, steps=steps, gres_names=gres_names)
         for o in outs:
             assert o.script is not None
             click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")

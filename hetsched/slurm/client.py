@@ -95,6 +95,9 @@ class NodeInfo:
     partitions: tuple[str, ...] = ()
     cpus: int = 0
     reason: str = ""
+    #: GPU type (hetsched's lower-case name) -> as Slurm spells it: GRES types are
+    #: case-sensitive, so a script must ask for ``gpu:A100:1`` on a site that says A100
+    gres_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def free_gpus(self) -> dict[str, int]:
@@ -185,10 +188,37 @@ def _states(v: Any) -> list[str]:
 _GRES_RE = re.compile(r"gpu:([A-Za-z0-9_.-]+):(\d+)")
 
 
+def _gres_items(text: str) -> list[str]:
+    """The comma-separated items of a GRES string (commas inside ``(S:0,1)`` kept)."""
+    return [item.strip() for item in re.split(r",(?![^()]*\))", text or "")]
+
+
+def gres_names(text: str) -> dict[str, str]:
+    """``gpu:A100:2,gpu:t4:1`` -> {"a100": "A100", "t4": "t4"}: each type as Slurm spells it."""
+    out: dict[str, str] = {}
+    for item in _gres_items(text):
+        m = _GRES_RE.match(item)
+        if m:
+            out.setdefault(m.group(1).lower(), m.group(1))
+    return out
+
+
+def type_names(nodes: Iterable[NodeInfo]) -> dict[str, str]:
+    """Each GPU type of ``nodes`` -> as Slurm spells it (for ``--gres=gpu:TYPE:N``)."""
+    out: dict[str, str] = {}
+    for n in nodes:
+        for low, spelled in n.gres_names.items():
+            out.setdefault(low, spelled)
+    return out
+
+
 def parse_gres(text: str) -> dict[str, int]:
-    """``gpu:a100:2(S:0-1),gpu:t4:1`` -> {"a100": 2, "t4": 1}; untyped GPUs are "gpu"."""
+    """``gpu:a100:2(S:0-1),gpu:t4:1`` -> {"a100": 2, "t4": 1}; untyped GPUs are "gpu".
+
+    hetsched names GPU types in lower case; :func:`gres_names` keeps Slurm's spelling.
+    """
     out: dict[str, int] = {}
-    for item in re.split(r",(?![^()]*\))", text or ""):
+    for item in _gres_items(text):
         item = item.strip()
         m = _GRES_RE.match(item)
         if m:
@@ -267,6 +297,7 @@ def parse_node_json(n: Mapping[str, Any]) -> NodeInfo:
         partitions=tuple(str(p) for p in (n.get("partitions") or [])),
         cpus=_num(n.get("cpus")) or 0,
         reason=_str(n.get("reason")),
+        gres_names=gres_names(_str(n.get("gres"))),
     )
 
 

@@ -17,6 +17,7 @@ find it, with a "job" part no job name can have (``=``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from hetsched.core.groups import GroupView
@@ -25,6 +26,7 @@ from hetsched.slurm.templates import (
     Component,
     Script,
     _render,
+    component_fields,
     hetsched_executable,
     sbatch_fields,
 )
@@ -45,16 +47,16 @@ def render_group(plan_id: str, view: GroupView, *, plan_path: str | Path,
                  log_dir: str | Path, partition: str | None = None, pin_nodes: bool = True,
                  hetsched: str | None = None, directory: Path | None = None,
                  sbatch: SbatchOptions | None = None, time_min: int = 0, signal_s: int = 0,
-                 memory_mb: int = 0) -> Script:
+                 memory_mb: int = 0, gres_names: Mapping[str, str] | None = None) -> Script:
     """The group's one script; ``memory_mb`` > 0 is the device memory its jobs may hold
-    together (beyond it idle jobs are spilled and reloaded)."""
+    together (beyond it idle jobs are spilled and reloaded); ``gres_names``: each GPU
+    type as Slurm spells it."""
     comps = [Component(t, n, k, (1,) * k) for t, n, k in view.components()]
     ctx = {
         "plan_id": plan_id,
         "job_name": f"hetsched-{view.group}",
         "group": view.group,
-        "components": [{"gpu_type": c.gpu_type, "node": c.node if pin_nodes else "",
-                        "gpus": c.gpus, "tasks": c.tasks} for c in comps],
+        "components": component_fields(comps, pin_nodes, gres_names),
         "partition": partition or "",
         "comment": group_comment(plan_id, view.group),
         "log_dir": str(log_dir),

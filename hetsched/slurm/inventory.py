@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from hetsched.core.spec import GPU_TYPE_RE, NAME_RE, Cluster, Node
 from hetsched.errors import HetschedError
-from hetsched.slurm.client import NodeInfo, SlurmClient
+from hetsched.slurm.client import NodeInfo, SlurmClient, type_names
 
 
 class InventoryError(HetschedError):
@@ -40,6 +40,8 @@ class Inventory:
     cluster: Cluster
     free: dict[str, int] = field(default_factory=dict)  # node -> free GPUs
     skipped: list[str] = field(default_factory=list)  # why some nodes were left out
+    #: GPU type -> as Slurm spells it (GRES types are case-sensitive; hetsched's are lower)
+    gres_names: dict[str, str] = field(default_factory=dict)
 
     def by_type(self) -> list[TypeRow]:
         """One row per GPU type: nodes, GPUs, usable GPUs, free GPUs, node states."""
@@ -89,7 +91,7 @@ def from_nodes(infos: list[NodeInfo], partition: str | None = None,
         where = f"partition {partition!r}" if partition else "the cluster"
         raise InventoryError(f"{where} has no GPU nodes (sinfo showed {len(infos)} nodes)")
     cluster = Cluster(nodes=tuple(nodes), name=name, partition=partition)
-    return Inventory(cluster, free, skipped)
+    return Inventory(cluster, free, skipped, type_names(infos))
 
 
 def load_inventory(client: SlurmClient, partition: str | None = None) -> Inventory:

@@ -19,7 +19,7 @@ versus one job for the whole pool).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from hetsched.slurm.templates import (
     Script,
     TemplateValueError,
     _render,
+    component_fields,
     hetsched_executable,
     sbatch_fields,
 )
@@ -107,12 +108,13 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
                 key_file: str | Path | None = None, partition: str | None = None, pin_nodes: bool = True,
                 hetsched: str | None = None, directory: Path | None = None,
                 job_name: str | None = None, sbatch: SbatchOptions | None = None,
-                time_min: int = 0) -> Script:
+                time_min: int = 0, gres_names: Mapping[str, str] | None = None) -> Script:
     """The one hetjob script of a pool-mode plan.
 
     ``sbatch`` adds account/QoS/memory/constraint/extra options to every
     component; ``time_min`` is the time limit (``sbatch.time`` wins; 0: none).
     ``key_file`` is the pool job's secret (default: :func:`key_path` of the plan).
+    ``gres_names``: each GPU type as Slurm spells it (``--gres=gpu:TYPE:N``).
     """
     if plan.mode != "pool":
         raise TemplateValueError("plan", f"render_pool needs a pool-mode plan, not {plan.mode!r}",
@@ -122,8 +124,7 @@ def render_pool(plan: Plan, plan_id: str, *, plan_path: str | Path, log_dir: str
     ctx = {
         "plan_id": plan_id,
         "job_name": job_name or f"hetsched-pool-{plan_id}",
-        "components": [{"gpu_type": c.gpu_type, "node": c.node if pin_nodes else "",
-                        "gpus": c.gpus, "tasks": c.tasks} for c in comps],
+        "components": component_fields(comps, pin_nodes, gres_names),
         "partition": partition or "",
         "comment": pool_comment(plan_id),
         "log_dir": str(log_dir),

@@ -179,6 +179,17 @@ class Component:
         return self.gpus
 
 
+def component_fields(comps: Sequence[Component], pin_nodes: bool,
+                     gres_names: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The template fields of each component. ``gres_type`` is the GPU type as Slurm
+    spells it (``gres_names``: GRES types are case-sensitive, hetsched's names are
+    lower case), for a typed ``--gres=gpu:TYPE:N``."""
+    names = gres_names or {}
+    return [{"gpu_type": c.gpu_type, "gres_type": names.get(c.gpu_type, c.gpu_type),
+             "node": c.node if pin_nodes else "", "gpus": c.gpus, "tasks": c.tasks}
+            for c in comps]
+
+
 def components(workers: Sequence[Worker | Mapping[str, Any]]) -> list[Component]:
     """One hetjob component per (GPU type, node) group of a segment's workers.
 
@@ -226,7 +237,8 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                   pin_nodes: bool = True, hetsched: str | None = None,
                   directory: Path | None = None, sbatch: SbatchOptions | None = None,
                   time_min: int = 0, signal_s: int = 0,
-                  layout_path: str | Path | None = None) -> Script:
+                  layout_path: str | Path | None = None,
+                  gres_names: Mapping[str, str] | None = None) -> Script:
     """The hetjob script for segment ``segment`` of one job of a plan.
 
     The rank layout is not in the script: ``hetsched run`` reads it from
@@ -238,7 +250,7 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
     node): Slurm 22.05 leaves a pending job whose GRES *type* was updated never
     runnable (BadConstraints), while the node list of an untyped request can
     move it to another type's node. Unpinned ones (``pin_nodes=False``) ask
-    for ``gpu:TYPE:N``.
+    for ``gpu:TYPE:N``, TYPE spelled as Slurm does (``gres_names``).
 
     ``sbatch`` adds account/QoS/memory/constraint/extra options to every
     component; ``time_min`` is the time limit (``sbatch.time`` wins);
@@ -262,9 +274,7 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
                                segment).layout
     ctx = {
         "plan_id": plan_id, "job": job.name, "segment": segment,
-        "components": [
-            {"gpu_type": c.gpu_type, "node": c.node if pin_nodes else "", "gpus": c.gpus,
-             "tasks": c.tasks} for c in comps],
+        "components": component_fields(comps, pin_nodes, gres_names),
         "partition": partition or "",
         "comment": submission_comment(plan_id, job.name, segment),
         "log_dir": str(log_dir),
@@ -284,15 +294,18 @@ def render_hetjob(plan_id: str, job: JobPlan, segment: int = 0, *,
 def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: str | Path,
                  log_dir: str | Path, partition: str | None = None, node: str | None = None,
                  extra_args: Sequence[str] = (), hetsched: str | None = None,
-                 directory: Path | None = None, time_min: int | None = None) -> Script:
+                 directory: Path | None = None, time_min: int | None = None,
+                 gres_name: str | None = None) -> Script:
     """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``.
 
     ``time_min`` is Slurm's time limit (minutes): a probe that hangs is killed.
+    ``gres_name`` is the type as Slurm spells it (default ``gpu_type``).
     """
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {
         "job_name": f"hetsched-probe-{safe_w}-{gpu_type}", "workload": workload,
-        "gpu_type": gpu_type, "partition": partition or "", "node": node or "",
+        "gpu_type": gpu_type, "gres_type": gres_name or gpu_type,
+        "partition": partition or "", "node": node or "",
         "comment": f"hetsched:probe:{safe_w}:{gpu_type}", "log_dir": str(log_dir),
         "batches": ",".join(str(int(b)) for b in batches), "out": str(out),
         "extra_args": [str(a) for a in extra_args],

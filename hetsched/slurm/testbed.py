@@ -78,14 +78,14 @@ def parse_nodes(spec: str) -> list[NodeGroup]:
         if not m:
             raise InputError("--nodes", f"bad group {part!r}; expected TYPE:NODESxGPUS, "
                              f"e.g. {DEFAULT_NODES}")
-        gpu_type, count, gpus = m.group(1).lower(), int(m.group(2)), int(m.group(3))
+        gpu_type, count, gpus = m.group(1), int(m.group(2)), int(m.group(3))
         if not GPU_TYPE_RE.match(gpu_type):
             raise InputError("--nodes", f"bad GPU type {gpu_type!r}")
-        if gpu_type in seen:
+        if gpu_type.lower() in seen:  # hetsched's GPU types are case-insensitive
             raise InputError("--nodes", f"GPU type {gpu_type!r} is listed twice")
         if not 1 <= count <= 32 or not 1 <= gpus <= 16:
             raise InputError("--nodes", f"{part!r}: 1-32 nodes and 1-16 GPUs per node")
-        seen.add(gpu_type)
+        seen.add(gpu_type.lower())
         groups.append(NodeGroup(gpu_type, count, gpus))
     if not groups:
         raise InputError("--nodes", f"no node groups; e.g. {DEFAULT_NODES}")
