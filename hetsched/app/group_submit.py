@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetsched import config
 from hetsched.app.runnable import UnrunnableError
-from hetsched.app.submission import time_limit
+from hetsched.app.submission import Site
 from hetsched.core.groups import GroupView, plan_groups
 from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptions, time_minutes
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.slurm.group_script import group_comment, group_unit, render_group
 from hetsched.slurm.templates import Script, submission_comment
 
@@ -102,7 +101,7 @@ def group_memory_mb(plan: Plan, view: GroupView) -> int:
 
 def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path: Path,
                   log_dir: Path, partition: str | None, pin_nodes: bool,
-                  sbatch: SbatchOptions, gres_names: Mapping[str, str] | None = None
+                  sbatch: SbatchOptions, site: Site | None = None
                   ) -> dict[str, tuple[int, Script]]:
     """Each group unit's script: the time limit from the group's span (``time_limit``)."""
     out: dict[str, tuple[int, Script]] = {}
@@ -117,14 +116,12 @@ def render_groups(plan: Plan, pid: str, units: Mapping[str, Unit], *, plan_path:
                                       "command; a co-location group trains built-in "
                                       "workloads and entrypoints only (the group runtime "
                                       "builds each model): plan it alone", f"job {job!r}")
-        limit, warn = time_limit(view.end_s - view.start_s)
-        if sbatch.time:
-            limit = time_minutes(sbatch.time)
-            warn = int(min(float(config.get("signal_s")), limit * 30))
+        limit, warn = (site or Site(partition)).limit(view.group, sbatch,
+                                                      view.end_s - view.start_s)
         seg = min(m.segment for m in view.members)
         out[name] = (seg, render_group(pid, view, plan_path=plan_path, log_dir=log_dir,
                                        partition=partition, pin_nodes=pin_nodes, sbatch=sbatch,
                                        time_min=limit, signal_s=warn,
                                        memory_mb=group_memory_mb(plan, view),
-                                       gres_names=gres_names))
+                                       gres_names=site.gres_names if site else None))
     return out

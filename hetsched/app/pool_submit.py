@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
 from hetsched.app.submission import (
+    Site,
     SubmitError,
     SubmitResult,
     base_sbatch,
@@ -37,12 +38,12 @@ from hetsched.app.submission import (
 )
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptions, time_minutes
-from hetsched.errors import HetschedError
+from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
-from hetsched.slurm.client import SlurmClient, type_names
+from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
@@ -156,6 +157,17 @@ def pool_sbatch(plan: Plan, sbatch: SbatchOptions | None) -> tuple[SbatchOptions
     return opts, limit
 
 
+def _within_max_time(site: Site, limit: int, source: str) -> None:
+    """Refuse a pool job whose limit is above MaxTime: the pool executor does not
+    requeue itself, and Slurm would keep it pending for ever (PartitionTimeLimit)."""
+    if site.max_time_min is not None and limit > site.max_time_min:
+        raise InputError(source, f"the pool job needs a time limit of {limit} min, above "
+                         f"{site.where}'s MaxTime of {site.max_time_min} min: Slurm would "
+                         "keep it pending for ever (PartitionTimeLimit); submit it in space "
+                         "mode (each job checkpoints and requeues itself at the limit) or "
+                         "plan fewer jobs per pool", "time")
+
+
 def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
                 dry_run: bool = False, partition: str | None = None, pin_nodes: bool = True,
                 source: str = "plan", allow_active_elsewhere: bool = False,
@@ -183,11 +195,13 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     files = JobFiles(files_dir(store), pid, POOL_JOB)
     plan_path, log_dir = files.plan_copy, files.log_dir
     prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else pool_default_dirs(store)
+    site = Site.of(client, partition)
+    _within_max_time(site, limit, source)
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          key_file=files.secret, report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,
                          partition=partition, pin_nodes=pin_nodes, sbatch=opts, time_min=limit,
-                         gres_names=type_names(client.nodes(partition)))
+                         gres_names=site.gres_names)
     jobs = [j for j in plan.jobs if j.segments]
     if not allow_active_elsewhere:
         refuse_active_elsewhere(store, client, pid, {j.name for j in jobs})

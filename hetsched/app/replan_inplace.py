@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.submission import base_sbatch, files_dir, time_limit
+from hetsched.app.submission import Site, base_sbatch, files_dir
 from hetsched.core.plan import JobPlan, Plan, Worker, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write
@@ -126,13 +126,13 @@ class InPlaceResult:
     refused: dict[str, str] = field(default_factory=dict)  # job -> Slurm's reason
 
 
-def _limit_min(jp: JobPlan) -> int:
+def _limit_min(jp: JobPlan, site: Site) -> int:
     opts = (jp.spec.slurm if jp.spec is not None and jp.spec.slurm else SbatchOptions()
             ).over(base_sbatch())
-    if opts.time:
+    if opts.time:  # the user's: submit checked it against MaxTime
         return time_minutes(opts.time)
     s = jp.segments[0]
-    return time_limit(s.end_s - s.start_s)[0]
+    return site.limit(jp.name, opts, s.end_s - s.start_s)[0]
 
 
 def update_in_place(store: Store, client: SlurmClient, plan: Plan,
@@ -148,6 +148,7 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
     comps: dict[str, list[JobInfo]] = {}
     for j in client.jobs():
         comps.setdefault(j.leader, []).append(j)
+    sites: dict[str, Site] = {}  # partition -> its MaxTime (one sinfo per partition)
     for sub, jp in jobs:
         assert sub.slurm_id is not None
         mine = sorted(comps.get(sub.slurm_id, []), key=lambda c: c.het_offset or 0)
@@ -179,20 +180,23 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
         # (right after the requeue the reason is still "None", the begin time already set)
         requeued = any(c.restarts and (c.reason == "BeginTime" or c.start_time > time.time())
                        for c in mine)
-        _commit(store, client, sub, jp, pid, plan, plan_path, workers, requeued)
+        part = mine[0].partition
+        if part not in sites:
+            sites[part] = Site(part or None, max_time_min=client.max_time_min(part or None))
+        _commit(store, client, sub, jp, pid, plan, plan_path, workers, sites[part], requeued)
         res.updated.append((sub.job, sub.slurm_id))
     return res
 
 
 def _commit(store: Store, client: SlurmClient, sub: Submission, jp: JobPlan, pid: str,
-            plan: Plan, plan_path: Path, workers: list[dict[str, Any]],
+            plan: Plan, plan_path: Path, workers: list[dict[str, Any]], site: Site,
             requeued: bool = False) -> None:
     """Slurm took the update: the layout, then the best-effort fields, then the rows."""
     assert sub.slurm_id is not None
     pinned = job_layout(plan, pid, plan_path, jp.name, 0)
     write_layout(layout_of(store, sub),
                  Layout(pinned.plan, pid, jp.name, 0, groups_of(worker_groups(workers))))
-    for upd in ([f"TimeLimit={_limit_min(jp)}"],
+    for upd in ([f"TimeLimit={_limit_min(jp, site)}"],
                 [f"Comment={submission_comment(pid, jp.name, 0)}"],
                 ["StartTime=now"] if requeued else []):
         if not upd:

@@ -35,16 +35,17 @@ Guarantees (see docs/slurm.md):
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hetsched import config
 from hetsched.app.group_submit import Unit, render_groups, unit_order, unit_preds, units_of
 from hetsched.app.order import dependency_expr, plan_order, predecessors
 from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
 from hetsched.app.submission import (
     LIVE_STATES,
+    Site,
     SubmitError,
     SubmitInterrupted,
     SubmitResult,
@@ -53,33 +54,35 @@ from hetsched.app.submission import (
     deferred_signals,
     files_dir,
     refuse_active_elsewhere,
-    time_limit,
 )
 from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptions, time_minutes
+from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import HetschedError
 from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, logs_dir, plan_copy
 from hetsched.io.layout import write_job_layout
 from hetsched.io.plan_json import dump_plan
-from hetsched.slurm.client import SlurmClient, type_names
+from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.runner import CommandError
 from hetsched.slurm.templates import Script, render_hetjob
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store
+
+log = logging.getLogger("hetsched")
 
 
 def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                 partition: str | None, pin_nodes: bool = True,
                 only: set[str] | None = None, segment_of: Mapping[str, int] | None = None,
                 sbatch: SbatchOptions | None = None,
-                gres_names: Mapping[str, str] | None = None) -> dict[str, tuple[int, Script]]:
+                site: Site | None = None) -> dict[str, tuple[int, Script]]:
     """Render every job's script (segment 0 unless ``segment_of`` says otherwise).
 
     Each job's sbatch options are its spec's ``slurm:`` over ``sbatch`` (see
     :func:`base_sbatch`); without a ``time`` the limit comes from the
-    segment's predicted duration (:func:`time_limit`). ``gres_names``: each GPU
-    type as Slurm spells it (``client.type_names``).
+    segment's predicted duration (:func:`time_limit`). ``site``: the partition as
+    Slurm reports it (GPU type spelling, MaxTime; none in a dry run).
     """
+    site = site if site is not None else Site(partition)
     out: dict[str, tuple[int, Script]] = {}
     base = sbatch if sbatch is not None else base_sbatch()
     for j in plan.jobs:
@@ -91,14 +94,11 @@ def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
         own = j.spec.slurm if j.spec is not None and j.spec.slurm else SbatchOptions()
         opts = own.over(base)
         s = j.segments[seg]
-        limit, warn = time_limit(s.end_s - s.start_s)
-        if opts.time:
-            limit = time_minutes(opts.time)
-            warn = int(min(float(config.get("signal_s")), limit * 30))
+        limit, warn = site.limit(j.name, opts, s.end_s - s.start_s)
         out[j.name] = (seg, render_hetjob(
             pid, j, seg, plan_path=plan_path, log_dir=log_dir, partition=partition,
             pin_nodes=pin_nodes, sbatch=opts, time_min=limit, signal_s=warn,
-            gres_names=gres_names))
+            gres_names=site.gres_names))
     return out
 
 
@@ -106,7 +106,7 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
                  partition: str | None, pin_nodes: bool = True, only: set[str] | None = None,
                  segment_of: Mapping[str, int] | None = None,
                  sbatch: SbatchOptions | None = None, source: str = "plan",
-                 gres_names: Mapping[str, str] | None = None
+                 site: Site | None = None
                  ) -> tuple[dict[str, tuple[int, Script]], dict[str, Unit], dict[str, str]]:
     """Every unit's script: isolated jobs (``render_job_scripts``) and co-location groups, one
     script per group (app/group_submit.py); and the units, and each job's unit."""
@@ -120,11 +120,11 @@ def render_units(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
     alone = {n for n, u in units.items() if u.group is None}
     scripts = render_job_scripts(plan, pid, plan_path=plan_path, log_dir=log_dir, partition=partition,
                           pin_nodes=pin_nodes, only=alone, segment_of=segment_of,
-                          sbatch=sbatch, gres_names=gres_names)
+                          sbatch=sbatch, site=site)
     scripts.update(render_groups(plan, pid, units, plan_path=plan_path, log_dir=log_dir,
                                  partition=partition, pin_nodes=pin_nodes,
                                  sbatch=sbatch if sbatch is not None else base_sbatch(),
-                                 gres_names=gres_names))
+                                 site=site))
     return scripts, units, unit_of
 
 
@@ -172,13 +172,17 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         raise HetschedError("submit needs a state store and a Slurm client (or --dry-run)")
     base = files_dir(store)
     plan_path, logs = plan_copy(base, pid), logs_dir(base)
-    nodes = client.nodes(partition)  # one sinfo: GPU types as Slurm spells them, node types
+    nodes = client.nodes(partition)  # GPU types as Slurm spells them, each node's type
+    site = Site.of(client, partition, nodes)
     # render everything first: a bad value fails before anything reaches Slurm
     scripts, units, unit_of = render_units(
         plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
-        gres_names=type_names(nodes))
+        site=site)
     check_node_types(plan, nodes, set(unit_of), pin_nodes)
+    note = site.capped_note()
+    if note:
+        log.warning("%s", note)
     if not allow_active_elsewhere:
         refuse_active_elsewhere(store, client, pid, set(unit_of))
     private_dir(logs)

@@ -21,11 +21,11 @@ from typing import Any
 from hetsched import config
 from hetsched.app.runnable import unrunnable
 from hetsched.core.plan import Plan
-from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
+from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
 from hetsched.core.spec import NAME_RE
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.jobfiles import batch_of, files_root
-from hetsched.slurm.client import ACTIVE_STATES, SlurmClient
+from hetsched.slurm.client import ACTIVE_STATES, NodeInfo, SlurmClient, type_names
 from hetsched.slurm.templates import Script
 from hetsched.state.store import SUBMITTING, Store
 
@@ -126,6 +126,73 @@ def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
     return (cli or SbatchOptions()).over(site)
 
 
+@dataclass
+class Site:
+    """What Slurm says about the partition that every script must respect (one
+    ``sinfo`` each, before the scripts are rendered; none in a dry run).
+
+    ``gres_names``: each GPU type as Slurm spells it (GRES types are
+    case-sensitive; hetsched's are lower case). ``max_time_min``: the
+    partition's MaxTime (None: unlimited). A job whose limit would exceed it
+    stays pending forever (PartitionTimeLimit), so hetsched's own limit is
+    capped there (``capped`` collects ``(unit, minutes wanted)``; the job
+    checkpoints and requeues itself at the limit) and a ``time`` the user gave
+    above it is refused.
+    """
+
+    partition: str | None = None
+    gres_names: dict[str, str] = field(default_factory=dict)
+    max_time_min: int | None = None
+    capped: list[tuple[str, int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, client: SlurmClient, partition: str | None,
+           nodes: list[NodeInfo] | None = None) -> Site:
+        """The partition as Slurm reports it (``nodes``: sinfo's, when already read)."""
+        if nodes is None:
+            nodes = client.nodes(partition)
+        return cls(partition, type_names(nodes), client.max_time_min(partition))
+
+    @property
+    def where(self) -> str:
+        return f"partition {self.partition}" if self.partition else "the default partition"
+
+    def limit(self, unit: str, opts: SbatchOptions, duration_s: float) -> tuple[int, int]:
+        """(time limit in minutes, seconds of warning before it) for one job or group:
+        ``opts.time`` if given, else :func:`time_limit` of its predicted duration,
+        within MaxTime (class doc)."""
+        top = self.max_time_min
+        if opts.time:
+            limit = time_minutes(opts.time)
+            if top is not None and limit > top:
+                raise InputError(f"job {unit!r}", f"{opts.time} is above {self.where}'s "
+                                 f"MaxTime of {top} min: Slurm would keep the job pending "
+                                 "for ever (PartitionTimeLimit); give at most that, or no "
+                                 "time (then hetsched's own limit stays within it and the "
+                                 "job checkpoints and requeues itself at the limit)", "time")
+            return limit, warning_s(limit)
+        limit, warn = time_limit(duration_s)
+        if top is not None and limit > top:
+            self.capped.append((unit, limit))
+            return top, warning_s(top)
+        return limit, warn
+
+    def capped_note(self) -> str | None:
+        """One line on the jobs whose limit was capped at MaxTime, or None."""
+        if not self.capped:
+            return None
+        shown = ", ".join(f"{u} {m} min" for u, m in self.capped[:5])
+        more = f" and {len(self.capped) - 5} more" if len(self.capped) > 5 else ""
+        return (f"{len(self.capped)} of the jobs need more than {self.where}'s MaxTime of "
+                f"{self.max_time_min} min ({shown}{more}): each gets that limit, checkpoints "
+                "and requeues itself at it, and waits in the queue again each time")
+
+
+def warning_s(limit_min: int) -> int:
+    """Seconds of SIGUSR1 warning before a limit: ``signal_s``, at most half the limit."""
+    return int(min(float(config.get("signal_s")), limit_min * 30))
+
+
 def time_limit(duration_s: float) -> tuple[int, int]:
     """(time limit in minutes, seconds of warning before it) for a predicted duration.
 
@@ -135,8 +202,7 @@ def time_limit(duration_s: float) -> tuple[int, int]:
     """
     limit_min = max(1, math.ceil((max(0.0, duration_s) * float(config.get("time_margin"))
                                   + float(config.get("time_pad_s"))) / 60))
-    warn = int(min(float(config.get("signal_s")), limit_min * 30))
-    return limit_min, warn
+    return limit_min, warning_s(limit_min)
 
 
 @contextlib.contextmanager

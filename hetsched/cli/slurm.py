@@ -144,7 +144,7 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
 
     Jobs go in the plan's order: one that takes GPUs another frees waits for
     it (--dependency=afterany). Each job gets a time limit and SIGUSR1 before
-    it (checkpoint and requeue). Sbatch options: a job's own `slurm:` keys,
+    it (checkpoint and requeue), at most the partition's MaxTime. Sbatch options: a job's own `slurm:` keys,
     then the jobs file's `slurm:`, then these options, then the config
     (`hetsched config show`). An SBATCH_* variable for an option the script
     sets is not passed to sbatch (a warning names it), nor are the SLURM_*

@@ -123,6 +123,11 @@ class SlurmClient(Protocol):
         """``sbatch --parsable`` a script file; returns the (leader) job id."""
         ...
 
+    def max_time_min(self, partition: str | None = None) -> int | None:
+        """The partition's MaxTime in minutes (the default partition's for None);
+        None when it has none (``infinite``) or Slurm does not say."""
+        ...
+
     def cancel(self, job_ids: Iterable[str]) -> None:
         """Cancel jobs (all in one call); unknown ids are not an error."""
         ...
@@ -201,6 +206,21 @@ def gres_names(text: str) -> dict[str, str]:
         if m:
             out.setdefault(m.group(1).lower(), m.group(1))
     return out
+
+
+def partition_max_time(sinfo_out: str, partition: str | None) -> int | None:
+    """MaxTime in minutes from ``sinfo -h -o "%P %l"`` lines (``gpu* 1-00:00:00``);
+    the default partition (``*``) when ``partition`` is None; None when unlimited."""
+    from hetsched.core.sbatch import time_minutes
+
+    for line in sinfo_out.splitlines():
+        name, _, limit = line.strip().partition(" ")
+        if (name.rstrip("*") == partition) if partition else name.endswith("*"):
+            try:
+                return time_minutes(limit.strip())
+            except ValueError:  # "infinite", "n/a"
+                return None
+    return None
 
 
 def type_names(nodes: Iterable[NodeInfo]) -> dict[str, str]:
@@ -396,6 +416,10 @@ class CliSlurmClient:
         if partition:
             out = [n for n in out if partition in n.partitions]
         return out
+
+    def max_time_min(self, partition: str | None = None) -> int | None:
+        res = self.runner.run(["sinfo", "-h", "-o", "%P %l"])
+        return partition_max_time(res.stdout, partition)
 
     def partitions(self) -> list[str]:
         """Partition names (default first)."""

@@ -69,6 +69,8 @@ class MemorySlurm:
     next_id: int = 1000
     clock: Callable[[], float] = time.time
     down: bool = False  #: slurmctld does not answer: every protocol call raises
+    #: partition -> MaxTime in minutes (none: unlimited)
+    max_time: dict[str, int] = field(default_factory=dict)
 
     # -- the SlurmClient protocol ---------------------------------------------
     def jobs(self) -> list[JobInfo]:
@@ -190,6 +192,10 @@ class MemorySlurm:
 
     def version(self) -> str:
         return "22.05.8-memory"
+
+    def max_time_min(self, partition: str | None = None) -> int | None:
+        self._answer()
+        return self.max_time.get(partition or "gpu")
 
     # -- what a test drives ---------------------------------------------------
     def _answer(self) -> None:

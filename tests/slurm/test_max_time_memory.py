@@ -1,0 +1,52 @@
+"""Partition MaxTime on the in-memory Slurm: the limit each script gets, and refusals.
+
+The real-Slurm side (a pending job kept for ever, the capped job starting) is
+tests/slurm/test_max_time_tb.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pool_slurm_helpers import pool_plan
+
+from hetsched.app.pool_submit import submit_pool
+from hetsched.app.submission import Site
+from hetsched.core.sbatch import SbatchOptions
+from hetsched.errors import InputError
+from hetsched.slurm.memory import MemorySlurm
+from hetsched.state.store import open_store
+
+NODES = [("a100-1", "a100", 1), ("v100-1", "v100", 1)]
+
+
+def test_site_caps_hetscheds_own_limit_and_refuses_the_users(monkeypatch) -> None:
+    monkeypatch.setenv("HETSCHED_TIME_MARGIN", "1.5")
+    monkeypatch.setenv("HETSCHED_TIME_PAD", "600")
+    monkeypatch.setenv("HETSCHED_SIGNAL_S", "300")
+    site = Site("gpu", max_time_min=60)
+    # 1 h predicted: 1.5 h + 10 min wanted, 60 min granted, the warning at most half of it
+    assert site.limit("a", SbatchOptions(), 3600.0) == (60, 300)
+    assert site.limit("b", SbatchOptions(), 600.0) == (25, 300)  # under MaxTime: its own
+    assert site.limit("c", SbatchOptions(time="1:00:00"), 1e6) == (60, 300)
+    assert site.capped == [("a", 100)]
+    note = site.capped_note()
+    assert note is not None and "1 of the jobs" in note and "a 100 min" in note
+    with pytest.raises(InputError, match="61 is above partition gpu's MaxTime of 60 min"):
+        site.limit("d", SbatchOptions(time="61"), 10.0)
+    unlimited = Site("gpu")
+    assert unlimited.limit("e", SbatchOptions(), 1e6)[0] > 10_000 and not unlimited.capped
+
+
+def test_a_pool_plan_longer_than_max_time_is_refused_before_sbatch(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    plan = pool_plan(NODES, prefix="mt", task_iterations=5)
+    slurm = MemorySlurm(nodes_spec=NODES, max_time={"gpu": 1})
+    with open_store(tmp_path / "s.db") as st:
+        with pytest.raises(InputError, match="above partition gpu's MaxTime of 1 min"):
+            submit_pool(plan, st, slurm, partition="gpu")
+        assert slurm.count("sbatch") == 0 and not st.submissions()
+        slurm.max_time["gpu"] = 10_000
+        assert submit_pool(plan, st, slurm, partition="gpu").slurm_id
