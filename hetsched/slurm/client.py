@@ -308,7 +308,8 @@ def node_state(base: Any, flags: Any) -> str:
 
 
 def parse_node_json(n: Mapping[str, Any]) -> NodeInfo:
-    """One element of ``sinfo --json``'s ``nodes`` list, either layout."""
+    """One element of the ``nodes`` list of ``sinfo --json`` (22.05, 23.02) or
+    ``scontrol show nodes --json`` (23.11 on): the same node records."""
     return NodeInfo(
         name=_str(n.get("name") or n.get("hostname")),
         state=node_state(n.get("state"), n.get("state_flags")),
@@ -359,6 +360,14 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
 # ---------------------------------------------------------------------------
 
 
+def _listed(data: Mapping[str, Any], key: str, argv: list[str]) -> list[Any]:
+    """The list under ``key`` of a ``--json`` document, or a CommandError naming the command."""
+    items = data.get(key)
+    if not isinstance(items, list):
+        raise CommandError(argv, 0, "", f"{' '.join(argv)}: no {key!r} list in the output")
+    return items
+
+
 def _tell_left_out(left_out: Mapping[str, str]) -> None:
     """Warn once per process about each SBATCH_* variable sbatch does not get."""
     job = enclosing_job(os.environ)
@@ -381,7 +390,11 @@ class CliSlurmClient:
     _version: str | None = None
 
     def _json_list(self, argv: list[str], key: str) -> list[Any]:
-        """Run a ``--json`` command and return the list under ``key``, or say what was wrong.
+        """Run a ``--json`` command and return the list under ``key``, or say what was wrong."""
+        return _listed(self._json(argv), key, argv)
+
+    def _json(self, argv: list[str]) -> Mapping[str, Any]:
+        """Run a ``--json`` command and return its document, or say what was wrong.
 
         Slurm 22.05 exits 0 with an empty list and an ``errors`` list when
         slurmctld does not answer: that is no answer, never "no jobs" or "no
@@ -398,11 +411,9 @@ class CliSlurmClient:
             raise SlurmUnavailable(res.argv, 0, "; ".join(errors) + (
                 f" {res.stderr.strip()}" if res.stderr.strip() else ""),
                 "is slurmctld up? `scontrol ping` tells")
-        items = data.get(key) if isinstance(data, Mapping) else None
-        if not isinstance(items, list):
-            raise CommandError(res.argv, 0, "",
-                               f"{' '.join(argv)}: no {key!r} list in the output")
-        return items
+        if not isinstance(data, Mapping):
+            raise CommandError(res.argv, 0, "", f"{' '.join(argv)} did not print a JSON object")
+        return data
 
     def jobs(self) -> list[JobInfo]:
         # squeue --json in 22.05 lists all jobs, finished ones included, and
@@ -411,7 +422,14 @@ class CliSlurmClient:
         return [parse_job_json(j) for j in jobs if isinstance(j, Mapping)]
 
     def nodes(self, partition: str | None = None) -> list[NodeInfo]:
-        nodes = self._json_list(["sinfo", "--json"], "nodes")
+        argv = ["sinfo", "--json"]
+        data = self._json(argv)
+        if not isinstance(data.get("nodes"), list) and isinstance(data.get("sinfo"), list):
+            # 23.11 on: `sinfo --json` lists sinfo's groups of nodes (a group's GRES in
+            # use is not each node's); `scontrol show nodes --json` lists the nodes
+            argv = ["scontrol", "show", "nodes", "--json"]
+            data = self._json(argv)
+        nodes = _listed(data, "nodes", argv)
         out = [parse_node_json(n) for n in nodes if isinstance(n, Mapping)]
         if partition:
             out = [n for n in out if partition in n.partitions]
