@@ -259,7 +259,7 @@ def _record(store: Store, rows: Mapping[str, Submission | None], slurm_id: str) 
 def _find_pool_job(client: SlurmClient, pid: str) -> str | None:
     tag = pool_comment(pid)
     for j in client.jobs():
-        if j.comment == tag and not j.finished:
+        if j.comment == tag and not j.finished and j.mine:
             return j.leader
     return None
 

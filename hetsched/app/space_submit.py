@@ -278,7 +278,7 @@ def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:
     """Slurm jobs (active) whose comment tags them as this plan's: tag -> leader id."""
     out: dict[str, str] = {}
     for j in client.jobs():
-        if j.comment.startswith(f"hetsched:{pid}:") and not j.finished:
+        if j.comment.startswith(f"hetsched:{pid}:") and not j.finished and j.mine:
             out.setdefault(j.comment, j.leader)
     return out
 

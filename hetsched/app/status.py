@@ -196,7 +196,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
-              if j.comment.startswith("hetsched:")}
+              if j.comment.startswith("hetsched:") and j.mine}
     for name, row in sorted(rows.items()):
         sid = row.slurm_id
         adopted = ""

@@ -73,6 +73,13 @@ class JobInfo:
     #: squeue's full reason text, e.g. "ReqNodeNotAvail, UnavailableNodes:a100-1"
     reason_detail: str = ""
     required_nodes: str = ""  # the job's --nodelist (hostlist expression), "" when none
+    user_id: int | None = None  # the job's owner (None: not said)
+
+    @property
+    def mine(self) -> bool:
+        """Whether this process's user owns the job. A tag (``--comment``) is a plan's
+        content hash and job name: another user's run of the same plan has the same."""
+        return self.user_id is None or self.user_id == os.getuid()
 
     @property
     def leader(self) -> str:
@@ -281,6 +288,7 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         time_limit_min=_num(j.get("time_limit")),
         reason_detail=_str(j.get("state_description")),
         required_nodes=_str(j.get("required_nodes")),
+        user_id=_num(j.get("user_id")),
     )
 
 
