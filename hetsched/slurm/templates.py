@@ -25,9 +25,11 @@ instead of writing an unquoted value into a script.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -157,12 +159,25 @@ def _render(name: str, directory: Path | None, ctx: Mapping[str, Any]) -> str:
 
 
 def hetsched_executable() -> str:
-    """The ``hetsched`` command job steps run: ``$HETSCHED_EXECUTABLE``, else from PATH.
+    """The ``hetsched`` command job steps run, as an absolute path where one is known.
 
-    The override lets the testbed, demos and tests run a stand-in before the
-    runtime exists on the nodes.
+    ``$HETSCHED_EXECUTABLE`` (the testbed, demos and tests run a stand-in);
+    else the ``hetsched`` running now (``sys.argv[0]``), else the console
+    script beside this Python (``python -m hetsched`` in a virtual
+    environment), else the one on PATH. The running one comes before PATH: a
+    batch job gets the submitter's PATH, and ``hetsched replan`` from cron has
+    cron's (``/usr/bin:/bin``), where a bare ``hetsched`` in the script is not
+    found on the compute node; PATH may also hold another install.
     """
-    return config.get("executable") or shutil.which("hetsched") or "hetsched"
+    override = config.get("executable")
+    if override:
+        return str(override)
+    for cand in (Path(sys.argv[0]) if sys.argv and sys.argv[0] else None,
+                 Path(sys.executable).parent / "hetsched" if sys.executable else None):
+        if cand is not None and cand.name == "hetsched" and cand.is_file() \
+                and os.access(cand, os.X_OK):
+            return os.path.abspath(cand)
+    return shutil.which("hetsched") or "hetsched"
 
 
 @dataclass(frozen=True)
