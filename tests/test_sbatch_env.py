@@ -70,7 +70,16 @@ def test_gres_types_keep_slurms_spelling_beside_hetscheds_lower_case() -> None:
 
     text = "gpu:Tesla_V100:2(S:0,1),gpu:A100:1(S:0),gpu:4,mps:100"
     assert parse_gres(text) == {"tesla_v100": 2, "a100": 1, "gpu": 4}
-    assert gres_names(text) == {"tesla_v100": "Tesla_V100", "a100": "A100"}
+    assert gres_names(text) == {"tesla_v100": "Tesla_V100", "a100": "A100", "gpu": ""}
     nodes = [NodeInfo("n1", "idle", {}, {}, gres_names=gres_names("gpu:A100:2")),
              NodeInfo("n2", "idle", {}, {}, gres_names=gres_names("gpu:t4:1"))]
     assert type_names(nodes) == {"a100": "A100", "t4": "t4"}
+
+
+def test_a_gres_request_spells_the_type_as_slurm_does() -> None:
+    from hetsched.slurm.templates import gres_type
+
+    names = {"a100": "A100", "gpu": ""}
+    assert gres_type("a100", names) == "A100"
+    assert gres_type("gpu", names) == "" and gres_type("gpu", None) == ""  # gpu:N
+    assert gres_type("t4", names) == "t4" and gres_type("t4", None) == "t4"

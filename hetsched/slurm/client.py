@@ -205,13 +205,20 @@ def _gres_items(text: str) -> list[str]:
     return [item.strip() for item in re.split(r",(?![^()]*\))", text or "")]
 
 
+#: hetsched's name for GPUs Slurm gives no type (``gpu:4``)
+UNTYPED = "gpu"
+
+
 def gres_names(text: str) -> dict[str, str]:
-    """``gpu:A100:2,gpu:t4:1`` -> {"a100": "A100", "t4": "t4"}: each type as Slurm spells it."""
+    """``gpu:A100:2,gpu:t4:1,gpu:4`` -> {"a100": "A100", "t4": "t4", "gpu": ""}: each type
+    as Slurm spells it ("" for untyped GPUs: asked for as ``gpu:N``)."""
     out: dict[str, str] = {}
     for item in _gres_items(text):
         m = _GRES_RE.match(item)
         if m:
             out.setdefault(m.group(1).lower(), m.group(1))
+        elif re.match(r"gpu:(\d+)", item):
+            out.setdefault(UNTYPED, "")
     return out
 
 
@@ -253,7 +260,7 @@ def parse_gres(text: str) -> dict[str, int]:
             continue
         m2 = re.match(r"gpu:(\d+)", item)
         if m2:
-            out["gpu"] = out.get("gpu", 0) + int(m2.group(1))
+            out[UNTYPED] = out.get(UNTYPED, 0) + int(m2.group(1))
     return out
 
 

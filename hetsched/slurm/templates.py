@@ -194,13 +194,21 @@ class Component:
         return self.gpus
 
 
+def gres_type(gpu_type: str, gres_names: Mapping[str, str] | None) -> str:
+    """``gpu_type`` as a GRES request spells it: Slurm's spelling; "" for GPUs Slurm
+    gives no type (hetsched calls them ``gpu``; the request is then ``gpu:N``)."""
+    names = gres_names or {}
+    if gpu_type in names:
+        return names[gpu_type]
+    return "" if gpu_type == "gpu" else gpu_type
+
+
 def component_fields(comps: Sequence[Component], pin_nodes: bool,
                      gres_names: Mapping[str, str] | None) -> list[dict[str, Any]]:
     """The template fields of each component. ``gres_type`` is the GPU type as Slurm
     spells it (``gres_names``: GRES types are case-sensitive, hetsched's names are
     lower case), for a typed ``--gres=gpu:TYPE:N``."""
-    names = gres_names or {}
-    return [{"gpu_type": c.gpu_type, "gres_type": names.get(c.gpu_type, c.gpu_type),
+    return [{"gpu_type": c.gpu_type, "gres_type": gres_type(c.gpu_type, gres_names),
              "node": c.node if pin_nodes else "", "gpus": c.gpus, "tasks": c.tasks}
             for c in comps]
 
@@ -319,7 +327,8 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {
         "job_name": f"hetsched-probe-{safe_w}-{gpu_type}", "workload": workload,
-        "gpu_type": gpu_type, "gres_type": gres_name or gpu_type,
+        "gpu_type": gpu_type,
+        "gres_type": gres_name if gres_name is not None else gres_type(gpu_type, None),
         "partition": partition or "", "node": node or "",
         "comment": f"hetsched:probe:{safe_w}:{gpu_type}", "log_dir": str(log_dir),
         "batches": ",".join(str(int(b)) for b in batches), "out": str(out),

@@ -69,7 +69,8 @@ class NodeConf:
 
 
 def parse_nodes(spec: str) -> list[NodeGroup]:
-    """Parse ``a100:2x2,v100:2x4`` (type:nodes x gpus-per-node)."""
+    """Parse ``a100:2x2,v100:2x4`` (type:nodes x gpus-per-node; type ``gpu``: GPUs
+    with no GRES type, ``Gres=gpu:N``)."""
     groups: list[NodeGroup] = []
     seen: set[str] = set()
     for part in spec.split(","):
@@ -237,9 +238,10 @@ class Testbed:
             lines.append(f"PlugStackConfig={self.etc}/plugstack.conf")
         for n in self.node_confs:
             cpus = max(2, 2 * n.gpus)
+            gres = f"gpu:{n.gpus}" if n.gpu_type == "gpu" else f"gpu:{n.gpu_type}:{n.gpus}"
             lines.append(
                 f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={n.port} "
-                f"CPUs={cpus} RealMemory={1024 * n.gpus} Gres=gpu:{n.gpu_type}:{n.gpus} "
+                f"CPUs={cpus} RealMemory={1024 * n.gpus} Gres={gres} "
                 f"Feature={n.gpu_type} State=UNKNOWN")
         lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE "
                      "State=UP OverSubscribe=NO")
@@ -251,7 +253,8 @@ class Testbed:
             devdir = self.dir / "dev" / n.name
             last = n.gpus - 1
             files = f"{devdir}/nvidia0" if last == 0 else f"{devdir}/nvidia[0-{last}]"
-            lines.append(f"NodeName={n.name} Name=gpu Type={n.gpu_type} File={files}")
+            typed = "" if n.gpu_type == "gpu" else f" Type={n.gpu_type}"  # gpu: untyped GPUs
+            lines.append(f"NodeName={n.name} Name=gpu{typed} File={files}")
         return "\n".join(lines) + "\n"
 
     def _write_files(self) -> None:

@@ -5,7 +5,9 @@ lower case. Every script that asks for a typed GPU (``--gres=gpu:TYPE:N``: a
 probe, a pool plan's hetjob, a co-location group, a job not pinned to its
 node) asked for ``gpu:a100:1``, which sbatch refused ("Requested node
 configuration is not available"): every probe was marked unusable and no pool
-plan could be submitted. Scripts now spell each type as sinfo does.
+plan could be submitted. Scripts now spell each type as sinfo does. GPUs with
+no GRES type (``Gres=gpu:1``, hetsched's type ``gpu``) were asked for as
+``gpu:gpu:1``; they are asked for as ``gpu:1``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ pytestmark = pytest.mark.slurm
 JOBS = """
 jobs:
   - {name: c1, workload: mlp, dataset_size: 960, epochs: 1, global_batch: 48,
-     min_gpus: 1, max_gpus: 1, gpu_types: [A100, Tesla_V100]}
+     min_gpus: 1, max_gpus: 1, gpu_types: [A100, Tesla_V100, gpu]}
   - {name: c2, workload: mlp, dataset_size: 960, epochs: 1, global_batch: 48,
-     min_gpus: 1, max_gpus: 1, gpu_types: [A100, Tesla_V100]}
+     min_gpus: 1, max_gpus: 1, gpu_types: [A100, Tesla_V100, gpu]}
 """
 
 
@@ -40,7 +42,7 @@ jobs:
 def capital_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     if shutil.which("slurmctld") is None:
         pytest.skip("needs slurmctld/slurmd/munge (apt-get install slurmctld slurmd munge)")
-    tb = Testbed(tmp_path_factory.mktemp("caps") / "tb", nodes="A100:1x2,Tesla_V100:1x1")
+    tb = Testbed(tmp_path_factory.mktemp("caps") / "tb", nodes="A100:1x2,Tesla_V100:1x1,gpu:1x1")
     try:
         tb.up(timeout_s=60)
         yield tb
@@ -65,7 +67,7 @@ def test_probes_and_typed_gres_scripts_use_slurms_spelling(capital_bed: Testbed,
     (tmp_path / "jobs.yaml").write_text(JOBS)
     res = _hetsched(env, "profile", str(tmp_path / "jobs.yaml"))
     assert res.returncode == 0, res.stderr
-    assert "2/2 probes ok" in res.stdout, res.stdout + res.stderr
+    assert "3/3 probes ok" in res.stdout, res.stdout + res.stderr
 
     # the job steps: a stand-in that ends at once (Slurm taking the script is the point)
     env["HETSCHED_EXECUTABLE"] = "/bin/true"
@@ -81,7 +83,8 @@ def test_probes_and_typed_gres_scripts_use_slurms_spelling(capital_bed: Testbed,
         scripts = list((tmp_path / f"{mode}.db.files" / "scripts").rglob("*.sh"))
         gres = {line for s in scripts for line in s.read_text().splitlines()
                 if line.startswith("#SBATCH --gres=gpu:")}
-        assert gres and all(":A100:" in g or ":Tesla_V100:" in g for g in gres), gres
+        assert gres and gres <= {f"#SBATCH --gres=gpu:{t}{k}" for t in ("A100:", "Tesla_V100:", "")
+                                 for k in (1, 2)}, gres
         sub = json.loads(_hetsched(env, "status", "--state", state, "--format", "json").stdout)
         ids += sorted({str(j["slurm_id"]) for j in sub["jobs"]})
 
