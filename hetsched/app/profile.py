@@ -26,6 +26,7 @@ from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import logs_dir, probes_dir
 from hetsched.io.profiles import parse_csv, write_csv
+from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.history import (
     BUILTIN_WORKLOADS,
     OK,
@@ -54,10 +55,17 @@ class ProbeSpec:
     entrypoint: str | None = None
 
 
+#: a probe that never ran: it waited in the queue past --queue-wait, or Slurm did not
+#: answer its sbatch. That says nothing about the pair, so nothing is recorded: the
+#: next `hetsched profile` probes it again (marking it unusable made `plan` leave the
+#: GPU type out for that workload, on any busy cluster)
+NOT_RUN = "not run"
+
+
 @dataclass
 class ProbeOutcome:
     spec: ProbeSpec
-    status: str = "pending"  # pending | ok | unusable
+    status: str = "pending"  # pending | ok | unusable | not run (NOT_RUN)
     slurm_id: str | None = None
     reason: str = ""
     rows: list[ProfileRow] = field(default_factory=list)
@@ -163,10 +171,12 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
                reporter: BaseReporter | None = None) -> list[ProbeOutcome]:
     """Submit every probe, wait for all (one squeue per poll), store the results.
 
-    A probe that fails to submit, fails, runs past ``time_limit_s`` or waits in
-    the queue longer than ``queue_wait_s`` marks its pair unusable; the others
-    carry on. ``grace_s`` beyond the time limit covers the probe's start-up
-    (importing torch) before its own ``--time-limit`` clock starts.
+    A probe that sbatch refuses, that fails, or that runs past ``time_limit_s``
+    marks its pair unusable; one still queued after ``queue_wait_s`` (it is
+    cancelled) or whose sbatch Slurm did not answer is :data:`NOT_RUN`: nothing
+    is recorded for its pair. The others carry on. ``grace_s`` beyond the time
+    limit covers the probe's start-up (importing torch) before its own
+    ``--time-limit`` clock starts.
     """
     say = progress or (lambda m: None)
     for o in outcomes:
@@ -174,6 +184,8 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             o.slurm_id = client.submit(str(o.script))
             o.submitted_at = time.monotonic()
             say(f"probe {o.spec.workload} on {o.spec.gpu_type}: Slurm job {o.slurm_id}")
+        except SlurmUnavailable as e:  # says nothing about the pair
+            o.status, o.reason = NOT_RUN, f"Slurm did not answer sbatch: {e}"
         except Exception as e:  # noqa: BLE001 - any sbatch failure only loses this pair
             o.status, o.reason = UNUSABLE, f"sbatch failed: {e}"
     pending = [o for o in outcomes if o.status == "pending"]
@@ -195,10 +207,11 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
                 late_queue = o.started_at is None and now - o.submitted_at > queue_wait_s
                 if late_run or late_queue:
                     client.cancel([str(o.slurm_id)])
-                    o.status = UNUSABLE
+                    o.status = UNUSABLE if late_run else NOT_RUN
                     o.reason = (f"timed out after {time_limit_s:g} s" if late_run else
                                 f"still {j.state.lower()} after {queue_wait_s:g} s in the queue"
-                                f" ({j.reason or 'no reason given'})")
+                                f" ({j.reason or 'no reason given'}); cancelled, nothing "
+                                "recorded: profile again later, or give --queue-wait more")
                     pending.remove(o)
                 continue
             pending.remove(o)  # finished, or gone from squeue: the output file tells
@@ -210,7 +223,7 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             import_rows(store, o.rows, f"probe:{o.slurm_id}")
             set_status(store, o.spec.workload, o.spec.gpu_type, OK, f"probe:{o.slurm_id}",
                        o.slurm_id, o.seconds)
-        else:
+        elif o.status == UNUSABLE:
             set_status(store, o.spec.workload, o.spec.gpu_type, UNUSABLE, o.reason, o.slurm_id,
                        o.seconds)
         say(f"probe {o.spec.workload} on {o.spec.gpu_type}: {o.status}"

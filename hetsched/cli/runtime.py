@@ -235,7 +235,8 @@ def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: 
 @click.option("--time-limit", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Seconds a probe may run before it is cancelled (pair marked unusable).")
 @click.option("--queue-wait", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="Seconds a probe may wait in the queue before it is cancelled.")
+              help="Seconds a probe may wait in the queue before it is cancelled "
+              "(nothing recorded for its pair: the next profile probes it again).")
 @click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--force", is_flag=True, help="Probe even pairs that have history.")
@@ -311,8 +312,13 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
              "seconds": None if o.seconds is None else round(o.seconds, 3)} for o in outs]},
             indent=2))
     else:
+        from hetsched.app.profile import NOT_RUN
+
+        not_run = sum(o.status == NOT_RUN for o in outs)
         click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
-                   f"{len(outs) - ok} pairs marked unusable")
+                   f"{len(outs) - ok - not_run} pairs marked unusable"
+                   + (f"; {not_run} not run (nothing recorded: profile again later)"
+                      if not_run else ""))
 
 
 def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,

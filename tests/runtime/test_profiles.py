@@ -183,10 +183,11 @@ class _FakeClient:
     """Stands in for Slurm only to drive run_probes' bookkeeping (the real path is
     tests/slurm/test_e2e_runtime.py): job 1 finishes with results, job 2 never ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, queued: str = "") -> None:
         from hetsched.slurm.client import JobInfo
 
         self.Job = JobInfo
+        self.queued = queued  # a GPU type whose probe never leaves the queue
         self.n = 0
         self.cancelled: list[str] = []
         self.scripts: dict[str, str] = {}
@@ -206,7 +207,9 @@ class _FakeClient:
                     "workload,gpu_type,local_batch,step_time_s\nmlp,a100,8,0.02\nmlp,a100,16,0.03\n")
                 out.append(self.Job(jid, "p", "COMPLETED"))
             elif jid not in self.cancelled:
-                out.append(self.Job(jid, "p", "RUNNING"))
+                queued = self.queued and self.queued in Path(script).name
+                out.append(self.Job(jid, "p", "PENDING" if queued else "RUNNING",
+                                    reason="Resources" if queued else ""))
         return out
 
     def cancel(self, ids: list[str]) -> None:
@@ -232,3 +235,25 @@ def test_run_probes_marks_failed_and_timed_out_pairs_unusable(tmp_path: Path) ->
     assert got["v100"][0] == UNUSABLE and "timed out" in got["v100"][1]
     assert got["t4"][0] == UNUSABLE and "sbatch failed" in got["t4"][1]
     assert client.cancelled == ["2"]
+
+
+def test_a_probe_that_never_left_the_queue_records_nothing(tmp_path: Path) -> None:
+    """A busy cluster's queue says nothing about a pair: marking it unusable made `plan`
+    leave that GPU type out for the workload, and the next `profile` skip it."""
+    from hetsched.app.profile import NOT_RUN, ProbeSpec, plan_probes, render_probes, run_probes
+    from hetsched.core.spec import Job
+    from hetsched.state.history import statuses
+
+    specs = [ProbeSpec("mlp", g, (8, 16)) for g in ("a100", "v100")]
+    client = _FakeClient(queued="v100")
+    with open_store(tmp_path / "s.db") as st:
+        outs = render_probes(specs, tmp_path / "files", partition=None, time_limit_s=5,
+                             warmup=1, steps=1, hetsched="hetsched")
+        outs = run_probes(outs, client, st, time_limit_s=5, queue_wait_s=0.2, poll_s=0.05)
+        by = {o.spec.gpu_type: o for o in outs}
+        assert by["v100"].status == NOT_RUN and "pending after 0.2 s" in by["v100"].reason
+        assert "(Resources)" in by["v100"].reason and client.cancelled == ["2"]
+        assert {g for (_, g) in statuses(st)} == {"a100"}  # nothing for v100
+        job = Job(name="j", workload="mlp", dataset_size=100, epochs=1, global_batch=16)
+        again, _ = plan_probes([job], ["a100", "v100"], st)
+        assert [s.gpu_type for s in again] == ["v100"]  # probed again next time
