@@ -97,6 +97,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("sbatch_account", "HETSCHED_SBATCH_ACCOUNT", "", "Slurm account (--account)"),
     Setting("sbatch_qos", "HETSCHED_SBATCH_QOS", "", "Slurm QoS (--qos)"),
     Setting("sbatch_mem", "HETSCHED_SBATCH_MEM", "", "memory per node (--mem), e.g. 64G"),
+    Setting("sbatch_cpus_per_gpu", "HETSCHED_SBATCH_CPUS_PER_GPU", "",
+            "CPU cores for each GPU (--cpus-per-task of each one-GPU task; default 1)"),
     Setting("sbatch_constraint", "HETSCHED_SBATCH_CONSTRAINT", "",
             "node features (--constraint)"),
     Setting("sbatch_extra", "HETSCHED_SBATCH_EXTRA", "",
@@ -200,7 +202,7 @@ def state_path() -> Path:
 def sbatch_defaults() -> dict[str, Any]:
     """The config's sbatch options as a ``slurm:`` mapping (unset ones left out)."""
     out: dict[str, Any] = {}
-    for key in ("time", "account", "qos", "mem", "constraint", "extra"):
+    for key in ("time", "account", "qos", "mem", "cpus_per_gpu", "constraint", "extra"):
         v = get(f"sbatch_{key}")
         if v:
             out[key] = v.split() if key == "extra" else v

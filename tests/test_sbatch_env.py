@@ -83,3 +83,18 @@ def test_a_gres_request_spells_the_type_as_slurm_does() -> None:
     assert gres_type("a100", names) == "A100"
     assert gres_type("gpu", names) == "" and gres_type("gpu", None) == ""  # gpu:N
     assert gres_type("t4", names) == "t4" and gres_type("t4", None) == "t4"
+
+
+def test_cpus_per_gpu_is_a_whole_number_of_cores() -> None:
+    import pytest
+
+    from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
+
+    assert SbatchOptions.parse({"cpus_per_gpu": 8}).cpus_per_gpu == 8
+    assert SbatchOptions.parse({"cpus_per_gpu": "4"}).cpus_per_gpu == 4
+    for bad in (0, -1, "2.5", "many", True, 5000):
+        with pytest.raises(SbatchOptionError, match="whole number of CPU cores"):
+            SbatchOptions.parse({"cpus_per_gpu": bad})
+    base = SbatchOptions(cpus_per_gpu=2)
+    assert SbatchOptions(mem="4G").over(base).cpus_per_gpu == 2
+    assert SbatchOptions(cpus_per_gpu=6).over(base).cpus_per_gpu == 6

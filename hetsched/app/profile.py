@@ -53,6 +53,8 @@ class ProbeSpec:
     gpu_type: str
     batches: tuple[int, ...]
     entrypoint: str | None = None
+    #: CPU cores for the probe's GPU, as the job will have (its ``cpus_per_gpu``); 0: default
+    cpus: int = 0
 
 
 #: a probe that never ran: it waited in the queue past --queue-wait, or Slurm did not
@@ -126,7 +128,8 @@ def plan_probes(jobs: Sequence[Job], gpu_types: Sequence[str], store: Store | No
                                   "`hetsched profiles import`)")
                 continue
             specs[key] = ProbeSpec(job.workload, g, tuple(batches) if batches else
-                                   default_batches(job.global_batch), job.entrypoint)
+                                   default_batches(job.global_batch), job.entrypoint,
+                                   (job.slurm.cpus_per_gpu or 0) if job.slurm else 0)
     return list(specs.values()), skipped
 
 
@@ -137,10 +140,12 @@ def _safe(s: str) -> str:
 def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | None,
                   time_limit_s: float, warmup: int, steps: int,
                   hetsched: str | None = None,
-                  gres_names: Mapping[str, str] | None = None) -> list[ProbeOutcome]:
+                  gres_names: Mapping[str, str] | None = None,
+                  cpus: int = 1) -> list[ProbeOutcome]:
     """Render every probe script (before anything is submitted) into ``files/probes``.
 
-    ``gres_names``: each GPU type as Slurm spells it (GRES types are case-sensitive).
+    ``gres_names``: each GPU type as Slurm spells it (GRES types are case-sensitive);
+    ``cpus``: CPU cores per GPU where the job does not say (``sbatch_cpus_per_gpu``).
     """
     from hetsched.slurm.templates import render_probe
 
@@ -156,7 +161,8 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                               log_dir=logs_dir(files), partition=partition, extra_args=extra,
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),
                               hetsched=hetsched,
-                              gres_name=(gres_names or {}).get(sp.gpu_type))
+                              gres_name=(gres_names or {}).get(sp.gpu_type),
+                              cpus=sp.cpus or cpus)
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)
         outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))

@@ -99,14 +99,15 @@ def layout_of(store: Store, sub: Submission) -> Path:
     return JobFiles(files_dir(store), sub.plan_id, sub.job, sub.segment).layout
 
 
-def _fields(workers: list[dict[str, Any]], comps: list[JobInfo], lead: str
+def _fields(workers: list[dict[str, Any]], comps: list[JobInfo], lead: str, cpus: int = 1
             ) -> list[tuple[str, list[str]]]:
-    """The scontrol updates, one per component: (job id to address, KEY=VALUE...)."""
+    """The scontrol updates, one per component: (job id to address, KEY=VALUE...);
+    ``cpus``: CPU cores per GPU (each task's)."""
     groups = worker_groups(workers)
     out = []
     for k, (_, node, batches) in enumerate(groups):
         n = len(batches)
-        upd = [f"Gres=gpu:{n}", f"NumTasks={n}", f"NumCPUs={n}"]
+        upd = [f"Gres=gpu:{n}", f"NumTasks={n}", f"NumCPUs={n * cpus}"]
         if len(groups) == 1:
             out.append((lead, [*upd, f"ReqNodeList={node}"]))
             continue
@@ -126,9 +127,14 @@ class InPlaceResult:
     refused: dict[str, str] = field(default_factory=dict)  # job -> Slurm's reason
 
 
-def _limit_min(jp: JobPlan, site: Site) -> int:
-    opts = (jp.spec.slurm if jp.spec is not None and jp.spec.slurm else SbatchOptions()
+def _opts(jp: JobPlan) -> SbatchOptions:
+    """The job's sbatch options: its spec's over the config's."""
+    return (jp.spec.slurm if jp.spec is not None and jp.spec.slurm else SbatchOptions()
             ).over(base_sbatch())
+
+
+def _limit_min(jp: JobPlan, site: Site) -> int:
+    opts = _opts(jp)
     if opts.time:  # the user's: submit checked it against MaxTime
         return time_minutes(opts.time)
     s = jp.segments[0]
@@ -162,7 +168,9 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
             continue
         workers = ordered_workers(new, order)
         try:
-            for k, (jid, upd) in enumerate(_fields(workers, mine, sub.slurm_id)):
+            # each task keeps the CPU cores it was submitted with (its cpus_per_gpu)
+            cpus = mine[0].cpus_per_task or _opts(jp).cpus_per_gpu or 1
+            for k, (jid, upd) in enumerate(_fields(workers, mine, sub.slurm_id, cpus)):
                 try:
                     client.update_job(jid, upd)
                 except CommandError as e:

@@ -295,7 +295,8 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
             names = type_names(client.nodes(part))
         t0 = time.monotonic()
         outs = render_probes(specs, files_dir(st), partition=part, time_limit_s=time_limit,
-                             warmup=warmup, steps=steps, gres_names=names)
+                             warmup=warmup, steps=steps, gres_names=names,
+                             cpus=_cpus_per_gpu())
         from hetsched.cli import logs
         from hetsched.cli.progress import RichReporter
 
@@ -321,6 +322,13 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                       if not_run else ""))
 
 
+def _cpus_per_gpu() -> int:
+    """The config's CPU cores per GPU (``sbatch_cpus_per_gpu``), 1 when unset."""
+    from hetsched.app.submission import base_sbatch
+
+    return base_sbatch().cpus_per_gpu or 1
+
+
 def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
                      sweep: tuple[int, ...] | None, part: str | None, time_limit: float,
                      warmup: int,
@@ -342,7 +350,8 @@ def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
             st.close()
     with tempfile.TemporaryDirectory() as tmp:
         outs = render_probes(specs, Path(tmp), partition=part, time_limit_s=time_limit,
-                             warmup=warmup, steps=steps, gres_names=gres_names)
+                             warmup=warmup, steps=steps, gres_names=gres_names,
+                             cpus=_cpus_per_gpu())
         for o in outs:
             assert o.script is not None
             click.echo(f"# ---- probe {o.spec.workload} on {o.spec.gpu_type} ----")

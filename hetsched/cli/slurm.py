@@ -115,6 +115,8 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
 @click.option("--account", "-A", default=None, help="Slurm account (--account).")
 @click.option("--qos", "-q", default=None, help="Slurm QoS (--qos).")
 @click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
+@click.option("--cpus-per-gpu", "cpus_per_gpu", type=click.IntRange(1, 1024), default=None,
+              help="CPU cores for each GPU (each rank's --cpus-per-task); default 1.")
 @click.option("--constraint", "-C", default=None, help="Node features (--constraint).")
 @click.option("--skip-unplaceable", is_flag=True,
               help="Leave out the jobs that cannot be placed (planning a jobs.yaml) or would "
@@ -128,8 +130,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
                pin_nodes: bool, throughputs: str | None, policy: str,
                params: tuple[str, ...], mode: str, static: bool, restart_cost: float | None,
                task_iterations: int | None, cluster_file: str | None, time_: str | None, account: str | None,
-               qos: str | None, mem: str | None, constraint: str | None,
-               skip_unplaceable: bool, parsable: bool, extra: tuple[str, ...]) -> None:
+               qos: str | None, mem: str | None, cpus_per_gpu: int | None,
+               constraint: str | None, skip_unplaceable: bool, parsable: bool, extra: tuple[str, ...]) -> None:
     """Submit PLAN_FILE (plan.json, or jobs.yaml planned first) to Slurm as hetjobs.
 
     Each job's first segment becomes one heterogeneous job: one component per
@@ -160,7 +162,8 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     from hetsched.app.submit import base_sbatch, submit
 
     sbatch = base_sbatch(_cli_sbatch(time=time_, account=account, qos=qos, mem=mem,
-                                     constraint=constraint, extra=list(extra) or None))
+                                     cpus_per_gpu=cpus_per_gpu, constraint=constraint,
+                                     extra=list(extra) or None))
     settings = plan_settings(mode=mode, policy=policy, params=parse_params(params),
                              static=static, restart_cost_s=restart_cost,
                              task_iterations=task_iterations)

@@ -1,4 +1,5 @@
-"""How a job is submitted to Slurm: time limit, account, QoS, memory, constraint, extras.
+"""How a job is submitted to Slurm: time limit, account, QoS, memory, CPUs per GPU,
+constraint, extras.
 
 A job spec may carry a ``slurm:`` mapping, a jobs file a top-level ``slurm:``
 default, ``hetsched submit`` options and the config file their own; they are
@@ -28,10 +29,13 @@ RESERVED = frozenset({
     "job-name", "gres", "gpus", "gpus-per-node", "gpus-per-task", "nodelist", "ntasks",
     "nodes", "comment", "output", "error", "open-mode", "dependency", "wrap", "array",
     "requeue", "no-requeue", "signal", "hold", "partition", "parsable", "wait",
-    "test-only", "het-group", "cpus-per-task", "time", "account", "qos", "mem",
-    "constraint", "chdir", "export",
+    "test-only", "het-group", "cpus-per-task", "cpus-per-gpu", "time", "account", "qos",
+    "mem", "constraint", "chdir", "export",
 })
-KEYS = ("time", "account", "qos", "mem", "constraint", "extra")
+KEYS = ("time", "account", "qos", "mem", "cpus_per_gpu", "constraint", "extra")
+#: an extra option -> the key that sets it
+KEY_OF = {"cpus-per-task": "cpus_per_gpu", "cpus-per-gpu": "cpus_per_gpu"}
+MAX_CPUS_PER_GPU = 1024
 
 
 class SbatchOptionError(ValueError):
@@ -69,9 +73,17 @@ def _check(key: str, value: Any) -> Any:
                                         "'--name' or '--name=value' (no spaces or quotes)")
             name = x[2:].split("=", 1)[0]
             if name in RESERVED:
+                use = name if name in KEYS else KEY_OF.get(name)
                 raise SbatchOptionError(key, f"{x[:60]!r}: hetsched sets --{name} itself"
-                                        + (f"; use the '{name}' key" if name in KEYS else ""))
+                                        + (f"; use the '{use}' key" if use else ""))
         return tuple(items)
+    if key == "cpus_per_gpu":  # each one-GPU task's --cpus-per-task
+        n = value if isinstance(value, int) and not isinstance(value, bool) else (
+            int(value) if isinstance(value, str) and value.isdigit() else None)
+        if n is None or not 1 <= n <= MAX_CPUS_PER_GPU:
+            raise SbatchOptionError(key, f"{str(value)[:60]!r} is not valid; expected a whole "
+                                    f"number of CPU cores from 1 to {MAX_CPUS_PER_GPU}")
+        return n
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise SbatchOptionError(key, f"expected a string, got {type(value).__name__}")
     s = str(value)
@@ -97,6 +109,8 @@ class SbatchOptions:
     account: str | None = None
     qos: str | None = None
     mem: str | None = None
+    #: CPU cores for each GPU (each rank is a one-GPU task: its --cpus-per-task); 1 if unset
+    cpus_per_gpu: int | None = None
     constraint: str | None = None
     extra: tuple[str, ...] = ()
 

@@ -74,6 +74,7 @@ class JobInfo:
     reason_detail: str = ""
     required_nodes: str = ""  # the job's --nodelist (hostlist expression), "" when none
     user_id: int | None = None  # the job's owner (None: not said)
+    cpus_per_task: int | None = None  # as submitted (None: not said)
 
     @property
     def mine(self) -> bool:
@@ -296,6 +297,7 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         reason_detail=_str(j.get("state_description")),
         required_nodes=_str(j.get("required_nodes")),
         user_id=_num(j.get("user_id")),
+        cpus_per_task=_num(j.get("cpus_per_task")),
     )
 
 

@@ -250,6 +250,7 @@ def sbatch_fields(sbatch: Any, time_min: Any) -> dict[str, Any]:
         "account": (sbatch.account if sbatch else None) or "",
         "qos": (sbatch.qos if sbatch else None) or "",
         "mem": (sbatch.mem if sbatch else None) or "",
+        "cpus": (sbatch.cpus_per_gpu if sbatch else None) or 1,
         "constraint": (sbatch.constraint if sbatch else None) or "",
         "extra": list(sbatch.extra) if sbatch else [],
     }
@@ -318,11 +319,12 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
                  log_dir: str | Path, partition: str | None = None, node: str | None = None,
                  extra_args: Sequence[str] = (), hetsched: str | None = None,
                  directory: Path | None = None, time_min: int | None = None,
-                 gres_name: str | None = None) -> Script:
+                 gres_name: str | None = None, cpus: int = 1) -> Script:
     """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``.
 
     ``time_min`` is Slurm's time limit (minutes): a probe that hangs is killed.
-    ``gres_name`` is the type as Slurm spells it (default ``gpu_type``).
+    ``gres_name`` is the type as Slurm spells it (default ``gpu_type``); ``cpus``
+    the CPU cores the probe's one GPU gets (``cpus_per_gpu``: as the jobs will).
     """
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {
@@ -335,6 +337,7 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
         "extra_args": [str(a) for a in extra_args],
         "hetsched": hetsched or hetsched_executable(),
         "time_min": time_min or 0,
+        "cpus": cpus,
     }
     text = _render("probe.sbatch.j2", directory, ctx)
     return Script(text, [Component(gpu_type, node or "", 1, (max(batches, default=1),))])

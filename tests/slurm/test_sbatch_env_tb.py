@@ -110,3 +110,26 @@ def test_sbatch_variables_in_the_shell_do_not_override_the_script(
     assert _final_state(client, inner) == "COMPLETED"
     assert list((tmp_path / "state.db.files" / "logs").glob(f"*-{inner}.out"))
     assert not list(elsewhere.iterdir())
+
+
+def test_cpus_per_gpu_reach_each_rank(testbed: Testbed, client: CliSlurmClient,
+                                      clean_queue: None, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank got one CPU core, whatever the job needed (--cpus-per-task was fixed at 1
+    and reserved): data loading on a real GPU node starved. `cpus_per_gpu` sets it."""
+    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(_step_stub(tmp_path)))
+    state = tmp_path / "state.db"
+    res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "cpus1")), "--state",
+                          str(state), "--cpus-per-gpu", "2"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    inner = _submitted(state)["inner"]
+    assert _final_state(client, inner) == "COMPLETED"
+    env = dict(line.split("=", 1) for line in
+               (tmp_path / f"env-{inner}-0.txt").read_text().splitlines() if "=" in line)
+    assert env["SLURM_CPUS_PER_TASK"] == "2"
+    # an extra option cannot set it behind hetsched's back, and says which key does
+    res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "cpus2")), "--state",
+                          str(state), "--sbatch-option=--cpus-per-task=4"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "use the 'cpus_per_gpu' key" in res.stderr, res.stderr
