@@ -190,7 +190,8 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
                        for c in mine)
         part = mine[0].partition
         if part not in sites:
-            sites[part] = Site(part or None, max_time_min=client.max_time_min(part or None))
+            sites[part] = Site(part or None,
+                               max_time_min=client.partition_info(part or None).max_time_min)
         _commit(store, client, sub, jp, pid, plan, plan_path, workers, sites[part], requeued)
         res.updated.append((sub.job, sub.slurm_id))
     return res

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hetsched.core.plan import Plan
@@ -149,3 +149,50 @@ def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
                                  f"{w.node}, which Slurm says has "
                                  f"{', '.join(sorted(types))} GPUs; plan again on this "
                                  "partition", f"job {j.name!r}")
+
+
+def node_fit_notes(plan: Plan, units: Mapping[str, Any], cpus_of: Mapping[str, int],
+                   node_cpus: Mapping[str, int], exclusive: bool,
+                   partition: str | None = None) -> list[str]:
+    """Where the units submitted ask a node for more than Slurm gives at once (one line
+    each; the jobs still run, some later than planned).
+
+    ``units``: name -> ``Unit`` (its ``(job, segment)`` members; a co-location group's
+    share their GPUs); ``cpus_of``: unit -> CPU cores per GPU; ``node_cpus``: sinfo's
+    cores per node (0: not said); ``exclusive``: the partition gives whole nodes only
+    (OverSubscribe=EXCLUSIVE), so units the plan puts on one node at once queue.
+    """
+    per_node: dict[str, list[tuple[float, float, str, int]]] = {}
+    for name, unit in units.items():
+        segs = [plan.job(j).segments[k] for j, k in unit.members
+                if k < len(plan.job(j).segments)]
+        if not segs:
+            continue
+        gpus: dict[str, int] = {}
+        for w in segs[0].workers:  # a group's members share these GPUs
+            gpus[w.node] = gpus.get(w.node, 0) + 1
+        start, end = min(s.start_s for s in segs), max(s.end_s for s in segs)
+        for node, g in gpus.items():
+            per_node.setdefault(node, []).append((start, end, name, g))
+    where = f"partition {partition}" if partition else "the default partition"
+    notes = []
+    for node, items in sorted(per_node.items()):
+        have = int(node_cpus.get(node, 0))
+        worst_cores: tuple[int, list[str]] = (0, [])
+        worst_share: list[str] = []
+        for start, _end, _, _ in items:  # the load right after each start
+            on = [(n, g) for a, b, n, g in items if a <= start < b]
+            cores = sum(g * int(cpus_of.get(n, 1)) for n, g in on)
+            if cores > worst_cores[0]:
+                worst_cores = (cores, sorted(n for n, _ in on))
+            if len(on) > len(worst_share):
+                worst_share = sorted(n for n, _ in on)
+        if have and worst_cores[0] > have and len(worst_cores[1]) > 1:  # one alone: sbatch says
+            notes.append(f"node {node} has {have} CPU cores; the plan runs "
+                         f"{', '.join(worst_cores[1])} there at once, which ask for "
+                         f"{worst_cores[0]} (cpus_per_gpu per GPU): some will wait for cores")
+        if exclusive and len(worst_share) > 1:
+            notes.append(f"{where} gives whole nodes (OverSubscribe=EXCLUSIVE): the plan runs "
+                         f"{', '.join(worst_share)} on node {node} at once; Slurm will run "
+                         "them one after another")
+    return notes

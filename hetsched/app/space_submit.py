@@ -42,7 +42,13 @@ from pathlib import Path
 
 from hetsched.app.group_submit import Unit, render_groups, unit_order, unit_preds, units_of
 from hetsched.app.order import dependency_expr, plan_order, predecessors
-from hetsched.app.runnable import UnrunnableError, check_node_types, listing, unrunnable
+from hetsched.app.runnable import (
+    UnrunnableError,
+    check_node_types,
+    listing,
+    node_fit_notes,
+    unrunnable,
+)
 from hetsched.app.submission import (
     LIVE_STATES,
     Site,
@@ -180,9 +186,11 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
         site=site)
     check_node_types(plan, nodes, set(unit_of), pin_nodes)
-    note = site.capped_note()
-    if note:
-        log.warning("%s", note)
+    for note in [site.capped_note(), *node_fit_notes(
+            plan, units, _unit_cpus(plan, units, sbatch), site.node_cpus, site.exclusive,
+            partition)]:
+        if note:
+            log.warning("%s", note)
     if not allow_active_elsewhere:
         refuse_active_elsewhere(store, client, pid, set(unit_of))
     private_dir(logs)
@@ -272,6 +280,22 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                     f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
                     f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
                     "nothing from this run remains queued", caught[0])
+
+
+def _unit_cpus(plan: Plan, units: Mapping[str, Unit], sbatch: SbatchOptions | None
+               ) -> dict[str, int]:
+    """Each unit's CPU cores per GPU: a job's own ``cpus_per_gpu`` over ``sbatch`` (the
+    submit's and the config's); a co-location group's, ``sbatch``'s."""
+    base = sbatch if sbatch is not None else base_sbatch()
+    out = {}
+    for name, u in units.items():
+        opts = base
+        if u.group is None:
+            spec = plan.job(u.members[0][0]).spec
+            opts = (spec.slurm if spec is not None and spec.slurm else SbatchOptions()
+                    ).over(base)
+        out[name] = opts.cpus_per_gpu or 1
+    return out
 
 
 def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:

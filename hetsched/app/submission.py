@@ -144,6 +144,10 @@ class Site:
     gres_names: dict[str, str] = field(default_factory=dict)
     max_time_min: int | None = None
     capped: list[tuple[str, int]] = field(default_factory=list)
+    #: the partition gives whole nodes only (OverSubscribe=EXCLUSIVE)
+    exclusive: bool = False
+    #: node -> its CPU cores (0: not said)
+    node_cpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, client: SlurmClient, partition: str | None,
@@ -151,7 +155,9 @@ class Site:
         """The partition as Slurm reports it (``nodes``: sinfo's, when already read)."""
         if nodes is None:
             nodes = client.nodes(partition)
-        return cls(partition, type_names(nodes), client.max_time_min(partition))
+        info = client.partition_info(partition)
+        return cls(partition, type_names(nodes), info.max_time_min,
+                   exclusive=info.exclusive, node_cpus={n.name: n.cpus for n in nodes})
 
     @property
     def where(self) -> str:

@@ -131,9 +131,8 @@ class SlurmClient(Protocol):
         """``sbatch --parsable`` a script file; returns the (leader) job id."""
         ...
 
-    def max_time_min(self, partition: str | None = None) -> int | None:
-        """The partition's MaxTime in minutes (the default partition's for None);
-        None when it has none (``infinite``) or Slurm does not say."""
+    def partition_info(self, partition: str | None = None) -> PartitionInfo:
+        """The partition's limits (the default partition's for None)."""
         ...
 
     def cancel(self, job_ids: Iterable[str]) -> None:
@@ -223,19 +222,30 @@ def gres_names(text: str) -> dict[str, str]:
     return out
 
 
-def partition_max_time(sinfo_out: str, partition: str | None) -> int | None:
-    """MaxTime in minutes from ``sinfo -h -o "%P %l"`` lines (``gpu* 1-00:00:00``);
-    the default partition (``*``) when ``partition`` is None; None when unlimited."""
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What a partition allows: MaxTime in minutes (None: none), and whether it gives
+    whole nodes only (``OverSubscribe=EXCLUSIVE``: jobs never share a node)."""
+
+    max_time_min: int | None = None
+    exclusive: bool = False
+
+
+def parse_partition_info(sinfo_out: str, partition: str | None) -> PartitionInfo:
+    """From ``sinfo -h -o "%P|%l|%h"`` lines (``gpu*|1-00:00:00|EXCLUSIVE``); the
+    default partition (``*``) when ``partition`` is None; no limits when not listed."""
     from hetsched.core.sbatch import time_minutes
 
     for line in sinfo_out.splitlines():
-        name, _, limit = line.strip().partition(" ")
+        name, _, rest = line.strip().partition("|")
+        limit, _, share = rest.partition("|")
         if (name.rstrip("*") == partition) if partition else name.endswith("*"):
             try:
-                return time_minutes(limit.strip())
+                top: int | None = time_minutes(limit.strip())
             except ValueError:  # "infinite", "n/a"
-                return None
-    return None
+                top = None
+            return PartitionInfo(top, share.strip().upper() == "EXCLUSIVE")
+    return PartitionInfo()
 
 
 def type_names(nodes: Iterable[NodeInfo]) -> dict[str, str]:
@@ -452,9 +462,9 @@ class CliSlurmClient:
             out = [n for n in out if partition in n.partitions]
         return out
 
-    def max_time_min(self, partition: str | None = None) -> int | None:
-        res = self.runner.run(["sinfo", "-h", "-o", "%P %l"])
-        return partition_max_time(res.stdout, partition)
+    def partition_info(self, partition: str | None = None) -> PartitionInfo:
+        res = self.runner.run(["sinfo", "-h", "-o", "%P|%l|%h"])
+        return parse_partition_info(res.stdout, partition)
 
     def partitions(self) -> list[str]:
         """Partition names (default first)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hetsched.slurm.client import FINISHED_STATES, JobInfo, NodeInfo
+from hetsched.slurm.client import FINISHED_STATES, JobInfo, NodeInfo, PartitionInfo
 from hetsched.slurm.runner import CommandError, SlurmUnavailable
 
 
@@ -71,6 +71,8 @@ class MemorySlurm:
     down: bool = False  #: slurmctld does not answer: every protocol call raises
     #: partition -> MaxTime in minutes (none: unlimited)
     max_time: dict[str, int] = field(default_factory=dict)
+    #: partitions that give whole nodes only (OverSubscribe=EXCLUSIVE)
+    exclusive: set[str] = field(default_factory=set)
 
     # -- the SlurmClient protocol ---------------------------------------------
     def jobs(self) -> list[JobInfo]:
@@ -193,9 +195,10 @@ class MemorySlurm:
     def version(self) -> str:
         return "22.05.8-memory"
 
-    def max_time_min(self, partition: str | None = None) -> int | None:
+    def partition_info(self, partition: str | None = None) -> PartitionInfo:
         self._answer()
-        return self.max_time.get(partition or "gpu")
+        name = partition or "gpu"
+        return PartitionInfo(self.max_time.get(name), name in self.exclusive)
 
     # -- what a test drives ---------------------------------------------------
     def _answer(self) -> None:

@@ -50,3 +50,34 @@ def test_a_pool_plan_longer_than_max_time_is_refused_before_sbatch(
         assert slurm.count("sbatch") == 0 and not st.submissions()
         slurm.max_time["gpu"] = 10_000
         assert submit_pool(plan, st, slurm, partition="gpu").slurm_id
+
+
+def test_submit_says_where_a_node_cannot_give_what_the_plan_runs_there_at_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Cores per node (cpus_per_gpu x GPUs of the jobs on it at once) and whole-node
+    partitions (OverSubscribe=EXCLUSIVE): the jobs still run, some later: one line each."""
+    import logging
+
+    from slurm_helpers import contract_plan
+
+    from hetsched.app.submit import submit
+
+    # v100-1: 4 GPUs, 8 cores (MemorySlurm gives 2 a GPU); two one-GPU jobs at once
+    plan = contract_plan("fit1", {"f1": [[("v100-1", "v100", 8)]],
+                                  "f2": [[("v100-1", "v100", 8)]],
+                                  "f3": [[("t4-1", "t4", 8)]]})
+    slurm = MemorySlurm(exclusive={"gpu"})
+    with caplog.at_level(logging.WARNING, logger="hetsched"), \
+            open_store(tmp_path / "s.db") as st:
+        submit(plan, st, slurm, partition="gpu", sbatch=SbatchOptions(cpus_per_gpu=5))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "node v100-1 has 8 CPU cores; the plan runs f1, f2 there at once, which ask for 10 "
+        "(cpus_per_gpu per GPU): some will wait for cores",
+        "partition gpu gives whole nodes (OverSubscribe=EXCLUSIVE): the plan runs f1, f2 on "
+        "node v100-1 at once; Slurm will run them one after another"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hetsched"), \
+            open_store(tmp_path / "s2.db") as st:
+        submit(plan, st, MemorySlurm(), partition="gpu", sbatch=SbatchOptions(cpus_per_gpu=4))
+    assert not caplog.records  # 8 cores for 2 x 4, nodes shared: nothing to say

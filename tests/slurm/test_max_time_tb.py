@@ -42,8 +42,9 @@ def _hetsched(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 def test_max_time_caps_hetscheds_limit_and_refuses_a_longer_one(
         max_time_5: None, client: CliSlurmClient, tmp_path: Path) -> None:
-    assert client.max_time_min("gpu") == 5
-    assert client.max_time_min(None) == 5  # gpu is the default partition
+    assert client.partition_info("gpu").max_time_min == 5
+    assert client.partition_info(None).max_time_min == 5  # gpu is the default partition
+    assert not client.partition_info("gpu").exclusive
     # each segment is predicted at 100 s: hetsched's own limit would be 13 min
     plan = contract_plan("maxt1", {"mt": [[("v100-1", "v100", 8)]]})
     pf = tmp_path / "plan.json"
