@@ -21,11 +21,17 @@ plan copy (``STATE.files/pool/<plan_id>.json``) for ``status`` and ``replan``.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES, UnrunnableError, listing
+from hetsched.app.runnable import (
+    BUILTIN_SAMPLE_BYTES,
+    UnrunnableError,
+    host_local_files,
+    listing,
+)
 from hetsched.app.submission import (
     Site,
     SubmitError,
@@ -157,15 +163,24 @@ def pool_sbatch(plan: Plan, sbatch: SbatchOptions | None) -> tuple[SbatchOptions
     return opts, limit
 
 
-def _within_max_time(site: Site, limit: int, source: str) -> None:
-    """Refuse a pool job whose limit is above MaxTime: the pool executor does not
-    requeue itself, and Slurm would keep it pending for ever (PartitionTimeLimit)."""
+def _site(client: SlurmClient, partition: str | None, limit: int, source: str,
+          files: Path) -> Site:
+    """The partition as Slurm reports it, for the pool job: refused when its limit is
+    above MaxTime (the pool executor does not requeue itself, and Slurm would keep it
+    pending for ever: PartitionTimeLimit); a warning when its files are where the
+    nodes cannot read them."""
+    nodes = client.nodes(partition)
+    site = Site.of(client, partition, nodes)
     if site.max_time_min is not None and limit > site.max_time_min:
         raise InputError(source, f"the pool job needs a time limit of {limit} min, above "
                          f"{site.where}'s MaxTime of {site.max_time_min} min: Slurm would "
                          "keep it pending for ever (PartitionTimeLimit); submit it in space "
                          "mode (each job checkpoints and requeues itself at the limit) or "
                          "plan fewer jobs per pool", "time")
+    note = host_local_files(files, nodes)
+    if note:
+        logging.getLogger("hetsched").warning("%s", note)
+    return site
 
 
 def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
@@ -195,8 +210,7 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     files = JobFiles(files_dir(store), pid, POOL_JOB)
     plan_path, log_dir = files.plan_copy, files.log_dir
     prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else pool_default_dirs(store)
-    site = Site.of(client, partition)
-    _within_max_time(site, limit, source)
+    site = _site(client, partition, limit, source, files_dir(store))
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          key_file=files.secret, report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,

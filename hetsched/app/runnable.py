@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hetsched.core.plan import Plan
@@ -149,6 +151,32 @@ def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
                                  f"{w.node}, which Slurm says has "
                                  f"{', '.join(sorted(types))} GPUs; plan again on this "
                                  "partition", f"job {j.name!r}")
+
+
+#: folders that are this machine's own, whatever their file system
+HOST_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+
+
+def host_local_files(folder: Path, nodes: Iterable[NodeInfo]) -> str | None:
+    """A warning when the job files are in a folder only this machine has (tmpfs, or
+    under /tmp or /dev/shm on a local file system) and the jobs run elsewhere: there a
+    job finds neither its layout file nor its plan, and its log is written where
+    ``status`` cannot read it. None otherwise (a workstation's own Slurm, the testbed)."""
+    from hetsched.state.fs import filesystem_type, is_network
+
+    remote = sorted(n.name for n in nodes if n.address and not n.runs_here)
+    if not remote:
+        return None
+    real = os.path.realpath(folder)
+    fstype = filesystem_type(real)
+    under = next((p for p in HOST_LOCAL if real == p or real.startswith(p + "/")), None)
+    if fstype != "tmpfs" and (under is None or is_network(fstype)):
+        return None
+    what = "a tmpfs" if fstype == "tmpfs" else f"under {under}"
+    return (f"the job files are in {folder}, {what} of this machine, and the jobs run on "
+            f"other nodes ({', '.join(remote[:3])}{', ...' if len(remote) > 3 else ''}): "
+            "they will not find their files there; put the state file on a file system "
+            "the nodes share (HETSCHED_STATE, e.g. in your home directory)")
 
 
 def node_fit_notes(plan: Plan, units: Mapping[str, Any], cpus_of: Mapping[str, int],

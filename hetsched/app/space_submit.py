@@ -45,6 +45,7 @@ from hetsched.app.order import dependency_expr, plan_order, predecessors
 from hetsched.app.runnable import (
     UnrunnableError,
     check_node_types,
+    host_local_files,
     listing,
     node_fit_notes,
     unrunnable,
@@ -186,7 +187,7 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
         site=site)
     check_node_types(plan, nodes, set(unit_of), pin_nodes)
-    for note in [site.capped_note(), *node_fit_notes(
+    for note in [host_local_files(base, nodes), site.capped_note(), *node_fit_notes(
             plan, units, _unit_cpus(plan, units, sbatch), site.node_cpus, site.exclusive,
             partition)]:
         if note:

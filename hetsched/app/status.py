@@ -246,8 +246,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             actual_end=float(max(ends)) if ended else None,
             predicted_jct_s=round(float(jp["end_s"]) - float(jp.get("arrival_s", 0.0)), 1)
             if jp else None,
-            # Slurm's times are whole seconds: a job of under a second may seem to end
-            # before the plan was stored
+            # Slurm's times are whole seconds: never "ended before it arrived"
             measured_jct_s=round(max(0.0, max(ends) - arrival), 1) if ended and arrival
             and state == "COMPLETED" else None,
             log=failed_log(store, sid) if state in FAILED_LIKE else None)

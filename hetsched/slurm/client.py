@@ -106,6 +106,17 @@ class NodeInfo:
     #: GPU type (hetsched's lower-case name) -> as Slurm spells it: GRES types are
     #: case-sensitive, so a script must ask for ``gpu:A100:1`` on a site that says A100
     gres_names: dict[str, str] = field(default_factory=dict)
+    address: str = ""  # where slurmctld reaches its slurmd ("" when not said)
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether the node is this machine (the testbed, a workstation's own Slurm)."""
+        import socket
+
+        if self.address in ("localhost", "::1") or self.address.startswith("127."):
+            return True
+        me = socket.gethostname()
+        return bool(self.address) and self.address.split(".")[0] == me.split(".")[0]
 
     @property
     def free_gpus(self) -> dict[str, int]:
@@ -346,6 +357,7 @@ def parse_node_json(n: Mapping[str, Any]) -> NodeInfo:
         cpus=_num(n.get("cpus")) or 0,
         reason=_str(n.get("reason")),
         gres_names=gres_names(_str(n.get("gres"))),
+        address=_str(n.get("address") or n.get("hostname")),
     )
 
 
