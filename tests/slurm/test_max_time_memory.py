@@ -53,7 +53,8 @@ def test_a_pool_plan_longer_than_max_time_is_refused_before_sbatch(
 
 
 def test_submit_says_where_a_node_cannot_give_what_the_plan_runs_there_at_once(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Cores per node (cpus_per_gpu x GPUs of the jobs on it at once) and whole-node
     partitions (OverSubscribe=EXCLUSIVE): the jobs still run, some later: one line each."""
     import logging
@@ -62,6 +63,8 @@ def test_submit_says_where_a_node_cannot_give_what_the_plan_runs_there_at_once(
 
     from hetsched.app.submit import submit
 
+    # a CLI test before this one may have set the logger not to propagate (its handler)
+    monkeypatch.setattr(logging.getLogger("hetsched"), "propagate", True)
     # v100-1: 4 GPUs, 8 cores (MemorySlurm gives 2 a GPU); two one-GPU jobs at once
     plan = contract_plan("fit1", {"f1": [[("v100-1", "v100", 8)]],
                                   "f2": [[("v100-1", "v100", 8)]],
