@@ -34,8 +34,9 @@ def _step_stub(tmp_path: Path) -> Path:
     return stub
 
 
-def _plan(tmp_path: Path, plan_id: str) -> Path:
-    plan = contract_plan(plan_id, {"inner": [[("v100-1", "v100", 8)]]})
+def _plan(tmp_path: Path, plan_id: str, two_types: bool = False) -> Path:
+    workers = [("v100-1", "v100", 8)] + ([("a100-1", "a100", 8)] if two_types else [])
+    plan = contract_plan(plan_id, {"inner": [workers]})
     pf = tmp_path / "plan.json"
     pf.write_text(plan.to_json())
     return pf
@@ -119,15 +120,22 @@ def test_cpus_per_gpu_reach_each_rank(testbed: Testbed, client: CliSlurmClient,
     and reserved): data loading on a real GPU node starved. `cpus_per_gpu` sets it."""
     monkeypatch.setenv("HETSCHED_EXECUTABLE", str(_step_stub(tmp_path)))
     state = tmp_path / "state.db"
-    res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "cpus1")), "--state",
-                          str(state), "--cpus-per-gpu", "2"], capture_output=True, text=True,
-                         timeout=60)
+    # two components (a hetjob across a V100 and an A100 node): each rank asks for 2 cores
+    res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "cpus1", True)),
+                          "--state", str(state), "--cpus-per-gpu", "2"], capture_output=True,
+                         text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     inner = _submitted(state)["inner"]
     assert _final_state(client, inner) == "COMPLETED"
-    env = dict(line.split("=", 1) for line in
-               (tmp_path / f"env-{inner}-0.txt").read_text().splitlines() if "=" in line)
-    assert env["SLURM_CPUS_PER_TASK"] == "2"
+    [script] = (tmp_path / "state.db.files" / "scripts").rglob("inner-0.sh")
+    text = script.read_text()
+    # the step asks too: srun of 22.05 does not take the job's --cpus-per-task
+    assert text.count("#SBATCH --cpus-per-task=2") == 2 and text.count(
+        " --cpus-per-task=2 ") == 2, text
+    for rank in (0, 1):
+        env = dict(line.split("=", 1) for line in (tmp_path / f"env-{inner}-{rank}.txt")
+                   .read_text().splitlines() if "=" in line)
+        assert env["SLURM_CPUS_PER_TASK"] == "2"
     # an extra option cannot set it behind hetsched's back, and says which key does
     res = subprocess.run([*_hetsched(), "submit", str(_plan(tmp_path, "cpus2")), "--state",
                           str(state), "--sbatch-option=--cpus-per-task=4"],
