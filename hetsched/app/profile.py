@@ -161,7 +161,7 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                               log_dir=logs_dir(files), partition=partition, extra_args=extra,
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),
                               hetsched=hetsched,
-                              gres_name=(gres_names or {}).get(sp.gpu_type),
+                              gres_names=gres_names,
                               cpus=sp.cpus or cpus)
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.submission import Site, base_sbatch, files_dir
+from hetsched.app.submission import Site, base_sbatch, files_dir, job_sbatch
 from hetsched.core.plan import JobPlan, Plan, Worker, worker_groups
 from hetsched.core.sbatch import SbatchOptions, time_minutes
 from hetsched.io.files import atomic_write
@@ -129,8 +129,7 @@ class InPlaceResult:
 
 def _opts(jp: JobPlan) -> SbatchOptions:
     """The job's sbatch options: its spec's over the config's."""
-    return (jp.spec.slurm if jp.spec is not None and jp.spec.slurm else SbatchOptions()
-            ).over(base_sbatch())
+    return job_sbatch(jp.spec, base_sbatch())
 
 
 def _limit_min(jp: JobPlan, site: Site) -> int:

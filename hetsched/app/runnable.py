@@ -164,13 +164,13 @@ def host_local_files(folder: Path, nodes: Iterable[NodeInfo]) -> str | None:
     ``status`` cannot read it. None otherwise (a workstation's own Slurm, the testbed)."""
     from hetsched.state.fs import filesystem_type, is_network
 
-    remote = sorted(n.name for n in nodes if n.address and not n.runs_here)
-    if not remote:
-        return None
     real = os.path.realpath(folder)
     fstype = filesystem_type(real)
     under = next((p for p in HOST_LOCAL if real == p or real.startswith(p + "/")), None)
     if fstype != "tmpfs" and (under is None or is_network(fstype)):
+        return None
+    remote = sorted(n.name for n in nodes if n.address and not n.runs_here)
+    if not remote:
         return None
     what = "a tmpfs" if fstype == "tmpfs" else f"under {under}"
     return (f"the job files are in {folder}, {what} of this machine, and the jobs run on "

@@ -60,6 +60,7 @@ from hetsched.app.submission import (
     check_plan,
     deferred_signals,
     files_dir,
+    job_sbatch,
     refuse_active_elsewhere,
 )
 from hetsched.core.plan import Plan
@@ -98,8 +99,7 @@ def render_job_scripts(plan: Plan, pid: str, *, plan_path: Path, log_dir: Path,
         seg = (segment_of or {}).get(j.name, 0)
         if seg >= len(j.segments) or not j.segments[seg].workers:
             continue  # nothing (left) to run for this job
-        own = j.spec.slurm if j.spec is not None and j.spec.slurm else SbatchOptions()
-        opts = own.over(base)
+        opts = job_sbatch(j.spec, base)
         s = j.segments[seg]
         limit, warn = site.limit(j.name, opts, s.end_s - s.start_s)
         out[j.name] = (seg, render_hetjob(
@@ -288,15 +288,8 @@ def _unit_cpus(plan: Plan, units: Mapping[str, Unit], sbatch: SbatchOptions | No
     """Each unit's CPU cores per GPU: a job's own ``cpus_per_gpu`` over ``sbatch`` (the
     submit's and the config's); a co-location group's, ``sbatch``'s."""
     base = sbatch if sbatch is not None else base_sbatch()
-    out = {}
-    for name, u in units.items():
-        opts = base
-        if u.group is None:
-            spec = plan.job(u.members[0][0]).spec
-            opts = (spec.slurm if spec is not None and spec.slurm else SbatchOptions()
-                    ).over(base)
-        out[name] = opts.cpus_per_gpu or 1
-    return out
+    return {name: (base if u.group is not None else job_sbatch(
+        plan.job(u.members[0][0]).spec, base)).cpus_per_gpu or 1 for name, u in units.items()}
 
 
 def _find_tagged(client: SlurmClient, pid: str) -> dict[str, str]:

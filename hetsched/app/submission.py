@@ -22,7 +22,7 @@ from hetsched import config
 from hetsched.app.runnable import unrunnable
 from hetsched.core.plan import Plan
 from hetsched.core.sbatch import SbatchOptionError, SbatchOptions, time_minutes
-from hetsched.core.spec import NAME_RE
+from hetsched.core.spec import NAME_RE, Job
 from hetsched.errors import HetschedError, InputError
 from hetsched.io.jobfiles import batch_of, files_root
 from hetsched.slurm.client import ACTIVE_STATES, NodeInfo, SlurmClient, type_names
@@ -124,6 +124,11 @@ def base_sbatch(cli: SbatchOptions | None = None) -> SbatchOptions:
     except SbatchOptionError as e:
         raise InputError("config", str(e), f"sbatch_{e.key}") from None
     return (cli or SbatchOptions()).over(site)
+
+
+def job_sbatch(spec: Job | None, base: SbatchOptions) -> SbatchOptions:
+    """A job's sbatch options: its spec's own ``slurm:`` over ``base``."""
+    return (spec.slurm if spec is not None and spec.slurm else SbatchOptions()).over(base)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import click
 
 from hetsched import config
 from hetsched.cli.options import format_option, needs_extra, partition_option, state_option
+from hetsched.core.sbatch import MAX_CPUS_PER_GPU
 from hetsched.errors import InputError
 
 if TYPE_CHECKING:  # the use cases load when a command runs, not for --help (cli/main.py)
@@ -115,7 +116,8 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
 @click.option("--account", "-A", default=None, help="Slurm account (--account).")
 @click.option("--qos", "-q", default=None, help="Slurm QoS (--qos).")
 @click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
-@click.option("--cpus-per-gpu", "cpus_per_gpu", type=click.IntRange(1, 1024), default=None,
+@click.option("--cpus-per-gpu", "cpus_per_gpu", type=click.IntRange(1, MAX_CPUS_PER_GPU),
+              default=None,
               help="CPU cores for each GPU (each rank's --cpus-per-task); default 1.")
 @click.option("--constraint", "-C", default=None, help="Node features (--constraint).")
 @click.option("--skip-unplaceable", is_flag=True,

@@ -209,6 +209,7 @@ def _states(v: Any) -> list[str]:
 
 
 _GRES_RE = re.compile(r"gpu:([A-Za-z0-9_.-]+):(\d+)")
+_UNTYPED_RE = re.compile(r"gpu:(\d+)")
 
 
 def _gres_items(text: str) -> list[str]:
@@ -228,7 +229,7 @@ def gres_names(text: str) -> dict[str, str]:
         m = _GRES_RE.match(item)
         if m:
             out.setdefault(m.group(1).lower(), m.group(1))
-        elif re.match(r"gpu:(\d+)", item):
+        elif _UNTYPED_RE.match(item):
             out.setdefault(UNTYPED, "")
     return out
 
@@ -275,12 +276,11 @@ def parse_gres(text: str) -> dict[str, int]:
     """
     out: dict[str, int] = {}
     for item in _gres_items(text):
-        item = item.strip()
         m = _GRES_RE.match(item)
         if m:
             out[m.group(1).lower()] = out.get(m.group(1).lower(), 0) + int(m.group(2))
             continue
-        m2 = re.match(r"gpu:(\d+)", item)
+        m2 = _UNTYPED_RE.match(item)
         if m2:
             out[UNTYPED] = out.get(UNTYPED, 0) + int(m2.group(1))
     return out

@@ -43,6 +43,7 @@ from hetsched.core.plan import JobPlan, Worker, worker_groups
 from hetsched.core.sbatch import SbatchOptions
 from hetsched.errors import InputError
 from hetsched.io.jobfiles import JobFiles, root_of_plan_copy
+from hetsched.slurm.client import UNTYPED
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 WORD_RE = re.compile(r"^[A-Za-z0-9._:/=,%+@-]+$")
@@ -200,7 +201,7 @@ def gres_type(gpu_type: str, gres_names: Mapping[str, str] | None) -> str:
     names = gres_names or {}
     if gpu_type in names:
         return names[gpu_type]
-    return "" if gpu_type == "gpu" else gpu_type
+    return "" if gpu_type == UNTYPED else gpu_type
 
 
 def component_fields(comps: Sequence[Component], pin_nodes: bool,
@@ -319,18 +320,18 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
                  log_dir: str | Path, partition: str | None = None, node: str | None = None,
                  extra_args: Sequence[str] = (), hetsched: str | None = None,
                  directory: Path | None = None, time_min: int | None = None,
-                 gres_name: str | None = None, cpus: int = 1) -> Script:
+                 gres_names: Mapping[str, str] | None = None, cpus: int = 1) -> Script:
     """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``.
 
     ``time_min`` is Slurm's time limit (minutes): a probe that hangs is killed.
-    ``gres_name`` is the type as Slurm spells it (default ``gpu_type``); ``cpus``
+    ``gres_names``: each GPU type as Slurm spells it (:func:`gres_type`); ``cpus``
     the CPU cores the probe's one GPU gets (``cpus_per_gpu``: as the jobs will).
     """
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {
         "job_name": f"hetsched-probe-{safe_w}-{gpu_type}", "workload": workload,
         "gpu_type": gpu_type,
-        "gres_type": gres_name if gres_name is not None else gres_type(gpu_type, None),
+        "gres_type": gres_type(gpu_type, gres_names),
         "partition": partition or "", "node": node or "",
         "comment": f"hetsched:probe:{safe_w}:{gpu_type}", "log_dir": str(log_dir),
         "batches": ",".join(str(int(b)) for b in batches), "out": str(out),

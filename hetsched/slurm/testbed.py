@@ -34,6 +34,7 @@ from pathlib import Path
 
 from hetsched.core.spec import GPU_TYPE_RE
 from hetsched.errors import HetschedError, InputError
+from hetsched.slurm.client import UNTYPED
 from hetsched.slurm.runner import CommandError, Runner
 from hetsched.slurm.templates import package_data
 
@@ -238,7 +239,7 @@ class Testbed:
             lines.append(f"PlugStackConfig={self.etc}/plugstack.conf")
         for n in self.node_confs:
             cpus = max(2, 2 * n.gpus)
-            gres = f"gpu:{n.gpus}" if n.gpu_type == "gpu" else f"gpu:{n.gpu_type}:{n.gpus}"
+            gres = f"gpu:{n.gpus}" if n.gpu_type == UNTYPED else f"gpu:{n.gpu_type}:{n.gpus}"
             lines.append(
                 f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={n.port} "
                 f"CPUs={cpus} RealMemory={1024 * n.gpus} Gres={gres} "
@@ -253,7 +254,7 @@ class Testbed:
             devdir = self.dir / "dev" / n.name
             last = n.gpus - 1
             files = f"{devdir}/nvidia0" if last == 0 else f"{devdir}/nvidia[0-{last}]"
-            typed = "" if n.gpu_type == "gpu" else f" Type={n.gpu_type}"  # gpu: untyped GPUs
+            typed = "" if n.gpu_type == UNTYPED else f" Type={n.gpu_type}"
             lines.append(f"NodeName={n.name} Name=gpu{typed} File={files}")
         return "\n".join(lines) + "\n"
 
