@@ -52,6 +52,8 @@ def test_sbatch_variables_that_would_override_the_script_are_left_out_and_named(
     assert "--partition" in left_out["SBATCH_PARTITION"]
     assert "HETSCHED_PARTITION" in left_out["SBATCH_PARTITION"]
     assert "HETSCHED_SBATCH_MEM" in left_out["SBATCH_MEM_PER_CPU"]
+    cpus_env, cpus_out = sbatch_environment({"SBATCH_CPUS_PER_GPU": "8"}, SCRIPT)
+    assert cpus_env == {} and "HETSCHED_SBATCH_CPUS_PER_GPU" in cpus_out["SBATCH_CPUS_PER_GPU"]
     assert "--output" in left_out["SBATCH_ERROR"]
     assert "wait" in left_out["SBATCH_WAIT"]
 

@@ -74,6 +74,7 @@ SETTING_OF = {
     "account": "HETSCHED_SBATCH_ACCOUNT",
     "qos": "HETSCHED_SBATCH_QOS",
     "mem": "HETSCHED_SBATCH_MEM",
+    "cpus-per-task": "HETSCHED_SBATCH_CPUS_PER_GPU",
     "constraint": "HETSCHED_SBATCH_CONSTRAINT",
 }
 
