@@ -133,7 +133,7 @@ def task_sequences(plan: Plan) -> list[str]:
 
 #: what ``hetsched exec`` can build without an entrypoint (runtime/workloads.py BUILTINS;
 #: tests/slurm/test_pool_submit.py keeps the two in step without importing torch here)
-EXECUTOR_WORKLOADS = frozenset(BUILTIN_SAMPLE_BYTES) | {"resnet50", "bert-base"}
+EXECUTOR_WORKLOADS = frozenset(BUILTIN_SAMPLE_BYTES)
 
 
 def not_poolable(plan: Plan) -> list[tuple[str, str]]:

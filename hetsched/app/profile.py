@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES
 from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
@@ -28,7 +29,6 @@ from hetsched.io.jobfiles import logs_dir, probes_dir
 from hetsched.io.profiles import parse_csv, write_csv
 from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.history import (
-    BUILTIN_WORKLOADS,
     OK,
     UNUSABLE,
     export_csv,
@@ -102,35 +102,70 @@ def parse_batches(text: str, source: str = "--batches") -> tuple[int, ...]:
 
 def plan_probes(jobs: Sequence[Job], gpu_types: Sequence[str], store: Store | None, *,
                 batches: Sequence[int] | None = None, force: bool = False,
-                retry_unusable: bool = False) -> tuple[list[ProbeSpec], dict[str, str]]:
-    """Which (workload, GPU type) pairs need a probe; and why the others do not."""
+                retry_unusable: bool = False,
+                warn: Callable[[str], None] | None = None,
+                ) -> tuple[list[ProbeSpec], dict[str, str]]:
+    """Which (workload, GPU type) pairs need a probe; and why the others do not.
+
+    A profile is per workload, so the jobs naming one workload share one probe
+    per GPU type: it runs the first of them with an entrypoint (else the
+    built-in of that name), sweeps local batches up to the largest of their
+    global batches, and gets the most CPU cores any of them asks for. Jobs of
+    one workload with different entrypoints are named through ``warn``: the
+    probe measures one of them only.
+    """
     have = usable_pairs(store) if store is not None else set()
     st = statuses(store) if store is not None else {}
-    specs: dict[tuple[str, str], ProbeSpec] = {}
+    by_workload: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_workload.setdefault(job.workload, []).append(job)
+    specs: list[ProbeSpec] = []
     skipped: dict[str, str] = {}
     types = sorted({g.lower() for g in gpu_types})
-    for job in jobs:
-        allowed = [g for g in types if job.gpu_types is None or g in job.gpu_types]
+    for workload, group in by_workload.items():
+        entries = list(dict.fromkeys(j.entrypoint for j in group if j.entrypoint))
+        if len(entries) > 1 and warn is not None:
+            names = ", ".join(f"{j.name} ({j.entrypoint})" for j in group if j.entrypoint)
+            warn(f"jobs of workload {workload!r} name different entrypoints: {names}; a "
+                 f"profile is per workload, so the probes run {entries[0]} only (give the "
+                 "others their own workload name if they train a different model)")
+        entry = entries[0] if entries else None
+        sweep = tuple(batches) if batches else default_batches(max(j.global_batch
+                                                                   for j in group))
+        cpus = max((j.slurm.cpus_per_gpu or 0) if j.slurm else 0 for j in group)
+        allowed = [g for g in types
+                   if any(j.gpu_types is None or g in j.gpu_types for j in group)]
         for g in allowed:
-            key = (job.workload, g)
-            label = f"{job.workload}/{g}"
-            if key in specs:
-                continue
+            key = (workload, g)
+            label = f"{workload}/{g}"
             if not force and key in have:
                 skipped[label] = "history"
-                continue
-            if not force and not retry_unusable and st.get(key, {}).get("status") == UNUSABLE:
+            elif not force and not retry_unusable and st.get(key, {}).get("status") == UNUSABLE:
                 skipped[label] = f"unusable ({st[key].get('reason') or 'probe failed'})"
-                continue
-            if job.entrypoint is None and job.workload not in BUILTIN_WORKLOADS:
-                skipped[label] = (f"job {job.name!r} has no entrypoint and {job.workload!r} is "
-                                  "not a built-in workload: nothing to probe (import a CSV with "
-                                  "`hetsched profiles import`)")
-                continue
-            specs[key] = ProbeSpec(job.workload, g, tuple(batches) if batches else
-                                   default_batches(job.global_batch), job.entrypoint,
-                                   (job.slurm.cpus_per_gpu or 0) if job.slurm else 0)
-    return list(specs.values()), skipped
+            elif entry is None and workload not in BUILTIN_SAMPLE_BYTES:
+                who = (f"job {group[0].name!r} has no" if len(group) == 1
+                       else f"none of its {len(group)} jobs has an")
+                skipped[label] = (f"{who} entrypoint and {workload!r} is not a built-in "
+                                  f"workload ({', '.join(BUILTIN_SAMPLE_BYTES)}): nothing to "
+                                  "probe (import a CSV with `hetsched profiles import`)")
+            else:
+                specs.append(ProbeSpec(workload, g, sweep, entry, cpus))
+    return specs, skipped
+
+
+def nothing_to_probe(skipped: Mapping[str, str]) -> str:
+    """The line for a ``profile`` that has no probe to run, by why each pair is skipped."""
+    if not skipped:
+        return "nothing to probe: no job may use a GPU type of this partition"
+    history = sum(why == "history" for why in skipped.values())
+    unusable = sum(why.startswith("unusable") for why in skipped.values())
+    other = len(skipped) - history - unusable
+    parts = [f"{history} have history"] if history else []
+    if unusable:
+        parts.append(f"{unusable} are marked unusable (--retry-unusable probes them)")
+    if other:
+        parts.append(f"{other} cannot be probed (see above)")
+    return f"nothing to probe: of {len(skipped)} (workload, GPU type) pairs, " + ", ".join(parts)
 
 
 def _safe(s: str) -> str:
@@ -266,5 +301,5 @@ def rows_to_csv_file(rows: Sequence[ProfileRow], path: Path) -> None:
     atomic_write(path, buf.getvalue())
 
 
-__all__ = ["table_from_store", "ingest_reports", "plan_probes", "render_probes", "run_probes",
+__all__ = ["table_from_store", "ingest_reports", "plan_probes", "nothing_to_probe", "render_probes", "run_probes",
            "export_csv", "forget", "listing"]

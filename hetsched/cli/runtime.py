@@ -10,6 +10,7 @@ forget, refine; in ``cli/profiles.py``). torch is imported only inside ``run`` a
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -254,8 +255,15 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     does not fail the others. Results go into the state store's profile
     history, which `hetsched profiles list|export|forget` manage.
     """
-    from hetsched.app.profile import parse_batches, plan_probes, render_probes, run_probes
+    from hetsched.app.profile import (
+        nothing_to_probe,
+        parse_batches,
+        plan_probes,
+        render_probes,
+        run_probes,
+    )
     from hetsched.app.submit import files_dir
+    from hetsched.cli import logs
     from hetsched.io.specs import load_cluster, load_jobs
     from hetsched.state.store import open_store
 
@@ -279,14 +287,14 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         return
     with open_store(state_path) as st:
         specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
-                                     retry_unusable=retry_unusable)
+                                     retry_unusable=retry_unusable, warn=_warn)
         for label, why in sorted(skipped.items()):
             click.echo(f"skip {label}: {why}", err=True)
         if not specs:
             if fmt == "json":
                 click.echo(json.dumps({"wall_s": 0.0, "probes": []}, indent=2))
             else:
-                click.echo("nothing to probe: every (workload, GPU type) has history")
+                click.echo(nothing_to_probe(skipped))
             return
         if client is None:
             from hetsched.slurm.client import CliSlurmClient, type_names
@@ -297,7 +305,6 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
         outs = render_probes(specs, files_dir(st), partition=part, time_limit_s=time_limit,
                              warmup=warmup, steps=steps, gres_names=names,
                              cpus=_cpus_per_gpu())
-        from hetsched.cli import logs
         from hetsched.cli.progress import RichReporter
 
         with RichReporter(live=False if logs.quiet() else None) as rep:
@@ -322,6 +329,10 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                       if not_run else ""))
 
 
+def _warn(message: str) -> None:
+    logging.getLogger("hetsched.profile").warning("%s", message)
+
+
 def _cpus_per_gpu() -> int:
     """The config's CPU cores per GPU (``sbatch_cpus_per_gpu``), 1 when unset."""
     from hetsched.app.submission import base_sbatch
@@ -344,7 +355,7 @@ def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,
     st: Store | None = open_store(path) if path.exists() else None
     try:
         specs, skipped = plan_probes(jobs, types, st, batches=sweep, force=force,
-                                     retry_unusable=retry_unusable)
+                                     retry_unusable=retry_unusable, warn=_warn)
     finally:
         if st is not None:
             st.close()

@@ -66,8 +66,6 @@ from hetsched.state.store import Store
 
 OK = "ok"
 UNUSABLE = "unusable"
-#: workloads the runtime can build without an entrypoint (hetsched.runtime.workloads)
-BUILTIN_WORKLOADS = frozenset({"mlp", "cnn", "transformer", "tiny-transformer"})
 DEFAULT_ALPHA = 0.3
 
 

@@ -119,6 +119,60 @@ def test_plan_probes_skips_history_unusable_and_unprobeable(tmp_path: Path) -> N
         assert ("mlp", "v100") in {(s.workload, s.gpu_type) for s in specs}
 
 
+def test_plan_probes_one_probe_per_workload_from_all_its_jobs(tmp_path: Path) -> None:
+    """Jobs sharing a workload share its probe, whatever order the file lists them in."""
+    from hetsched.core.sbatch import SbatchOptions
+
+    jobs = [Job("plain", "resnet-18", 100, 1, 32),
+            Job("late", "resnet-18", 100, 1, 128, entrypoint="pkg.mod:build",
+                slurm=SbatchOptions(cpus_per_gpu=4)),
+            Job("big", "resnet50", 100, 1, 64)]
+    seen: list[str] = []
+    with open_store(tmp_path / "s.db") as st:
+        specs, skipped = plan_probes(jobs, ["v100"], st, warn=seen.append)
+    got = {s.workload: s for s in specs}
+    assert set(got) == {"resnet-18", "resnet50"}  # resnet50 is a runtime built-in
+    assert skipped == {}  # the job without an entrypoint does not mark its workload unprobeable
+    assert got["resnet-18"].entrypoint == "pkg.mod:build"
+    assert got["resnet-18"].batches == default_batches(128)  # the largest global batch
+    assert got["resnet-18"].cpus == 4
+    assert seen == []
+    other = Job("other", "resnet-18", 100, 1, 32, entrypoint="pkg.other:build")
+    specs, _ = plan_probes([*jobs, other], ["v100"], None, warn=seen.append)
+    assert [s.entrypoint for s in specs if s.workload == "resnet-18"] == ["pkg.mod:build"]
+    assert len(seen) == 1 and "late (pkg.mod:build), other (pkg.other:build)" in seen[0]
+
+
+def test_nothing_to_probe_says_why() -> None:
+    from hetsched.app.profile import nothing_to_probe
+
+    line = nothing_to_probe({"a/v100": "history", "b/v100": "unusable (timed out)",
+                             "c/v100": "job 'c' has no entrypoint ..."})
+    assert line == ("nothing to probe: of 3 (workload, GPU type) pairs, 1 have history, "
+                    "1 are marked unusable (--retry-unusable probes them), "
+                    "1 cannot be probed (see above)")
+    assert "no job may use" in nothing_to_probe({})
+
+
+def test_profile_with_nothing_probeable_says_so(tmp_path: Path) -> None:
+    """`hetsched profile` on jobs it cannot probe: each pair's reason, then one true line."""
+    import subprocess
+
+    (tmp_path / "jobs.yaml").write_text(
+        "jobs:\n  - {name: a, workload: resnet-18, dataset_size: 100, epochs: 1, "
+        "global_batch: 32}\n")
+    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: n1, gpu_type: v100, gpus: 2}\n")
+    env = {**__import__("os").environ, "HETSCHED_STATE": str(tmp_path / "s.db")}
+    r = subprocess.run([sys.executable, "-m", "hetsched", "profile", str(tmp_path / "jobs.yaml"),
+                        "--cluster", str(tmp_path / "c.yaml")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "skip resnet-18/v100: job 'a' has no entrypoint and 'resnet-18' is not a built-in" \
+        in r.stderr
+    assert r.stdout.strip() == ("nothing to probe: of 1 (workload, GPU type) pairs, "
+                                "1 cannot be probed (see above)")
+
+
 def test_default_batches() -> None:
     assert default_batches(48) == (2, 4, 8, 32, 48)
     assert default_batches(1000) == (2, 8, 32, 256, 1000)
