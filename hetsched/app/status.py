@@ -87,6 +87,15 @@ def counts(jobs: list[JobStatus]) -> dict[str, int]:
     return out
 
 
+#: states a replan leaves as they are: done, cancelled by the user, given up
+FINAL = frozenset({"COMPLETED", CANCELLED, GAVE_UP})
+
+
+def replan_has_work(jobs: list[JobStatus]) -> bool:
+    """Whether a replan could change anything for these jobs (one is not final)."""
+    return any(j.state not in FINAL for j in jobs)
+
+
 def _measured_iter_s(report: Path, last: int = 5) -> float | None:
     recs, _ = read_reports(report)
     steps = [float(r["step_s"]) for r in recs

@@ -243,7 +243,12 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
     start and end, and the measured vs predicted iteration time from the job
     reports. Records nothing and creates no file (`watch` and `replan` do).
     """
-    from hetsched.app.status import batch_status, state_path_missing, status_json
+    from hetsched.app.status import (
+        batch_status,
+        replan_has_work,
+        state_path_missing,
+        status_json,
+    )
     from hetsched.state.store import open_store_readonly
 
     path = Path(state_path) if state_path else config.state_path()
@@ -276,7 +281,7 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
         for line in pool.lines() if pool else []:
             click.echo(line)
         pending = st.events(unhandled_only=True)
-        if pending:
+        if pending and replan_has_work(jobs):  # not after the last job ended or was cancelled
             click.echo(f"{len(pending)} reset events wait for `hetsched replan`")
 
 

@@ -426,3 +426,16 @@ def test_replan_counts_a_running_jobs_own_epoch_reports(tmp_path: Path) -> None:
     assert epochs_reported(st) == {"T": 7}  # h0..h2 finished: not running jobs
     assert next(j for j in r.plan["jobs"] if j["name"] == "T")["epochs_done"] == 7.0
     st.close()
+
+
+def test_status_asks_for_replan_only_while_a_job_is_not_final(tmp_path: Path) -> None:
+    """Events left after the user cancelled the whole batch need no replan (nothing to do)."""
+    from hetsched.app.status import batch_status, replan_has_work
+
+    slurm, st, ids = _setup(tmp_path)
+    cancel_jobs(st, slurm, ["A"])
+    assert st.events(unhandled_only=True)
+    assert replan_has_work(batch_status(st, slurm))  # B still runs
+    cancel_jobs(st, slurm, ["B"])
+    assert not replan_has_work(batch_status(st, slurm))
+    st.close()
