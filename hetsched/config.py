@@ -200,11 +200,15 @@ def state_path() -> Path:
 
 
 def sbatch_defaults() -> dict[str, Any]:
-    """The config's sbatch options as a ``slurm:`` mapping (unset ones left out)."""
+    """The config's sbatch options as a ``slurm:`` mapping (unset ones left out).
+
+    One ``sbatch_KEY`` setting per key of a jobs file's ``slurm:`` (``core.sbatch.KEYS``;
+    tests/test_config.py keeps the two in step).
+    """
     out: dict[str, Any] = {}
-    for key in ("time", "account", "qos", "mem", "cpus_per_gpu", "constraint", "extra"):
-        v = get(f"sbatch_{key}")
-        if v:
+    for name in SETTINGS:
+        key = name.removeprefix("sbatch_")
+        if key != name and (v := get(name)):
             out[key] = v.split() if key == "extra" else v
     return out
 

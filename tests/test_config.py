@@ -46,3 +46,22 @@ def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "site.toml").write_text('restart_cost_s = "soon"\n')
     code, _, err = _show(tmp_path)
     assert code == 2 and "restart_cost_s: 'soon' is not a number" in err
+
+
+def test_one_sbatch_setting_per_slurm_key(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key of a jobs file's `slurm:` has its `sbatch_KEY` setting, and no more."""
+    from hetsched import config
+    from hetsched.core.sbatch import KEYS
+
+    for k in [k for k in os.environ if k.startswith("HETSCHED_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("HETSCHED_SITE_CONFIG", str(tmp_path / "site.toml"))
+
+    assert {k.removeprefix("sbatch_") for k in config.SETTINGS if k.startswith("sbatch_")} \
+        == set(KEYS)
+    monkeypatch.setenv("HETSCHED_SBATCH_QOS", "high")
+    monkeypatch.setenv("HETSCHED_SBATCH_EXTRA", "--exclusive --mail-type=END")
+    assert config.sbatch_defaults() == {"qos": "high",
+                                        "extra": ["--exclusive", "--mail-type=END"]}
