@@ -11,8 +11,9 @@ SLOW times slower than predicted (its JCT or run time also more than
 SLOW_GRACE_S seconds over: start-up is not in the plan). Jobs of the active
 plan that were never submitted are listed too.
 
-By default only the current batch: the active plan and the plans it was
-replanned from; ``all_batches`` lists every job the state file knows.
+By default the current batch (the active plan and the plans it was
+replanned from) and the jobs of earlier batches still in the queue;
+``all_batches`` lists every job the state file knows.
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
     events = _last_events(store)
     rows = latest_rows(store)
     batch = None if all_batches else current_batch(store)
-    if batch is not None:
-        rows = {n: r for n, r in rows.items() if r.plan_id in batch}
+    if batch is not None:  # and an earlier batch's jobs still in the queue
+        rows = {n: r for n, r in rows.items() if r.plan_id in batch or any(
+            not c.finished for c in by_leader.get(r.slurm_id or "", ()))}
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)

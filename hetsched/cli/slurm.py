@@ -238,6 +238,9 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
                all_batches: bool = False) -> None:
     """Show every job of the batch as Slurm sees it now (one squeue call); read-only.
 
+    The batch is the last plan submitted (with the plans a replan made of it);
+    jobs of earlier batches still queued or running are listed too.
+
     Per job: full name, Slurm id, state, Slurm's reason (or hetsched's: why a
     job waits, was given up or cancelled), elapsed time, the plan's predicted
     start and end, and the measured vs predicted iteration time from the job

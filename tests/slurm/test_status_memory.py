@@ -1,5 +1,6 @@
 """`hetsched status` on the in-memory Slurm: where a job runs, actual beside predicted,
-the failed job's log, the slow flag, and only the current batch unless --all.
+the failed job's log, the slow flag, and the current batch (with earlier batches' jobs
+still queued) unless --all.
 
 (tests/slurm/test_status.py runs status on the real testbed.)
 """
@@ -72,6 +73,25 @@ def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
     assert {j.job for j in every} == {"o1", "n1"}
     assert " plan " in _text(every) and " plan " not in _text(
         [j for j in every if j.job == "n1"])
+
+
+def test_status_also_shows_earlier_batches_still_in_the_queue(tmp_path: Path) -> None:
+    """A second batch submitted while the first still runs hides neither."""
+    slurm = MemorySlurm()
+    with open_store(tmp_path / "s.db") as st:
+        first = dict(submit(contract_plan("old", {"o1": [[("v100-1", "v100", 4)]],
+                                                  "o2": [[("v100-2", "v100", 4)]]}),
+                            st, slurm, partition="gpu").submitted)
+        slurm.schedule()
+        slurm.finish(first["o2"])  # o1 still runs, o2 is done
+        submit(contract_plan("new", {"n1": [[("t4-1", "t4", 4)]]}), st, slurm, partition="gpu",
+               allow_active_elsewhere=True)
+        shown = {j.job: j for j in batch_status(st, slurm)}
+        assert set(shown) == {"n1", "o1"}
+        assert shown["o1"].plan_id == "old" and shown["o1"].state == "RUNNING"
+        assert " plan " in _text(list(shown.values()))  # which batch each job is of
+        slurm.finish(first["o1"])
+        assert {j.job for j in batch_status(st, slurm)} == {"n1"}
 
 
 def test_slow_ratios_never_read_as_the_threshold() -> None:
