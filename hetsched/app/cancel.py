@@ -14,6 +14,9 @@ One job of a pool (pool mode: every job's tasks run in one Slurm job) is
 from its checkpoints without that job (``app.pool_replan``). Cancelling every
 job of a pool cancels its Slurm job.
 
+A job Slurm shows ended (one ``squeue`` first) is left as it is, even when the
+state file still has it running: its end stands for the monitor to record.
+
 Cancelling here records why (``--reason``) in a ``job-cancelled`` event, which
 is also a reset event: the next replan gives the freed GPUs to the rest.
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hetsched.app.replan_pass import latest_rows
 from hetsched.errors import InputError
-from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import CANCELLED, SUBMITTING, Store, Submission
 
@@ -63,6 +66,16 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
             targets.append(row)
         elif jobs is not None:
             res.not_active.append((name, row.state))
+    try:
+        ended = _ended(client, targets) if targets else {}
+    except CommandError as e:  # Slurm did not answer: nothing is cancelled, the try recorded
+        _failed(store, targets, e)
+        raise
+    for row in [r for r in targets if r.slurm_id in ended]:
+        # the state file is behind (no monitor poll since it ended): its end stands,
+        # for the monitor to record; marking it cancelled would lose it
+        targets.remove(row)
+        res.not_active.append((row.job, ended[row.slurm_id or ""]))
     pools = _pool_ids(store, rows)
     _whole_groups(rows, targets, pools)
     # a pool's Slurm job is cancelled only when every live job of it is
@@ -85,12 +98,30 @@ def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
             for row in targets:
                 store.set_state(row.id, row.state)
             store.mark_handled(events)
-            store.add_event("cancel-failed", detail=json.dumps(
-                {"jobs": [r.job for r in targets], "error": str(e)[:300]}), handled=True)
+        _failed(store, targets, e)
         raise
     res.cancelled = [(r.job, r.slurm_id or "-") for r in targets if r.slurm_id not in partial]
     res.dropped = [(r.job, r.slurm_id or "-") for r in targets if r.slurm_id in partial]
     return res
+
+
+def _failed(store: Store, targets: list[Submission], e: CommandError) -> None:
+    """A cancel that reached no job, on record (handled: it is no reset event)."""
+    store.add_event("cancel-failed", detail=json.dumps(
+        {"jobs": [r.job for r in targets], "error": str(e)[:300]}), handled=True)
+
+
+def _ended(client: SlurmClient, targets: list[Submission]) -> dict[str, str]:
+    """Slurm ids among ``targets`` whose job Slurm shows ended (one squeue): their state."""
+    from hetsched.app.monitor import combined_state
+
+    ids = {r.slurm_id for r in targets if r.slurm_id}
+    comps: dict[str, list[JobInfo]] = {}
+    for j in client.jobs():
+        if j.leader in ids:
+            comps.setdefault(j.leader, []).append(j)
+    return {sid: combined_state(cs) for sid, cs in comps.items()
+            if all(c.finished for c in cs)}
 
 
 def _pool_ids(store: Store, rows: dict[str, Submission]) -> set[str]:

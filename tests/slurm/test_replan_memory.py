@@ -439,3 +439,21 @@ def test_status_asks_for_replan_only_while_a_job_is_not_final(tmp_path: Path) ->
     cancel_jobs(st, slurm, ["B"])
     assert not replan_has_work(batch_status(st, slurm))
     st.close()
+
+
+def test_cancel_leaves_a_job_that_already_ended(tmp_path: Path) -> None:
+    """The state file is behind Slurm (no poll since B ended): its end is not overwritten."""
+    from hetsched.app.status import batch_status
+
+    slurm, st, ids = _setup(tmp_path)
+    slurm.finish(ids["B"])  # COMPLETED in Slurm; the store still says RUNNING
+    res = cancel_jobs(st, slurm, None)
+    assert res.cancelled == [("A", ids["A"])]
+    assert res.not_active == [("B", "COMPLETED")]
+    assert slurm.jobs_by_id[ids["A"]].state == "CANCELLED"
+    assert {j.job: j.state for j in batch_status(st, slurm)} == {"A": "CANCELLED",
+                                                                  "B": "COMPLETED"}
+    Monitor(st, slurm).poll()
+    assert {r.job: r.state for r in st.submissions()} == {"A": "CANCELLED", "B": "COMPLETED"}
+    assert [e["job"] for e in st.events() if e["kind"] == "job-cancelled"] == ["A"]
+    st.close()
