@@ -112,16 +112,20 @@ def _failed(store: Store, targets: list[Submission], e: CommandError) -> None:
 
 
 def _ended(client: SlurmClient, targets: list[Submission]) -> dict[str, str]:
-    """Slurm ids among ``targets`` whose job Slurm shows ended (one squeue): their state."""
+    """Slurm ids among ``targets`` whose job has ended (one squeue): their state.
+
+    A job squeue no longer lists ended more than ``MinJobAge`` ago (a job is
+    listed from its sbatch on): how is for the monitor to find out.
+    """
     from hetsched.app.monitor import combined_state
 
     ids = {r.slurm_id for r in targets if r.slurm_id}
-    comps: dict[str, list[JobInfo]] = {}
+    comps: dict[str, list[JobInfo]] = {sid: [] for sid in ids}
     for j in client.jobs():
         if j.leader in ids:
-            comps.setdefault(j.leader, []).append(j)
-    return {sid: combined_state(cs) for sid, cs in comps.items()
-            if all(c.finished for c in cs)}
+            comps[j.leader].append(j)
+    return {sid: combined_state(cs) if cs else "ended; Slurm no longer lists it"
+            for sid, cs in comps.items() if all(c.finished for c in cs)}
 
 
 def _pool_ids(store: Store, rows: dict[str, Submission]) -> set[str]:

@@ -457,3 +457,15 @@ def test_cancel_leaves_a_job_that_already_ended(tmp_path: Path) -> None:
     assert {r.job: r.state for r in st.submissions()} == {"A": "CANCELLED", "B": "COMPLETED"}
     assert [e["job"] for e in st.events() if e["kind"] == "job-cancelled"] == ["A"]
     st.close()
+
+
+def test_cancel_leaves_a_job_slurm_no_longer_lists(tmp_path: Path) -> None:
+    """Ended longer ago than MinJobAge: squeue forgot it; cancelling it would guess how."""
+    slurm, st, ids = _setup(tmp_path)
+    slurm.finish(ids["B"])
+    del slurm.jobs_by_id[ids["B"]]  # what MinJobAge does to an ended job
+    res = cancel_jobs(st, slurm, ["A", "B"])
+    assert res.cancelled == [("A", ids["A"])]
+    assert res.not_active == [("B", "ended; Slurm no longer lists it")]
+    assert {r.job: r.state for r in st.submissions()}["B"] == "RUNNING"  # the monitor's to say
+    st.close()
