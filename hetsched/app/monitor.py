@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.store import GONE, SUBMITTING, SUPERSEDED, Store, Submission
 
 RESET_KINDS = frozenset({"job-completed", "job-failed", "job-requeued", "job-cancelled",
-                         "node-down", "node-drained", "node-back", "spool-new"})
+                         "job-blocked", "node-down", "node-drained", "node-back", "spool-new"})
 #: pending reasons that may mean "a node this job needs is not available". Slurm 22.05
 #: gives "ReqNodeNotAvail, UnavailableNodes:NODE" for a node that is down or drained
 #: *and* for one that is only busy (a job pinned with --nodelist to a full node),
@@ -99,11 +99,22 @@ def waits_for_unavailable_node(comps: Iterable[JobInfo], busy: set[str]) -> bool
     for c in comps:
         if not any(r in c.reason or r in c.reason_detail for r in NODE_REASONS):
             continue
-        m = _UNAVAILABLE_RE.search(c.reason_detail or c.reason)
-        named = _expand(m.group(1)) if m else _expand(c.required_nodes)
+        named = _named_nodes(c)
         if not named or not named <= busy:
             return True
     return False
+
+
+def _named_nodes(c: JobInfo) -> set[str]:
+    """The nodes a pending component's reason names (else its ``--nodelist``)."""
+    m = _UNAVAILABLE_RE.search(c.reason_detail or c.reason)
+    return _expand(m.group(1)) if m else _expand(c.required_nodes)
+
+
+def waited_nodes(comps: Iterable[JobInfo]) -> set[str]:
+    """The nodes a pending job waits for, where its reason says it waits for a node."""
+    return {n for c in comps if any(r in c.reason or r in c.reason_detail for r in NODE_REASONS)
+            for n in _named_nodes(c)}
 
 
 def combined_state(components: list[JobInfo]) -> str:
@@ -184,6 +195,7 @@ class Monitor:
             by_leader.setdefault(j.leader, []).append(j)
         need_nodes = self.cycles % self.node_every == 0
         busy = busy_nodes(jobs)
+        waiting: list[tuple[Submission, list[JobInfo]]] = []  # for a node, maybe down
         for sub in self.live():
             assert sub.slurm_id is not None
             comps = by_leader.get(sub.slurm_id)
@@ -195,6 +207,7 @@ class Monitor:
             cycle.infos[sub.job] = comps
             if new == "PENDING" and waits_for_unavailable_node(comps, busy):
                 need_nodes = True
+                waiting.append((sub, comps))
             if new == sub.state:
                 continue
             ev = self._job_event(sub, new, comps)
@@ -204,7 +217,8 @@ class Monitor:
                     need_nodes = True
             self.store.set_state(sub.id, new)
         if need_nodes:
-            cycle.events += self._node_events()
+            node_events, unusable = self._node_events()
+            cycle.events += node_events + self._blocked_events(waiting, unusable)
             cycle.checked_nodes = True
         cycle.events += self._spool_events()
         self._refine_profiles()
@@ -236,7 +250,27 @@ class Monitor:
             return Event("job-started", sub.job, slurm_id=sid)
         return None
 
-    def _node_events(self) -> list[Event]:
+    def _blocked_events(self, waiting: list[tuple[Submission, list[JobInfo]]],
+                        unusable: Mapping[str, str]) -> list[Event]:
+        """A pending job kept waiting by a node that is down or drained, once per Slurm job.
+
+        A node that went down while the monitor watched is a ``node-*`` event. One
+        that was already down at the first look (the baseline), or before the job
+        was submitted (a plan made earlier, or from a cluster file), changes
+        nothing the monitor sees: without this the job would wait for the node
+        for ever, and ``replan`` would find nothing to do.
+        """
+        out = []
+        for sub, comps in waiting:
+            named = sorted(waited_nodes(comps) & set(unusable))
+            if named and not self.store.has_event("job-blocked", sub.job, sub.slurm_id):
+                out.append(Event("job-blocked", sub.job, slurm_id=sub.slurm_id,
+                                 detail="waits for " + ", ".join(
+                                     f"{n} ({unusable[n]})" for n in named)))
+        return out
+
+    def _node_events(self) -> tuple[list[Event], dict[str, str]]:
+        """Node transitions since the last look; and the unusable nodes now (name: state)."""
         infos = self.client.nodes(self.partition)
         inv = from_nodes(infos, self.partition) if infos else None
         now = {n.name: n for n in inv.cluster.nodes} if inv else {}
@@ -254,7 +288,7 @@ class Monitor:
                                         detail=f"{node.gpus} {node.gpu_type} GPUs"))
         self.store.put_node_snapshot([(n.name, n.state, n.gpu_type, n.gpus)
                                       for n in now.values()])
-        return events
+        return events, {n: node.state for n, node in now.items() if not node.usable}
 
     def _spool_events(self) -> list[Event]:
         if self.spool is None or not self.spool.is_dir():

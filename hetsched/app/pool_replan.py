@@ -58,7 +58,7 @@ from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
 from hetsched.state.store import CANCELLED, SUPERSEDED, Store, Submission
 
-NODE_KINDS = frozenset({"node-down", "node-drained"})
+NODE_KINDS = frozenset({"node-down", "node-drained", "job-blocked"})
 
 
 def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,

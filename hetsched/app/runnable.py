@@ -28,7 +28,7 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
-from hetsched.slurm.client import NodeInfo
+from hetsched.slurm.client import UNAVAILABLE_STATES, NodeInfo
 
 #: the runtime's built-in workloads and the bytes one synthetic sample takes
 #: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
@@ -151,6 +151,27 @@ def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
                                  f"{w.node}, which Slurm says has "
                                  f"{', '.join(sorted(types))} GPUs; plan again on this "
                                  "partition", f"job {j.name!r}")
+
+
+def unavailable_node_note(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
+                          pinned: bool = True) -> str | None:
+    """One warning naming the jobs whose first segment the plan places on a node Slurm
+    shows down or drained now: they wait until it returns, or until a replan moves them.
+    Unpinned jobs go wherever Slurm finds GPUs of their type: nothing to say."""
+    if not pinned:
+        return None
+    bad = {n.name: n.state for n in nodes if n.state in UNAVAILABLE_STATES}
+    hit: dict[str, list[str]] = {}
+    for j in plan.jobs:
+        if j.name in names and j.segments:
+            for node in dict.fromkeys(w.node for w in j.segments[0].workers):
+                if node in bad:
+                    hit.setdefault(node, []).append(j.name)
+    if not hit:
+        return None
+    where = "; ".join(f"{', '.join(js)} on {node} ({bad[node]})" for node, js in sorted(hit.items()))
+    return (f"the plan places jobs on nodes Slurm shows unavailable now: {where}; they wait "
+            "until the node returns: `hetsched replan` moves them (or plan again)")
 
 
 #: folders that are this machine's own, whatever their file system

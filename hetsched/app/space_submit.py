@@ -48,6 +48,7 @@ from hetsched.app.runnable import (
     host_local_files,
     listing,
     node_fit_notes,
+    unavailable_node_note,
     unrunnable,
 )
 from hetsched.app.submission import (
@@ -187,7 +188,8 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
         site=site)
     check_node_types(plan, nodes, set(unit_of), pin_nodes)
-    for note in [host_local_files(base, nodes), site.capped_note(), *node_fit_notes(
+    for note in [unavailable_node_note(plan, nodes, set(unit_of), pin_nodes),
+                 host_local_files(base, nodes), site.capped_note(), *node_fit_notes(
             plan, units, _unit_cpus(plan, units, sbatch), site.node_cpus, site.exclusive,
             partition)]:
         if note:

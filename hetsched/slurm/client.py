@@ -92,6 +92,11 @@ class JobInfo:
         return self.state in FINISHED_STATES
 
 
+#: node states in which a node starts no job: its GPUs are not free
+UNAVAILABLE_STATES = frozenset({"down", "drained", "draining", "fail", "failing", "unknown",
+                                "future", "inval"})
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """One node as sinfo reports it."""
@@ -120,8 +125,7 @@ class NodeInfo:
 
     @property
     def free_gpus(self) -> dict[str, int]:
-        if self.state in ("down", "drained", "draining", "fail", "failing", "unknown",
-                          "future", "inval"):
+        if self.state in UNAVAILABLE_STATES:
             return {t: 0 for t in self.gres}
         return {t: max(0, n - self.gres_used.get(t, 0)) for t, n in self.gres.items()}
 

@@ -363,6 +363,12 @@ class Store:
         q += " ORDER BY id DESC LIMIT ?"
         return [dict(r) for r in reversed(self.conn.execute(q, (limit,)).fetchall())]
 
+    def has_event(self, kind: str, job: str | None, slurm_id: str | None) -> bool:
+        """Whether an event of ``kind`` for this job and Slurm id was ever recorded."""
+        return self.conn.execute(
+            "SELECT 1 FROM events WHERE kind = ? AND job IS ? AND slurm_id IS ? LIMIT 1",
+            (kind, job, slurm_id)).fetchone() is not None
+
     def mark_handled(self, event_ids: list[int]) -> None:
         if not event_ids:
             return

@@ -17,13 +17,18 @@ pytestmark = pytest.mark.slurm
 def test_handles_wait_read_the_log_and_cancel(testbed: Testbed, client: CliSlurmClient,
                                               clean_queue: None, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HETSCHED_TEST_SLEEP", "1")  # the job steps' stand-in ends at once
-    plan = contract_plan("apitb", {"short": [[("t4-1", "t4", 4)]],
-                                   "other": [[("v100-1", "v100", 4)]]})
-    batch = hetsched.submit(plan, state=tmp_path / "s.db", partition="gpu", client=client)
+    monkeypatch.setenv("HETSCHED_TEST_SLEEP", "120")  # the job steps' stand-in: "other" runs
+    other = hetsched.submit(contract_plan("apitb2", {"other": [[("v100-1", "v100", 4)]]}),
+                            state=tmp_path / "s.db", partition="gpu", client=client)
+    monkeypatch.setenv("HETSCHED_TEST_SLEEP", "1")  # ... and "short" ends at once
+    batch = hetsched.submit(contract_plan("apitb", {"short": [[("t4-1", "t4", 4)]]}),
+                            state=tmp_path / "s.db", partition="gpu", client=client)
     assert batch["short"].wait(timeout_s=60, poll_s=0.5) == "COMPLETED"
     assert "fake hetsched" in batch["short"].stdout()
     res = batch["short"].result()
     assert res["actual_start"] and res["actual_end"] and res["placement"] == "t4-1:0"
-    batch["other"].cancel(reason="api test")
-    assert batch["other"].wait(timeout_s=30, poll_s=0.5) == "CANCELLED"
+    assert other["other"].state in ("PENDING", "RUNNING")
+    other["other"].cancel(reason="api test")
+    assert other["other"].wait(timeout_s=30, poll_s=0.5) == "CANCELLED"
+    batch["short"].cancel()  # ended: left as it is
+    assert batch["short"].wait(timeout_s=5, poll_s=0.5) == "COMPLETED"

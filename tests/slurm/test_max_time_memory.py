@@ -84,3 +84,35 @@ def test_submit_says_where_a_node_cannot_give_what_the_plan_runs_there_at_once(
             open_store(tmp_path / "s2.db") as st:
         submit(plan, st, MemorySlurm(), partition="gpu", sbatch=SbatchOptions(cpus_per_gpu=4))
     assert not caplog.records  # 8 cores for 2 x 4, nodes shared: nothing to say
+
+
+def test_submit_says_which_jobs_the_plan_puts_on_a_node_that_is_down_now(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan made before a node was drained: its jobs there wait; one line says so."""
+    import logging
+
+    from slurm_helpers import contract_plan
+
+    from hetsched.app.submit import submit
+
+    monkeypatch.setattr(logging.getLogger("hetsched"), "propagate", True)
+    plan = contract_plan("dn", {"d1": [[("v100-1", "v100", 8)]],
+                                "d2": [[("v100-1", "v100", 8), ("t4-1", "t4", 8)]],
+                                "d3": [[("t4-1", "t4", 8)]]})
+    slurm = MemorySlurm()
+    slurm.node_state["v100-1"] = "drained"
+    with caplog.at_level(logging.WARNING, logger="hetsched"), \
+            open_store(tmp_path / "s.db") as st:
+        assert len(submit(plan, st, slurm, partition="gpu").submitted) == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "the plan places jobs on nodes Slurm shows unavailable now: d1, d2 on v100-1 "
+        "(drained); they wait until the node returns: `hetsched replan` moves them (or plan "
+        "again)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hetsched"), \
+            open_store(tmp_path / "s2.db") as st:
+        submit(plan, st, MemorySlurm(), partition="gpu", pin_nodes=False)
+        submit(contract_plan("up", {"u": [[("t4-1", "t4", 8)]]}), st, slurm, partition="gpu",
+               allow_active_elsewhere=True)
+    assert not caplog.records  # not pinned; or not on the drained node

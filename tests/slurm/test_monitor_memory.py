@@ -54,7 +54,39 @@ def test_a_pinned_job_whose_node_runs_nothing_makes_the_monitor_look(tmp_path: P
         before = slurm.count("sinfo")
         cycle = mon.poll()
         assert slurm.count("sinfo") == before + 1 and cycle.checked_nodes
-        assert [(e.kind, e.node) for e in cycle.events] == [("node-drained", "v100-2")]
+        assert [(e.kind, e.node or e.job) for e in cycle.events] == [
+            ("node-drained", "v100-2"), ("job-blocked", "a")]
+
+
+def test_a_job_placed_on_a_node_already_down_is_a_reset_event_once(tmp_path: Path) -> None:
+    """Down before the monitor's first look (or before the batch): no node transition to
+    see, so the waiting job itself is the event, and replan moves it."""
+    from slurm_helpers import make_testbed_plan, throughput_rows
+
+    from hetsched.app.replan import replan
+    from hetsched.core.throughput import ThroughputTable
+
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = make_testbed_plan(slurm, """jobs:
+  - {name: a, workload: w, dataset_size: 100000, epochs: 1, global_batch: 64,
+     gpu_types: [v100], min_gpus: 4, max_gpus: 4, command: [train]}
+""")
+    (node,) = {w.node for w in plan.job("a").segments[0].workers}
+    slurm.node_state[node] = "drained"  # after planning, before the monitor's first look
+    with open_store(tmp_path / "s.db") as st:
+        sid = dict(submit(plan, st, slurm).submitted)["a"]
+        slurm.schedule()
+        mon = Monitor(st, slurm)
+        first = mon.poll()  # the baseline: the node was drained all along
+        assert [(e.kind, e.job, e.detail) for e in first.events] == [
+            ("job-blocked", "a", f"waits for {node} (drained)")]
+        assert not mon.poll().events  # once per Slurm job
+        r = replan(st, slurm, ThroughputTable(throughput_rows()))
+        assert r.reason == "job-blocked" and r.updated == [("a", sid)], r.summary()
+        new = sid  # moved in place (scontrol update): the same Slurm job
+        slurm.schedule()
+        assert slurm.jobs_by_id[new].state == "RUNNING"
+        assert node not in {c.running_on for c in slurm.jobs_by_id[new].comps}
 
 
 def test_which_reasons_mean_a_node_is_unavailable() -> None:
