@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +49,7 @@ from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
-from hetsched.slurm.client import SlurmClient
+from hetsched.slurm.client import UNAVAILABLE_STATES, SlurmClient
 from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
@@ -164,12 +164,19 @@ def pool_sbatch(plan: Plan, sbatch: SbatchOptions | None) -> tuple[SbatchOptions
 
 
 def _site(client: SlurmClient, partition: str | None, limit: int, source: str,
-          files: Path) -> Site:
+          files: Path, pinned: Collection[str] = ()) -> Site:
     """The partition as Slurm reports it, for the pool job: refused when its limit is
     above MaxTime (the pool executor does not requeue itself, and Slurm would keep it
     pending for ever: PartitionTimeLimit); a warning when its files are where the
-    nodes cannot read them."""
+    nodes cannot read them, or when a node it is pinned to (``pinned``) is down or
+    drained now."""
     nodes = client.nodes(partition)
+    down = sorted(f"{n.name} ({n.state})" for n in nodes
+                  if n.name in pinned and n.state in UNAVAILABLE_STATES)
+    if down:
+        logging.getLogger("hetsched").warning(
+            "%s", f"the pool job runs on nodes Slurm shows unavailable now: {', '.join(down)}; "
+            "it waits until they return: `hetsched replan` moves it (or plan again)")
     site = Site.of(client, partition, nodes)
     if site.max_time_min is not None and limit > site.max_time_min:
         raise InputError(source, f"the pool job needs a time limit of {limit} min, above "
@@ -210,7 +217,8 @@ def submit_pool(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     files = JobFiles(files_dir(store), pid, POOL_JOB)
     plan_path, log_dir = files.plan_copy, files.log_dir
     prior = pool_dirs(store, pid) if _sidecar(store, pid).exists() else pool_default_dirs(store)
-    site = _site(client, partition, limit, source, files_dir(store))
+    site = _site(client, partition, limit, source, files_dir(store),
+                 {g.node for g in plan.tasks.gpus} if pin_nodes and plan.tasks else set())
     # render first: a bad value fails before anything is written or reaches Slurm
     script = render_pool(plan, pid, plan_path=plan_path, log_dir=log_dir,
                          key_file=files.secret, report_dir=prior.report_dir, checkpoint_dir=prior.checkpoint_dir,

@@ -116,3 +116,21 @@ def test_submit_says_which_jobs_the_plan_puts_on_a_node_that_is_down_now(
         submit(contract_plan("up", {"u": [[("t4-1", "t4", 8)]]}), st, slurm, partition="gpu",
                allow_active_elsewhere=True)
     assert not caplog.records  # not pinned; or not on the drained node
+
+
+def test_submit_says_when_a_pool_job_is_pinned_to_a_node_that_is_down_now(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("hetsched"), "propagate", True)
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    plan = pool_plan(NODES, prefix="dn", task_iterations=5)
+    slurm = MemorySlurm(nodes_spec=NODES)
+    slurm.node_state["v100-1"] = "down"
+    with caplog.at_level(logging.WARNING, logger="hetsched"), \
+            open_store(tmp_path / "s.db") as st:
+        assert submit_pool(plan, st, slurm, partition="gpu").slurm_id
+    assert [r.getMessage() for r in caplog.records] == [
+        "the pool job runs on nodes Slurm shows unavailable now: v100-1 (down); it waits "
+        "until they return: `hetsched replan` moves it (or plan again)"]

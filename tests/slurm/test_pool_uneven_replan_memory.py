@@ -126,3 +126,28 @@ def test_jobs_of_different_task_sizes_are_replanned_each_at_its_step(
             assert xn.jobs[n].round_step(k) == steps == xo.jobs[n].round_step(k)
             left = sum(xn.jobs[n].round_iterations(r) for r in range(k, xn.jobs[n].rounds))
             assert left == plan.tasks.jobs[n].iterations - steps
+
+
+def test_a_pool_job_pinned_to_a_node_already_down_is_replanned_off_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node was down before the batch: no node transition, the blocked job is the event."""
+    from hetsched.app.monitor import Monitor
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    nodes = [("a100-1", "a100", 1), ("v100-1", "v100", 1), ("v100-2", "v100", 1)]
+    plan = pool_plan(nodes[:2], prefix="bk")  # planned before v100-1 went down
+    slurm = MemorySlurm(nodes_spec=nodes)
+    slurm.node_state["v100-1"] = "down"
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        assert slurm.jobs_by_id[pool_id].state == "PENDING"
+        events = Monitor(st, slurm, partition="gpu").poll().events  # one per job of the pool
+        assert sorted((e.kind, e.job) for e in events) == [
+            ("job-blocked", j.name) for j in sorted(plan.jobs, key=lambda j: j.name)]
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert r.status == "replanned" and "job-blocked" in r.reason, r.summary()
+        new = plan_from_dict(st.active_plan() or {}, "stored")
+        assert new.tasks is not None
+        assert "v100-1" not in {g.node for g in new.tasks.gpus}
+        assert slurm.jobs_by_id[pool_id].state == "CANCELLED"
