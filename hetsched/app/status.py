@@ -190,6 +190,16 @@ def _slow(st: JobStatus, pred_dur: float | None) -> str:
     return ""
 
 
+def _shown(rows: dict[str, Submission], batch: set[str] | None,
+           by_leader: dict[str, list[JobInfo]]) -> dict[str, Submission]:
+    """The current batch's rows (all when no plan is active), and those of earlier
+    batches whose Slurm job is still queued or running."""
+    if batch is None:
+        return rows
+    return {n: r for n, r in rows.items() if r.plan_id in batch or any(
+        not c.finished for c in by_leader.get(r.slurm_id or "", ()))}
+
+
 def batch_status(store: Store, client: SlurmClient, now: float | None = None,
                  all_batches: bool = False) -> list[JobStatus]:
     """Every job of the batch (see module doc); one ``squeue``, nothing written."""
@@ -200,10 +210,8 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
     created = {p["id"]: float(p["created"]) for p in store.plans()}
     events = _last_events(store)
     rows = latest_rows(store)
-    batch = None if all_batches else current_batch(store)
-    if batch is not None:  # and an earlier batch's jobs still in the queue
-        rows = {n: r for n, r in rows.items() if r.plan_id in batch or any(
-            not c.finished for c in by_leader.get(r.slurm_id or "", ()))}
+    if not all_batches:
+        rows = _shown(rows, current_batch(store), by_leader)
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)

@@ -312,6 +312,11 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
                               queue_wait_s=queue_wait, reporter=rep,
                               progress=None if logs.quiet() else rep.line)
         wall = time.monotonic() - t0
+    _say_probes(outs, wall, fmt)
+
+
+def _say_probes(outs: list[Any], wall: float, fmt: str) -> None:
+    """What ``profile`` prints at the end: each probe's outcome (json), or one line."""
     ok = sum(o.status == "ok" for o in outs)
     if fmt == "json":
         click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
