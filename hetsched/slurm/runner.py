@@ -48,6 +48,21 @@ SAFE_TRANSIENT = re.compile(
 )
 
 
+def hint(argv: Sequence[str], output: str) -> str:
+    """What to do about a Slurm command's failure that says the machine cannot use
+    Slurm as hetsched does ("" for any other failure): no configuration found, or no
+    ``--json`` output (Slurm before 21.08, or built without its JSON serializer)."""
+    low = output.lower()
+    if "could not establish a configuration source" in low or "fetch_config" in low:
+        return ("no Slurm configuration on this machine: set SLURM_CONF to the cluster's "
+                "slurm.conf, or run hetsched on a login node of the cluster")
+    if "--json" in argv and "json" in low and any(
+            w in low for w in ("unrecognized option", "invalid option", "plugin", "serializer")):
+        return ("hetsched reads Slurm's --json output: it needs Slurm 21.08 or later, "
+                "built with JSON support (its serializer/json plugin)")
+    return ""
+
+
 class CommandError(HetschedError):
     """An external command failed; the message quotes its stderr."""
 
@@ -225,7 +240,7 @@ class Runner:
             raise _Transient(last) from None
         if proc.returncode == 0 or not check:
             return proc.returncode, stdout, stderr
-        failed = CommandError(argv, proc.returncode, stderr or stdout)
+        failed = CommandError(argv, proc.returncode, stderr or stdout, hint(argv, stderr or stdout))
         if not _retryable(failed, retry_on):
             raise failed
         raise _Transient(failed)
