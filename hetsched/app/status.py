@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.app.monitor import combined_state
+from hetsched.app.monitor import WATCHED, combined_state, state_counts
 from hetsched.app.replan import latest_rows
 from hetsched.app.submit import files_dir
 from hetsched.io.jobfiles import JobFiles, batch_of, logs_dir
@@ -188,6 +188,15 @@ def _slow(st: JobStatus, pred_dur: float | None) -> str:
             st.measured_iter_s > SLOW * st.predicted_iter_s:
         return f"iterations {_times(st.measured_iter_s / st.predicted_iter_s)} the prediction"
     return ""
+
+
+def batch_counts(store: Store) -> dict[str, int]:
+    """``watch``'s counts (running, pending, done, failed, cancelled), as the state file
+    has them after a poll: the current batch and earlier batches' jobs still live, the
+    jobs ``status`` shows."""
+    batch = current_batch(store)
+    return state_counts(r.state for r in latest_rows(store).values()
+                        if batch is None or r.plan_id in batch or r.state in WATCHED)
 
 
 def _shown(rows: dict[str, Submission], batch: set[str] | None,

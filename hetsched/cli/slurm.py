@@ -309,8 +309,8 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
     exponential backoff and resumes; it does not exit. Events are recorded for
     `hetsched replan`.
     """
-    from hetsched.app.monitor import Cycle, Monitor, state_counts, watch
-    from hetsched.app.replan import latest_rows
+    from hetsched.app.monitor import Cycle, Monitor, watch
+    from hetsched.app.status import batch_counts
     from hetsched.slurm.client import CliSlurmClient
     from hetsched.slurm.runner import Runner
 
@@ -324,7 +324,7 @@ def watch_cmd(state_path: str | None, partition: str | None, spool: str | None,
         def show(cycle: Cycle) -> None:
             for ev in cycle.events:
                 click.echo(f"{time.strftime('%H:%M:%S')} {ev}")
-            c = state_counts(r.state for r in latest_rows(st).values())
+            c = batch_counts(st)
             line = ", ".join(f"{k} {v}" for k, v in c.items() if v or k != "cancelled")
             if [line] != last:  # print the counts when they change
                 click.echo(f"{time.strftime('%H:%M:%S')} {line}")

@@ -90,8 +90,16 @@ def test_status_also_shows_earlier_batches_still_in_the_queue(tmp_path: Path) ->
         assert set(shown) == {"n1", "o1"}
         assert shown["o1"].plan_id == "old" and shown["o1"].state == "RUNNING"
         assert " plan " in _text(list(shown.values()))  # which batch each job is of
+        from hetsched.app.monitor import Monitor
+        from hetsched.app.status import batch_counts
+
+        Monitor(st, slurm).poll()
+        c = batch_counts(st)  # watch's counts: the jobs status shows
+        assert (c["running"], c["pending"], c["done"]) == (1, 1, 0), c  # o1, n1; not o2
         slurm.finish(first["o1"])
         assert {j.job for j in batch_status(st, slurm)} == {"n1"}
+        Monitor(st, slurm).poll()
+        assert (batch_counts(st)["running"], batch_counts(st)["pending"]) == (0, 1)
 
 
 def test_slow_ratios_never_read_as_the_threshold() -> None:
