@@ -98,7 +98,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("sbatch_qos", "HETSCHED_SBATCH_QOS", "", "Slurm QoS (--qos)"),
     Setting("sbatch_mem", "HETSCHED_SBATCH_MEM", "", "memory per node (--mem), e.g. 64G"),
     Setting("sbatch_cpus_per_gpu", "HETSCHED_SBATCH_CPUS_PER_GPU", "",
-            "CPU cores for each GPU (--cpus-per-task of each one-GPU task; default 1)"),
+            "CPU cores for each GPU (--cpus-per-task of each one-GPU task; default: the "
+            "partition's DefCpuPerGPU, else one)"),
     Setting("sbatch_constraint", "HETSCHED_SBATCH_CONSTRAINT", "",
             "node features (--constraint)"),
     Setting("sbatch_extra", "HETSCHED_SBATCH_EXTRA", "",

@@ -112,3 +112,14 @@ def test_a_24_05_job_record_reads_like_a_22_05_one() -> None:
     assert (j.restarts, j.start_time, j.end_time, j.time_limit_min, j.exit_code) == (
         2, 1700000000, 0, 30, None)
     assert j.dependency == "afterany:810(unfulfilled)" and j.required_nodes == "gpu-a-01"
+
+
+def test_a_jobs_cores_per_gpu_come_from_cpus_per_tres() -> None:
+    """22.05 gives a job that asked no --cpus-per-task the partition's DefCpuPerGPU as
+    ``cpus_per_tres`` (seen on the testbed: "gpu:2"); an in-place replan keeps it."""
+    from hetsched.slurm.client import parse_job_json
+
+    assert parse_job_json({"job_id": 7, "cpus_per_tres": "gpu:2",
+                           "cpus_per_task": None}).cpus_per_gpu == 2
+    assert parse_job_json({"job_id": 7, "cpus_per_tres": "gres/gpu:8"}).cpus_per_gpu == 8
+    assert parse_job_json({"job_id": 7, "cpus_per_tres": ""}).cpus_per_gpu is None

@@ -176,11 +176,12 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                   time_limit_s: float, warmup: int, steps: int,
                   hetsched: str | None = None,
                   gres_names: Mapping[str, str] | None = None,
-                  cpus: int = 1) -> list[ProbeOutcome]:
+                  cpus: int = 0) -> list[ProbeOutcome]:
     """Render every probe script (before anything is submitted) into ``files/probes``.
 
     ``gres_names``: each GPU type as Slurm spells it (GRES types are case-sensitive);
-    ``cpus``: CPU cores per GPU where the job does not say (``sbatch_cpus_per_gpu``).
+    ``cpus``: CPU cores per GPU where the job does not say (``sbatch_cpus_per_gpu``; 0,
+    not said either: the partition's default).
     """
     from hetsched.slurm.templates import render_probe
 

@@ -167,8 +167,11 @@ def update_in_place(store: Store, client: SlurmClient, plan: Plan,
             continue
         workers = ordered_workers(new, order)
         try:
-            # each task keeps the CPU cores it was submitted with (its cpus_per_gpu)
-            cpus = mine[0].cpus_per_task or _opts(jp).cpus_per_gpu or 1
+            # each task keeps the CPU cores it was submitted with: its --cpus-per-task,
+            # else the partition's DefCpuPerGPU (NumCPUs is set, so Slurm would not
+            # apply that default to the new GPU count)
+            cpus = (mine[0].cpus_per_task or mine[0].cpus_per_gpu or _opts(jp).cpus_per_gpu
+                    or 1)
             for k, (jid, upd) in enumerate(_fields(workers, mine, sub.slurm_id, cpus)):
                 try:
                     client.update_job(jid, upd)

@@ -339,10 +339,11 @@ def _warn(message: str) -> None:
 
 
 def _cpus_per_gpu() -> int:
-    """The config's CPU cores per GPU (``sbatch_cpus_per_gpu``), 1 when unset."""
+    """The config's CPU cores per GPU (``sbatch_cpus_per_gpu``), 0 when unset (the
+    partition's default applies)."""
     from hetsched.app.submission import base_sbatch
 
-    return base_sbatch().cpus_per_gpu or 1
+    return base_sbatch().cpus_per_gpu or 0
 
 
 def _profile_dry_run(jobs: list[Any], types: list[str], state_path: str | None,

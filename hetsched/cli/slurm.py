@@ -118,7 +118,8 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
 @click.option("--mem", default=None, help="Memory per node (--mem), e.g. 64G.")
 @click.option("--cpus-per-gpu", "cpus_per_gpu", type=click.IntRange(1, MAX_CPUS_PER_GPU),
               default=None,
-              help="CPU cores for each GPU (each rank's --cpus-per-task); default 1.")
+              help="CPU cores for each GPU (each rank's --cpus-per-task); default: the "
+                   "partition's (DefCpuPerGPU, else one).")
 @click.option("--constraint", "-C", default=None, help="Node features (--constraint).")
 @click.option("--skip-unplaceable", is_flag=True,
               help="Leave out the jobs that cannot be placed (planning a jobs.yaml) or would "

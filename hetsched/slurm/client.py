@@ -75,6 +75,9 @@ class JobInfo:
     required_nodes: str = ""  # the job's --nodelist (hostlist expression), "" when none
     user_id: int | None = None  # the job's owner (None: not said)
     cpus_per_task: int | None = None  # as submitted (None: not said)
+    #: cores per GPU Slurm will give (its cpus_per_tres: --cpus-per-gpu, or the
+    #: partition's DefCpuPerGPU for a job that asked no --cpus-per-task); None: not said
+    cpus_per_gpu: int | None = None
 
     @property
     def mine(self) -> bool:
@@ -323,7 +326,14 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
         required_nodes=_str(j.get("required_nodes")),
         user_id=_num(j.get("user_id")),
         cpus_per_task=_num(j.get("cpus_per_task")),
+        cpus_per_gpu=_cpus_per_gpu(j.get("cpus_per_tres")),
     )
+
+
+def _cpus_per_gpu(tres: Any) -> int | None:
+    """``cpus_per_tres`` ("gpu:8": --cpus-per-gpu, or the partition's DefCpuPerGPU) -> 8."""
+    m = re.search(r"(?:^|,)gres/gpu:(\d+)|(?:^|,)gpu:(\d+)", _str(tres))
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 _NODE_STATE_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")

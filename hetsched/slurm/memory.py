@@ -73,6 +73,8 @@ class MemorySlurm:
     max_time: dict[str, int] = field(default_factory=dict)
     #: partitions that give whole nodes only (OverSubscribe=EXCLUSIVE)
     exclusive: set[str] = field(default_factory=set)
+    #: the partition's DefCpuPerGPU: squeue's cpus_per_tres ("gpu:N") of every job
+    def_cpu_per_gpu: int | None = None
 
     # -- the SlurmClient protocol ---------------------------------------------
     def jobs(self) -> list[JobInfo]:
@@ -322,7 +324,8 @@ class MemorySlurm:
         dep = f"afterany:{':'.join(waiting)}(unfulfilled)" if waiting else ""
         base = JobInfo(job_id=j.id, name=j.name, state=j.state, reason=j.reason,
                        comment=j.comment, restarts=j.restarts, start_time=j.start,
-                       end_time=j.end, partition="gpu", dependency=dep)
+                       end_time=j.end, partition="gpu", dependency=dep,
+                       cpus_per_gpu=self.def_cpu_per_gpu)
         base = replace(base, reason_detail=j.reason_detail if j.state == "PENDING" else "")
         if len(j.comps) == 1:
             c = j.comps[0]

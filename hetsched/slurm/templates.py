@@ -251,7 +251,8 @@ def sbatch_fields(sbatch: Any, time_min: Any) -> dict[str, Any]:
         "account": (sbatch.account if sbatch else None) or "",
         "qos": (sbatch.qos if sbatch else None) or "",
         "mem": (sbatch.mem if sbatch else None) or "",
-        "cpus": (sbatch.cpus_per_gpu if sbatch else None) or 1,
+        # 0: not said, so the partition's DefCpuPerGPU (else Slurm's one per task) applies
+        "cpus": (sbatch.cpus_per_gpu if sbatch else None) or 0,
         "constraint": (sbatch.constraint if sbatch else None) or "",
         "extra": list(sbatch.extra) if sbatch else [],
     }
@@ -320,12 +321,13 @@ def render_probe(workload: str, gpu_type: str, batches: Sequence[int], *, out: s
                  log_dir: str | Path, partition: str | None = None, node: str | None = None,
                  extra_args: Sequence[str] = (), hetsched: str | None = None,
                  directory: Path | None = None, time_min: int | None = None,
-                 gres_names: Mapping[str, str] | None = None, cpus: int = 1) -> Script:
+                 gres_names: Mapping[str, str] | None = None, cpus: int = 0) -> Script:
     """A probe job: one GPU of ``gpu_type`` runs ``hetsched probe`` for ``workload``.
 
     ``time_min`` is Slurm's time limit (minutes): a probe that hangs is killed.
     ``gres_names``: each GPU type as Slurm spells it (:func:`gres_type`); ``cpus``
-    the CPU cores the probe's one GPU gets (``cpus_per_gpu``: as the jobs will).
+    the CPU cores the probe's one GPU gets (``cpus_per_gpu``: as the jobs will; 0, not
+    said: the partition's default, as for the jobs).
     """
     safe_w = re.sub(r"[^A-Za-z0-9._-]", "_", workload)[:40] or "w"
     ctx = {

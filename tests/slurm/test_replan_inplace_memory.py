@@ -88,6 +88,27 @@ def test_pending_jobs_change_in_place_and_keep_their_ids(tmp_path: Path) -> None
         assert [c.running_on for c in h.comps] == ["v100-1", "v100-2"]
 
 
+def test_a_job_on_the_partitions_cores_per_gpu_keeps_them_per_gpu(tmp_path: Path) -> None:
+    """No --cpus-per-task: Slurm gives DefCpuPerGPU cores per GPU at submission, but an
+    update that sets NumCPUs is taken as it is (testbed, 22.05: a 2 -> 3 GPU update with
+    NumCPUs=3 ran on 4 cores, not 6). So the update counts the job's cores per GPU."""
+    slurm = MemorySlurm(nodes_spec=NODES, def_cpu_per_gpu=2)
+    old = contract_plan("dc1", {"a": [_w("v100-1", "v100", 8, 4)],
+                                "p": [_w("v100-1", "v100", 8)]})  # waits: v100-1 is full
+    new = contract_plan("dc2", {"a": [_w("v100-1", "v100", 8, 4)],
+                                "p": [_w("t4-1", "t4", 4, 3)]})
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(old, st, slurm).submitted)
+        slurm.schedule()
+        Monitor(st, slurm).poll()
+        st.add_plan(new.to_dict(), source="replan")
+        res = update_in_place(st, slurm, new, [(latest_rows(st)["p"], new.job("p"))])
+        assert res.updated == [("p", ids["p"])]
+        [(_, fields)] = [c for c in slurm.calls if c[0] == "scontrol update"
+                         and any(f.startswith("NumCPUs=") for f in c[1])]
+        assert "NumCPUs=6" in fields and "Gres=gpu:3" in fields, fields
+
+
 def test_a_job_that_started_meanwhile_is_left_as_it_runs(tmp_path: Path) -> None:
     slurm = MemorySlurm(nodes_spec=NODES)
     old = contract_plan("st1", {"q": [_w("v100-2", "v100", 8)]})

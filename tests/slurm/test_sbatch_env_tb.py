@@ -13,8 +13,10 @@ job's log where `status` does not look.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -87,7 +89,9 @@ def test_submit_from_inside_a_slurm_job_gives_jobs_their_own_environment(
                (tmp_path / f"env-{inner}-0.txt").read_text().splitlines() if "=" in line)
     assert env["SLURM_JOB_ID"] == inner
     assert "SLURM_MEM_PER_CPU" not in env  # the enclosing job's
-    assert env.get("SLURM_CPUS_PER_TASK") == "1"  # the script's, not the enclosing job's 2
+    # the script asks for no --cpus-per-task (the partition's default applies), and the
+    # enclosing job's 2 did not leak in
+    assert "SLURM_CPUS_PER_TASK" not in env
 
 
 def test_sbatch_variables_in_the_shell_do_not_override_the_script(
@@ -141,3 +145,55 @@ def test_cpus_per_gpu_reach_each_rank(testbed: Testbed, client: CliSlurmClient,
                           str(state), "--sbatch-option=--cpus-per-task=4"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "use the 'cpus_per_gpu' key" in res.stderr, res.stderr
+
+
+@pytest.fixture()
+def def_cpu_per_gpu_2(testbed: Testbed, client: CliSlurmClient,
+                      clean_queue: None) -> Iterator[str]:
+    """A partition (in slurm.conf, as a site sets it) giving each GPU 2 CPU cores unless a
+    job says otherwise. (`scontrol update ... JobDefaults=` took effect on a fresh
+    slurmctld only, not after the nodes' slurmd restarted: a test of Slurm's, not ours.)"""
+    original = testbed.conf.read_text()
+    testbed.conf.write_text(original + "PartitionName=cores2 Nodes=v100-1 DefCpuPerGPU=2 "
+                            "MaxTime=INFINITE State=UP\n")
+    client.runner.run(["scontrol", "reconfigure"])
+    wait_for(lambda: "cores2" in client.runner.run(["sinfo", "-h", "-o", "%P"]).stdout, 20,
+             "partition cores2")
+    try:
+        yield "cores2"
+    finally:
+        testbed.conf.write_text(original)
+        client.runner.run(["scontrol", "reconfigure"])
+
+
+def _num_cpus(client: CliSlurmClient, job_id: str) -> list[int]:
+    """Each component's NumCPUs, as Slurm allocated them."""
+    out = client.runner.run(["scontrol", "show", "job", job_id]).stdout
+    return [int(x) for x in re.findall(r"NumCPUs=(\d+)", out)]
+
+
+def test_the_partitions_cores_per_gpu_apply_unless_cpus_per_gpu_is_set(
+        def_cpu_per_gpu_2: str, client: CliSlurmClient, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """hetsched wrote --cpus-per-task=1 into every job, overriding a site's DefCpuPerGPU:
+    a GPU job got one core where the site gives eight. Unset, the site's default applies."""
+    stub = tmp_path / "sleep-hetsched"
+    stub.write_text("#!/bin/bash\nsleep 30\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("HETSCHED_EXECUTABLE", str(stub))
+    state = tmp_path / "state.db"
+    got = {}
+    for pid, extra in (("dcpg1", []), ("dcpg2", ["--cpus-per-gpu", "3"])):
+        plan = contract_plan(pid, {pid: [[("v100-1", "v100", 8), ("v100-1", "v100", 8)]]})
+        pf = tmp_path / f"{pid}.json"
+        pf.write_text(plan.to_json())
+        res = subprocess.run([*_hetsched(), "submit", str(pf), "--state", str(state),
+                              "--partition", def_cpu_per_gpu_2, *extra],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        jid = _submitted(state)[pid]
+        wait_for(lambda j=jid: any(i.state == "RUNNING" for i in client.jobs()
+                                   if i.leader == j), 60, f"job {jid} to start", every_s=0.5)
+        got[pid] = _num_cpus(client, jid)
+        client.cancel([jid])
+    assert got == {"dcpg1": [4], "dcpg2": [6]}  # 2 GPUs x the partition's 2; x 3
