@@ -31,7 +31,15 @@ from hetsched.io.jobfiles import JobFiles, batch_of, logs_dir
 from hetsched.io.reports import read_reports
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.slurm.templates import submission_comment
-from hetsched.state.store import CANCELLED, GAVE_UP, SUBMITTING, Store, Submission
+from hetsched.state.store import (
+    CANCELLED,
+    GAVE_UP,
+    SUBMIT_FAILED,
+    SUBMITTING,
+    SUPERSEDED,
+    Store,
+    Submission,
+)
 
 RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
 PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "SUBMITTING", "SUSPENDED"})
@@ -199,6 +207,21 @@ def batch_counts(store: Store) -> dict[str, int]:
                         if batch is None or r.plan_id in batch or r.state in WATCHED)
 
 
+def every_batch(store: Store) -> list[tuple[str, Submission]]:
+    """Each job's latest row in every batch (a batch: a submitted plan and the plans
+    replans made of it), by job then batch: a job name a later batch reused shows once
+    per batch it ran in."""
+    root: dict[str, str] = {}
+    for r in store.replans():
+        if r.get("old_plan") and r.get("new_plan"):
+            root[str(r["new_plan"])] = root.get(str(r["old_plan"]), str(r["old_plan"]))
+    out: dict[tuple[str, str], Submission] = {}
+    for s in store.submissions():
+        if s.state not in (SUPERSEDED, SUBMIT_FAILED):
+            out[(s.job, root.get(s.plan_id, s.plan_id))] = s  # in id order: the last wins
+    return sorted(((job, s) for (job, _), s in out.items()), key=lambda x: (x[0], x[1].id))
+
+
 def _shown(rows: dict[str, Submission], batch: set[str] | None,
            by_leader: dict[str, list[JobInfo]]) -> dict[str, Submission]:
     """The current batch's rows (all when no plan is active), and those of earlier
@@ -218,14 +241,13 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
         by_leader.setdefault(j.leader, []).append(j)
     created = {p["id"]: float(p["created"]) for p in store.plans()}
     events = _last_events(store)
-    rows = latest_rows(store)
-    if not all_batches:
-        rows = _shown(rows, current_batch(store), by_leader)
+    shown = (every_batch(store) if all_batches else
+             sorted(_shown(latest_rows(store), current_batch(store), by_leader).items()))
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
               if j.comment.startswith("hetsched:") and j.mine}
-    for name, row in sorted(rows.items()):
+    for name, row in shown:
         sid = row.slurm_id
         adopted = ""
         if sid is None and row.state == SUBMITTING:
@@ -282,8 +304,10 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
         st.slow = _slow(st, pred_dur)
         out.append(st)
     active = store.active_plan() or {}
+    batch = current_batch(store) or set()
+    have = {n for n, r in shown if r.plan_id in batch}
     for jp in active.get("jobs", []):
-        if jp.get("name") not in rows:
+        if jp.get("name") not in have:
             out.append(JobStatus(str(jp.get("name")), str(active.get("plan_id")), "-",
                                  NOT_SUBMITTED, "in the plan, not submitted", "", None,
                                  None, None, None, None))

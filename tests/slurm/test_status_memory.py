@@ -130,3 +130,22 @@ def test_slow_needs_a_minute_over_the_prediction_besides_the_ratio() -> None:
     quick = job("RUNNING")
     quick.measured_iter_s, quick.predicted_iter_s = 0.02, 0.01
     assert "iterations 2.0x" in _slow(quick, None)
+
+
+def test_status_all_shows_a_reused_job_name_once_per_batch(tmp_path: Path) -> None:
+    """A second batch reusing a job name: --all shows both runs, not the last alone."""
+    slurm = MemorySlurm()
+    with open_store(tmp_path / "s.db") as st:
+        first = dict(submit(contract_plan("r1", {"a": [[("t4-1", "t4", 4)]]}), st, slurm,
+                            partition="gpu").submitted)
+        slurm.schedule()
+        slurm.finish(first["a"])
+        second = dict(submit(contract_plan("r2", {"a": [[("v100-1", "v100", 4)]],
+                                                  "b": [[("t4-1", "t4", 4)]]}),
+                             st, slurm, partition="gpu").submitted)
+        slurm.schedule()
+        every = [(j.job, j.plan_id, j.state) for j in batch_status(st, slurm, all_batches=True)]
+        now = [(j.job, j.plan_id) for j in batch_status(st, slurm)]
+    assert every == [("a", "r1", "COMPLETED"), ("a", "r2", "RUNNING"), ("b", "r2", "RUNNING")]
+    assert now == [("a", "r2"), ("b", "r2")]
+    assert first["a"] != second["a"]
