@@ -13,7 +13,7 @@ plan that were never submitted are listed too.
 
 By default the current batch (the active plan and the plans it was
 replanned from) and the jobs of earlier batches still in the queue;
-``all_batches`` lists every job the state file knows.
+``all_batches`` lists every job the state file knows, once per batch it ran in.
 """
 
 from __future__ import annotations
