@@ -49,7 +49,7 @@ class JobProgress:
     def line(self) -> str:
         pred = f"predicted JCT {self.predicted_jct_s:,.1f} s"
         if self.done and self.measured_jct_s is not None:
-            meas = f"measured {self.measured_jct_s:,.1f} s"
+            meas = f"measured {self.measured_jct_s:,.1f} s from the pool's first task"
         elif self.elapsed_s is not None:
             meas = f"running for {self.elapsed_s:,.1f} s"
         else:
@@ -75,7 +75,8 @@ class PoolProgress:
         head = f"pool plan {self.plan_id} (Slurm job {self.slurm_id or '-'}): predicted " \
             f"weighted JCT {self.predicted_weighted_jct_s:,.1f} s"
         if self.measured_weighted_jct_s is not None:
-            head += f", measured {self.measured_weighted_jct_s:,.1f} s"
+            head += (f", measured {self.measured_weighted_jct_s:,.1f} s from its first task "
+                     "(the table's JCTs count from the plan's start: queue and start-up too)")
         return [head] + ["  " + j.line() for j in self.jobs]
 
     def to_dict(self) -> dict[str, Any]:
