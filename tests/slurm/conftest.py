@@ -36,7 +36,8 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     try:
         tb.up(timeout_s=60)
         os.environ.update(tb.env())  # CLI commands run in-process read these
-        # job steps run this stand-in for `hetsched run` (the runtime is another issue)
+        # job steps run this stand-in for `hetsched run` (tests of the real one set
+        # HETSCHED_EXECUTABLE: slurm_helpers.use_real_hetsched)
         stub = tb.dir / "fake-hetsched"
         stub.write_text("#!/bin/bash\necho \"fake hetsched $* rank=$SLURM_PROCID\"\n"
                         "exec sleep \"${HETSCHED_TEST_SLEEP:-120}\"\n")
