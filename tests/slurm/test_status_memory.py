@@ -59,20 +59,25 @@ def test_status_says_where_when_and_how_it_is_doing(tmp_path: Path) -> None:
 
 
 def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
+    """--all: every batch's run of each job, a job name the later batch reused twice."""
     slurm = MemorySlurm()
     with open_store(tmp_path / "s.db") as st:
         first = dict(submit(contract_plan("old", {"o1": [[("t4-1", "t4", 4)]]}), st, slurm,
                             partition="gpu").submitted)
         slurm.schedule()
         slurm.finish(first["o1"])
-        submit(contract_plan("new", {"n1": [[("t4-1", "t4", 4)]]}), st, slurm, partition="gpu",
-               allow_active_elsewhere=True)
-        now = {j.job for j in batch_status(st, slurm)}
+        second = dict(submit(contract_plan("new", {"n1": [[("t4-1", "t4", 4)]],
+                                                   "o1": [[("v100-1", "v100", 4)]]}),
+                             st, slurm, partition="gpu", allow_active_elsewhere=True).submitted)
+        slurm.schedule()
+        now = [(j.job, j.plan_id) for j in batch_status(st, slurm)]
         every = batch_status(st, slurm, all_batches=True)
-    assert now == {"n1"}
-    assert {j.job for j in every} == {"o1", "n1"}
+    assert now == [("n1", "new"), ("o1", "new")]
+    assert [(j.job, j.plan_id, j.state) for j in every] == [
+        ("n1", "new", "RUNNING"), ("o1", "old", "COMPLETED"), ("o1", "new", "RUNNING")]
+    assert first["o1"] != second["o1"]
     assert " plan " in _text(every) and " plan " not in _text(
-        [j for j in every if j.job == "n1"])
+        [j for j in every if j.plan_id == "new"])
 
 
 def test_status_also_shows_earlier_batches_still_in_the_queue(tmp_path: Path) -> None:
@@ -130,22 +135,3 @@ def test_slow_needs_a_minute_over_the_prediction_besides_the_ratio() -> None:
     quick = job("RUNNING")
     quick.measured_iter_s, quick.predicted_iter_s = 0.02, 0.01
     assert "iterations 2.0x" in _slow(quick, None)
-
-
-def test_status_all_shows_a_reused_job_name_once_per_batch(tmp_path: Path) -> None:
-    """A second batch reusing a job name: --all shows both runs, not the last alone."""
-    slurm = MemorySlurm()
-    with open_store(tmp_path / "s.db") as st:
-        first = dict(submit(contract_plan("r1", {"a": [[("t4-1", "t4", 4)]]}), st, slurm,
-                            partition="gpu").submitted)
-        slurm.schedule()
-        slurm.finish(first["a"])
-        second = dict(submit(contract_plan("r2", {"a": [[("v100-1", "v100", 4)]],
-                                                  "b": [[("t4-1", "t4", 4)]]}),
-                             st, slurm, partition="gpu").submitted)
-        slurm.schedule()
-        every = [(j.job, j.plan_id, j.state) for j in batch_status(st, slurm, all_batches=True)]
-        now = [(j.job, j.plan_id) for j in batch_status(st, slurm)]
-    assert every == [("a", "r1", "COMPLETED"), ("a", "r2", "RUNNING"), ("b", "r2", "RUNNING")]
-    assert now == [("a", "r2"), ("b", "r2")]
-    assert first["a"] != second["a"]
