@@ -208,14 +208,15 @@ class Monitor:
             if new == "PENDING" and waits_for_unavailable_node(comps, busy):
                 need_nodes = True
                 waiting.append((sub, comps))
-            if new == sub.state:
-                continue
-            ev = self._job_event(sub, new, comps)
+            ev = self._job_event(sub, new, comps) if new != sub.state else None
+            if ev is None or ev.kind != "job-requeued":
+                ev = self._missed_requeue(sub, comps) or ev
             if ev is not None:
                 cycle.events.append(ev)
                 if ev.kind in ("job-failed", "job-requeued"):
                     need_nodes = True
-            self.store.set_state(sub.id, new)
+            if new != sub.state:
+                self.store.set_state(sub.id, new)
         if need_nodes:
             node_events, unusable = self._node_events()
             cycle.events += node_events + self._blocked_events(waiting, unusable)
@@ -249,6 +250,18 @@ class Monitor:
         if new == "RUNNING" and sub.state != "RUNNING":
             return Event("job-started", sub.job, slurm_id=sid)
         return None
+
+    def _missed_requeue(self, sub: Submission, comps: list[JobInfo]) -> Event | None:
+        """A requeue no poll saw: Slurm counts the job's restarts, the events the
+        requeues seen so far. The job ran and is pending again (a node failed under a
+        job that ran since the last poll, or under one never seen running), or it ran
+        again already (requeued and restarted between two polls: cron's replan every
+        few minutes); either way its GPUs may be gone, and the plan's times are."""
+        restarts = max((c.restarts for c in comps), default=0)
+        if restarts <= self.store.event_count("job-requeued", sub.job, sub.slurm_id):
+            return None
+        return Event("job-requeued", sub.job, slurm_id=sub.slurm_id,
+                     detail=f"restarted by Slurm (restart {restarts}), unseen by a poll")
 
     def _blocked_events(self, waiting: list[tuple[Submission, list[JobInfo]]],
                         unusable: Mapping[str, str]) -> list[Event]:

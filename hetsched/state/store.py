@@ -365,9 +365,13 @@ class Store:
 
     def has_event(self, kind: str, job: str | None, slurm_id: str | None) -> bool:
         """Whether an event of ``kind`` for this job and Slurm id was ever recorded."""
-        return self.conn.execute(
-            "SELECT 1 FROM events WHERE kind = ? AND job IS ? AND slurm_id IS ? LIMIT 1",
-            (kind, job, slurm_id)).fetchone() is not None
+        return self.event_count(kind, job, slurm_id) > 0
+
+    def event_count(self, kind: str, job: str | None, slurm_id: str | None) -> int:
+        """How many events of ``kind`` were recorded for this job and Slurm id."""
+        return int(self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE kind = ? AND job IS ? AND slurm_id IS ?",
+            (kind, job, slurm_id)).fetchone()[0])
 
     def mark_handled(self, event_ids: list[int]) -> None:
         if not event_ids:

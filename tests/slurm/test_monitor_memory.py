@@ -106,3 +106,28 @@ def test_which_reasons_mean_a_node_is_unavailable() -> None:
     assert not waits([job("PENDING", reason=na, req="t4-1")], busy)  # 23.02: no detail
     assert waits([job("PENDING", reason=na)], busy)  # no node named: look
     assert not waits([job("PENDING", reason="Resources")], set())
+
+
+def test_a_requeue_no_poll_saw_is_an_event_once(tmp_path: Path) -> None:
+    """Slurm's restart count tells what the states cannot: the job was requeued (a node
+    failed) before any poll saw it run, or was requeued and ran again between polls."""
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = contract_plan("rq", {"a": [[("v100-1", "v100", 4)]], "b": [[("t4-1", "t4", 4)]]})
+    with open_store(tmp_path / "s.db") as st:
+        ids = dict(submit(plan, st, slurm).submitted)
+        slurm.schedule()  # both run; no poll sees it
+        slurm.node_down("v100-1")  # a is requeued: PENDING again, as the state file has it
+        mon = Monitor(st, slurm)
+        first = mon.poll()
+        assert sorted((e.kind, e.job) for e in first.events) == [
+            ("job-requeued", "a"), ("job-started", "b")]
+        assert first.checked_nodes
+        assert not mon.poll().events  # once
+        slurm.requeue([ids["b"]])  # requeued, and running again before the next poll
+        slurm.schedule()
+        assert slurm.jobs_by_id[ids["b"]].state == "RUNNING"
+        third = mon.poll()  # and a, pending on its down node now (its hold over), is blocked
+        assert sorted((e.kind, e.job) for e in third.events) == [
+            ("job-blocked", "a"), ("job-requeued", "b")]
+        assert "restart 1" in next(e.detail for e in third.events if e.job == "b")
+        assert not mon.poll().events
