@@ -71,6 +71,8 @@ class ProbeOutcome:
     slurm_id: str | None = None
     reason: str = ""
     rows: list[ProfileRow] = field(default_factory=list)
+    #: rows the probe measured but no step-time curve passes through (plausible_rows)
+    dropped: list[str] = field(default_factory=list)
     out: Path | None = None
     script: Path | None = None
     submitted_at: float = 0.0
@@ -269,7 +271,8 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             set_status(store, o.spec.workload, o.spec.gpu_type, UNUSABLE, o.reason, o.slurm_id,
                        o.seconds)
         say(f"probe {o.spec.workload} on {o.spec.gpu_type}: {o.status}"
-            + (f" ({o.reason})" if o.reason else f", {len(o.rows)} rows"))
+            + (f" ({o.reason})" if o.reason else f", {len(o.rows)} rows")
+            + (f"; left out as disturbed: {'; '.join(o.dropped)}" if o.dropped else ""))
     return outcomes
 
 
@@ -287,7 +290,33 @@ def _collect(o: ProbeOutcome, state: str) -> None:
     if not rows:
         o.status, o.reason = UNUSABLE, f"probe job ended {state} with no rows for this pair"
         return
-    o.status, o.rows = OK, rows
+    o.rows, o.dropped = plausible_rows(rows)
+    o.status = OK
+
+
+#: a step measured this many times slower than a larger batch's was disturbed
+DISTURBED = 2.0
+
+
+def plausible_rows(rows: Sequence[ProfileRow]) -> tuple[list[ProfileRow], list[str]]:
+    """A probe's rows less those no step-time curve can pass through: a batch measured
+    more than DISTURBED times slower than a larger batch of the same sweep (more work
+    cannot take less time; what slowed it was outside the step: other processes at the
+    probe's start, a first-use cost). One such row at the smallest batch made the
+    planner's monotone curve flat at its mean: 163 ms a step where the job ran 12 ms
+    (seen on the testbed). Returns (kept, one line per dropped row)."""
+    one = sorted((r for r in rows if r.gpus == 1), key=lambda r: r.local_batch)
+    dropped: list[str] = []
+    kept: list[ProfileRow] = []
+    for i, r in enumerate(one):
+        faster = min(one[i + 1:], key=lambda x: x.step_time_s, default=None)
+        if (faster is not None and faster.local_batch > r.local_batch
+                and r.step_time_s > DISTURBED * faster.step_time_s):
+            dropped.append(f"batch {r.local_batch}: {r.step_time_s:.3g} s, slower than batch "
+                           f"{faster.local_batch}'s {faster.step_time_s:.3g} s")
+        else:
+            kept.append(r)
+    return kept + [r for r in rows if r.gpus != 1], dropped
 
 
 def probe_times(store: Store) -> dict[tuple[str, str], float]:

@@ -11,7 +11,7 @@ import pytest
 
 from hetsched.app.profile import default_batches, plan_probes
 from hetsched.core.spec import Job
-from hetsched.core.throughput import ProfileRow
+from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.errors import InputError
 from hetsched.io.profiles import parse_csv
 from hetsched.state import store as store_mod
@@ -311,3 +311,24 @@ def test_a_probe_that_never_left_the_queue_records_nothing(tmp_path: Path) -> No
         job = Job(name="j", workload="mlp", dataset_size=100, epochs=1, global_batch=16)
         again, _ = plan_probes([job], ["a100", "v100"], st)
         assert [s.gpu_type for s in again] == ["v100"]  # probed again next time
+
+
+def test_a_probe_row_slower_than_a_larger_batch_is_left_out() -> None:
+    """Noise only adds time: a small batch measured far slower than a larger one was
+    disturbed (the testbed's probes start together on shared cores). Kept, that one row
+    made the planner's monotone curve flat at 163 ms where the job ran at 12 ms."""
+    from hetsched.app.profile import plausible_rows
+
+    def row(b: int, t: float, gpus: int = 1) -> ProfileRow:
+        return ProfileRow("mlp", "v100", b, t, gpus=gpus)
+
+    sweep = [row(2, 0.781), row(4, 0.000366), row(8, 0.000445), row(32, 0.0191),
+             row(64, 0.0137), row(16, 0.05, gpus=2)]
+    kept, dropped = plausible_rows(sweep)
+    assert [(r.local_batch, r.gpus) for r in kept] == [(4, 1), (8, 1), (32, 1), (64, 1),
+                                                       (16, 2)]
+    assert dropped == ["batch 2: 0.781 s, slower than batch 4's 0.000366 s"]
+    clean = [row(2, 0.010), row(4, 0.011), row(8, 0.009), row(32, 0.030), row(64, 0.055)]
+    assert plausible_rows(clean) == (clean, [])  # flat small batches and noise stay
+    table = ThroughputTable(kept)
+    assert table.fits[("mlp", "v100")].step_time(64) < 0.02  # not the 0.16 s of the mean
