@@ -97,12 +97,17 @@ def waits_for_unavailable_node(comps: Iterable[JobInfo], busy: set[str]) -> bool
     is down, drained or reserved: then the monitor looks.
     """
     for c in comps:
-        if not any(r in c.reason or r in c.reason_detail for r in NODE_REASONS):
+        if not _waits_for_node(c):
             continue
         named = _named_nodes(c)
         if not named or not named <= busy:
             return True
     return False
+
+
+def _waits_for_node(c: JobInfo) -> bool:
+    """Whether a pending component's reason says it waits for a node (NODE_REASONS)."""
+    return any(r in c.reason or r in c.reason_detail for r in NODE_REASONS)
 
 
 def _named_nodes(c: JobInfo) -> set[str]:
@@ -113,8 +118,7 @@ def _named_nodes(c: JobInfo) -> set[str]:
 
 def waited_nodes(comps: Iterable[JobInfo]) -> set[str]:
     """The nodes a pending job waits for, where its reason says it waits for a node."""
-    return {n for c in comps if any(r in c.reason or r in c.reason_detail for r in NODE_REASONS)
-            for n in _named_nodes(c)}
+    return {n for c in comps if _waits_for_node(c) for n in _named_nodes(c)}
 
 
 def combined_state(components: list[JobInfo]) -> str:
@@ -258,7 +262,9 @@ class Monitor:
         again already (requeued and restarted between two polls: cron's replan every
         few minutes); either way its GPUs may be gone, and the plan's times are."""
         restarts = max((c.restarts for c in comps), default=0)
-        if restarts <= self.store.event_count("job-requeued", sub.job, sub.slurm_id):
+        # no restart (nearly every job): no query of the state file, every cycle
+        if not restarts or restarts <= self.store.event_count("job-requeued", sub.job,
+                                                               sub.slurm_id):
             return None
         return Event("job-requeued", sub.job, slurm_id=sub.slurm_id,
                      detail=f"restarted by Slurm (restart {restarts}), unseen by a poll")

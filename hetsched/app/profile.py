@@ -331,5 +331,5 @@ def rows_to_csv_file(rows: Sequence[ProfileRow], path: Path) -> None:
     atomic_write(path, buf.getvalue())
 
 
-__all__ = ["table_from_store", "ingest_reports", "plan_probes", "nothing_to_probe", "render_probes", "run_probes",
-           "export_csv", "forget", "listing"]
+__all__ = ["table_from_store", "ingest_reports", "plan_probes", "nothing_to_probe",
+           "render_probes", "run_probes", "export_csv", "forget", "listing"]

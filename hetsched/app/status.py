@@ -241,8 +241,9 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
         by_leader.setdefault(j.leader, []).append(j)
     created = {p["id"]: float(p["created"]) for p in store.plans()}
     events = _last_events(store)
+    batch = current_batch(store)
     shown = (every_batch(store) if all_batches else
-             sorted(_shown(latest_rows(store), current_batch(store), by_leader).items()))
+             sorted(_shown(latest_rows(store), batch, by_leader).items()))
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
@@ -304,8 +305,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
         st.slow = _slow(st, pred_dur)
         out.append(st)
     active = store.active_plan() or {}
-    batch = current_batch(store) or set()
-    have = {n for n, r in shown if r.plan_id in batch}
+    have = {n for n, r in shown if r.plan_id in (batch or ())}
     for jp in active.get("jobs", []):
         if jp.get("name") not in have:
             out.append(JobStatus(str(jp.get("name")), str(active.get("plan_id")), "-",

@@ -95,11 +95,6 @@ class JobInfo:
         return self.state in FINISHED_STATES
 
 
-#: node states in which a node starts no job: its GPUs are not free
-UNAVAILABLE_STATES = frozenset({"down", "drained", "draining", "fail", "failing", "unknown",
-                                "future", "inval"})
-
-
 @dataclass(frozen=True)
 class NodeInfo:
     """One node as sinfo reports it."""
@@ -128,7 +123,8 @@ class NodeInfo:
 
     @property
     def free_gpus(self) -> dict[str, int]:
-        if self.state in UNAVAILABLE_STATES:
+        if self.state in ("down", "drained", "draining", "fail", "failing", "unknown",
+                          "future", "inval"):
             return {t: 0 for t in self.gres}
         return {t: max(0, n - self.gres_used.get(t, 0)) for t, n in self.gres.items()}
 
@@ -332,8 +328,8 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
 
 def _cpus_per_gpu(tres: Any) -> int | None:
     """``cpus_per_tres`` ("gpu:8": --cpus-per-gpu, or the partition's DefCpuPerGPU) -> 8."""
-    m = re.search(r"(?:^|,)gres/gpu:(\d+)|(?:^|,)gpu:(\d+)", _str(tres))
-    return int(m.group(1) or m.group(2)) if m else None
+    m = re.search(r"(?:^|,)(?:gres/)?gpu:(\d+)", _str(tres))
+    return int(m.group(1)) if m else None
 
 
 _NODE_STATE_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
