@@ -31,6 +31,7 @@ from hetsched.app.runnable import (
     UnrunnableError,
     host_local_files,
     listing,
+    unavailable_nodes,
 )
 from hetsched.app.submission import (
     Site,
@@ -49,7 +50,7 @@ from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, checkpoint_root, pool_sidecar, report_root
 from hetsched.io.plan_json import dump_plan
 from hetsched.io.secret import write_secret
-from hetsched.slurm.client import UNAVAILABLE_STATES, SlurmClient
+from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.pool_script import pool_comment, pool_gpus, render_pool
 from hetsched.slurm.runner import CommandError
 from hetsched.state.store import SUBMITTING, SUPERSEDED, Store, Submission
@@ -171,8 +172,8 @@ def _site(client: SlurmClient, partition: str | None, limit: int, source: str,
     nodes cannot read them, or when a node it is pinned to (``pinned``) is down or
     drained now."""
     nodes = client.nodes(partition)
-    down = sorted(f"{n.name} ({n.state})" for n in nodes
-                  if n.name in pinned and n.state in UNAVAILABLE_STATES)
+    down = sorted(f"{n} ({state})" for n, state in unavailable_nodes(nodes).items()
+                  if n in pinned)
     if down:
         logging.getLogger("hetsched").warning(
             "%s", f"the pool job runs on nodes Slurm shows unavailable now: {', '.join(down)}; "

@@ -25,10 +25,10 @@ from typing import Any
 
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
-from hetsched.core.spec import Cluster, Job
+from hetsched.core.spec import USABLE_STATES, Cluster, Job
 from hetsched.core.throughput import ThroughputTable
 from hetsched.errors import InputError
-from hetsched.slurm.client import UNAVAILABLE_STATES, NodeInfo
+from hetsched.slurm.client import NodeInfo
 
 #: the runtime's built-in workloads and the bytes one synthetic sample takes
 #: (inputs and label; runtime/workloads.py, checked by tests/slurm/test_runnable.py)
@@ -153,6 +153,13 @@ def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
                                  "partition", f"job {j.name!r}")
 
 
+def unavailable_nodes(nodes: Iterable[NodeInfo]) -> dict[str, str]:
+    """Nodes that start no job now (down, drained, reserved...): name -> state. The
+    planner's notion (``core.spec.USABLE_STATES``), which the monitor's ``job-blocked``
+    event uses too."""
+    return {n.name: n.state for n in nodes if n.state not in USABLE_STATES}
+
+
 def unavailable_node_note(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
                           pinned: bool = True) -> str | None:
     """One warning naming the jobs whose first segment the plan places on a node Slurm
@@ -160,7 +167,7 @@ def unavailable_node_note(plan: Plan, nodes: Iterable[NodeInfo], names: set[str]
     Unpinned jobs go wherever Slurm finds GPUs of their type: nothing to say."""
     if not pinned:
         return None
-    bad = {n.name: n.state for n in nodes if n.state in UNAVAILABLE_STATES}
+    bad = unavailable_nodes(nodes)
     hit: dict[str, list[str]] = {}
     for j in plan.jobs:
         if j.name in names and j.segments:
