@@ -46,7 +46,7 @@ from typing import Any
 
 from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
-from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, poll_reset_events
+from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, loaded, poll_reset_events
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import UNEVEN_COLUMNS, PoolTasks, TaskRow, TaskRun
 from hetsched.core.spec import Job
@@ -174,7 +174,7 @@ def _new_plan(old: Plan, jobs: list[Job], offsets: dict[str, int], cluster: Any,
     sizes = {meta[j.name].iterations_per_task for j in jobs if j.name in meta}
     asked = dataclasses.replace(settings, task_iterations=sizes.pop()) if len(sizes) == 1 \
         else settings  # one size: the old one, so equal rounds group their steps as before
-    new_plan = plan_jobs(PlanInputs(jobs, cluster, table, None, "replan"), asked)
+    new_plan = plan_jobs(PlanInputs(jobs, cluster, loaded(table), None, "replan"), asked)
     new_plan.settings = settings  # the request, as the old plan made it
     tasks = new_plan.tasks
     if tasks is not None and not round_iterations(tasks) and any(

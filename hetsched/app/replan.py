@@ -123,6 +123,9 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
            online: bool | None = None) -> ReplanResult:
     """One replan pass of the active plan's mode (app/modes.py). The caller holds the lock.
 
+    ``table``: the planner's throughput table, or a zero-argument loader of it, called
+    only when the pass makes a plan (app/replan_pass.loaded).
+
     ``online`` (default: setting ``replan_online``; space mode): started jobs stay on
     their GPUs until they end.
     """

@@ -79,6 +79,13 @@ class ReplanResult:
         return "; ".join(parts + self.notes())
 
 
+def loaded(table: Any) -> Any:
+    """The planner's throughput table: ``table`` itself, or what a zero-argument loader
+    returns, called only now that a plan is made (cron's ``replan`` with nothing to do
+    needs no profiles, so an empty history is no error there)."""
+    return table() if callable(table) else table
+
+
 def latest_rows(store: Store) -> dict[str, Submission]:
     """Each job's most recent submission that was not superseded by a replan."""
     out: dict[str, Submission] = {}

@@ -55,6 +55,7 @@ from hetsched.app.replan_pass import (
     RUNNING_STATES,
     ReplanResult,
     latest_rows,
+    loaded,
     poll_reset_events,
 )
 from hetsched.app.runnable import split_placeable
@@ -207,7 +208,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
     settings = how_planned(plans.get(old_id), policy)
-    cluster = load_inventory(client, partition).cluster
+    cluster, table = load_inventory(client, partition).cluster, loaded(table)
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
     jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)

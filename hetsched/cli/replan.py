@@ -64,8 +64,11 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
         log = file_logger(log_path or default_log(st))
         try:
             with replan_lock(default_lock(st), wait_s=wait_s):
-                profiles = load_throughputs(throughputs, st)
-                res = replan(st, _client(), profiles, policy=policy,
+                # a CSV is read at once (a wrong path fails now); the history only
+                # when a plan is made: a pass with nothing to do needs no profiles
+                csv = load_throughputs(throughputs) if throughputs else None
+                res = replan(st, _client(), csv if csv is not None
+                             else (lambda: load_throughputs(None, st)), policy=policy,
                              partition=_partition(partition), spool=_spool(spool),
                              force=force, dry_run=dry_run, max_failures=max_failures, log=log)
         except ReplanLocked as e:
