@@ -136,6 +136,18 @@ def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool
     return f"pool job {sid} is {state}"
 
 
+def _replan_chain(store: Store, plan: Plan) -> set[str]:
+    """``plan``'s id and those of the plans it replans, back to the one first submitted:
+    one pool's life (a later batch reusing its job names is another chain)."""
+    ids = {plan.plan_id or ""}
+    prev = plan.notes.replan_of
+    while prev and prev not in ids:
+        ids.add(prev)
+        raw = store.plan(prev)
+        prev = raw.get("replan_of") if raw else None
+    return ids
+
+
 def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
                result: ReplanResult, log: Callable[[str], None]
                ) -> tuple[list[Job], dict[str, int], dict[str, int]]:
@@ -146,6 +158,7 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
     done = completed_rounds(old, dirs.checkpoint_dir)
     pid = old.plan_id or ""
     finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
+    chain = _replan_chain(store, old)  # failures count in this pool's plans only
     jobs: list[Job] = []
     for jp in old.jobs:
         m, k = meta.get(jp.name), done.get(jp.name, 0)
@@ -154,7 +167,7 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
         elif any(s.state == CANCELLED for s in store.submissions(pid, jp.name)):
             result.user_cancelled.append(jp.name)  # dropped by `hetsched cancel`: final
         elif sum(1 for s in store.submissions(job=jp.name)
-                 if s.state in FAILED_STATES) > max_failures:
+                 if s.state in FAILED_STATES and s.plan_id in chain) > max_failures:
             result.given_up.append(jp.name)
         elif jp.spec is None:
             log(f"job {jp.name}: no spec in plan {pid}; left out")

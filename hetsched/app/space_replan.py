@@ -167,13 +167,21 @@ def batches_of(plans: StoredPlans, rows: dict[str, Submission], names: list[str]
                ) -> dict[str, str]:
     """Each continuing job's batch (io/jobfiles.py), from the plan it was last submitted
     with: a replanned job keeps its checkpoint and reports."""
-    out = {}
-    for name in names:
-        row = rows.get(name)
-        if row is not None:
-            plan = plans.get(row.plan_id)
-            out[name] = batch_of(plan if plan is not None else {"plan_id": row.plan_id}, name)
-    return out
+    return {name: _batch(plans, rows[name].plan_id, name) for name in names if name in rows}
+
+
+def _batch(plans: StoredPlans, plan_id: str, name: str) -> str:
+    """The batch job ``name`` of plan ``plan_id`` belongs to."""
+    plan = plans.get(plan_id)
+    return batch_of(plan if plan is not None else {"plan_id": plan_id}, name)
+
+
+def _failures(store: Store, plans: StoredPlans, row: Submission) -> int:
+    """How often ``row``'s job failed in its own batch: a later batch reusing the name
+    starts from none."""
+    batch = _batch(plans, row.plan_id, row.job)
+    return sum(1 for s in store.submissions(job=row.job)
+               if s.state in FAILED_STATES and _batch(plans, s.plan_id, row.job) == batch)
 
 
 def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str | None = None,
@@ -369,7 +377,7 @@ def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cy
             result.given_up.append(name)
             continue
         if row.state in FAILED_STATES:
-            fails = sum(1 for s in store.submissions(job=name) if s.state in FAILED_STATES)
+            fails = _failures(store, plans, row)
             if fails > max_failures:
                 result.given_up.append(name)
                 why = (f"failed {fails} times ({row.state}), more than --max-failures "

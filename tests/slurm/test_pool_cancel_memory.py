@@ -70,3 +70,31 @@ def test_cancelling_every_job_of_a_pool_cancels_its_slurm_job(tmp_path: Path,
         out = cancel_jobs(st, slurm, None)
         assert out.dropped == [] and {j for j, _ in out.cancelled} == {j.name for j in plan.jobs}
         assert slurm.jobs_by_id[pool_id].state == "CANCELLED"
+
+
+def test_pool_failures_count_across_its_replans_and_not_into_a_later_batch(
+        tmp_path: Path, monkeypatch) -> None:
+    """max_failures 1: a pool that fails twice (the second time as its replan) is given up;
+    a later pool reusing the job names starts from no failures."""
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    table = ThroughputTable(emulated_rows())
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(pool_plan(NODES, prefix="pf", task_iterations=5), st, slurm,
+                              partition="gpu").slurm_id
+        names = {j.name for j in pool_plan(NODES, prefix="pf", task_iterations=5).jobs}
+        slurm.schedule()
+        slurm.finish(pool_id, "FAILED")
+        r = replan(st, slurm, table, partition="gpu", max_failures=1)
+        assert {n for n, _ in r.submitted} == names, r.summary()
+        slurm.schedule()
+        slurm.finish(dict(r.submitted)[min(names)], "FAILED")
+        r = replan(st, slurm, table, partition="gpu", max_failures=1)
+        assert sorted(r.given_up) == sorted(names) and r.submitted == [], r.summary()
+
+        later = pool_plan(NODES, prefix="pf", task_iterations=6)  # a new batch, same names
+        later_id = submit_pool(later, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        slurm.finish(later_id, "FAILED")
+        r = replan(st, slurm, table, partition="gpu", max_failures=1)
+        assert r.given_up == [] and {n for n, _ in r.submitted} == names, r.summary()

@@ -469,3 +469,25 @@ def test_cancel_leaves_a_job_slurm_no_longer_lists(tmp_path: Path) -> None:
     assert res.not_active == [("B", "ended; Slurm no longer lists it")]
     assert {r.job: r.state for r in st.submissions()}["B"] == "RUNNING"  # the monitor's to say
     st.close()
+
+
+def test_failures_count_within_the_jobs_own_batch(tmp_path: Path) -> None:
+    """A second batch reusing a job name starts with no failures: B failed once in the
+    first batch; in the second its first failure is resubmitted, not given up."""
+    slurm, st, ids = _setup(tmp_path)
+    plan = make_testbed_plan(slurm, TWO_JOBS)
+    slurm.finish(ids["B"], "FAILED", "NonZeroExitCode")
+    r = replan(st, slurm, table(), max_failures=1)
+    assert [j for j, _ in r.submitted] == ["B"]
+    slurm.schedule()
+    slurm.finish(ids["A"])
+    slurm.finish(dict(r.submitted)["B"])
+    Monitor(st, slurm).poll()
+
+    second = submit(plan, st, slurm)  # the first batch ran to its end: a new batch
+    assert second.plan_id.endswith(".2")
+    slurm.schedule()
+    slurm.finish(dict(second.submitted)["B"], "FAILED", "NonZeroExitCode")
+    r = replan(st, slurm, table(), max_failures=1)
+    assert r.gave_up_now == [] and [j for j, _ in r.submitted] == ["B"], r.summary()
+    st.close()
