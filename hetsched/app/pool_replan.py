@@ -74,11 +74,15 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     old = plan_from_dict(raw, f"stored plan {raw.get('plan_id')}")
     pid = str(raw["plan_id"])
     rows = [s for s in store.submissions(pid) if s.state != SUPERSEDED]
+    # new jobs are not added to a pool (a running one would restart): said, left in place
+    untaken = [str(e["detail"]) for e in events if e["kind"] == "spool-new" and e["detail"]]
+    for f in untaken:
+        log(f"spool {f}: not taken: the active plan {pid} is a pool plan")
 
     def unchanged(why: str, **kw: Any) -> ReplanResult:
         if not dry_run:
             store.mark_handled([e["id"] for e in events])
-        return ReplanResult("unchanged", f"{reason}; {why}", **kw)
+        return ReplanResult("unchanged", f"{reason}; {why}", spool_untaken=untaken, **kw)
 
     dropped = {e["job"] for e in events if e["kind"] == "job-cancelled"} & {
         s.job for s in rows if s.state == CANCELLED}
@@ -87,7 +91,7 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     if why:
         return unchanged(why)
     dirs = pool_dirs(store, pid)
-    result = ReplanResult("replanned", reason)
+    result = ReplanResult("replanned", reason, spool_untaken=untaken)
     jobs, offsets, steps = _jobs_left(store, old, dirs, max_failures, result, log)
     if not jobs:
         return unchanged("no work left", done=result.done, given_up=result.given_up)

@@ -47,6 +47,10 @@ class ReplanResult:
     waiting: list[tuple[str, str]] = field(default_factory=list)  # (job, why it waits)
     changes: list[Change] = field(default_factory=list)  # job, was, now, why
     gave_up_now: list[str] = field(default_factory=list)  # given up in this pass
+    #: spooled jobs left out (job, file): one of that name is queued or running
+    spool_ignored: list[tuple[str, str]] = field(default_factory=list)
+    #: spooled files not taken at all (a pool plan is active: its jobs are one Slurm job)
+    spool_untaken: list[str] = field(default_factory=list)
     plan: dict[str, Any] | None = None
 
     @property
@@ -62,6 +66,13 @@ class ReplanResult:
             out.append("waiting: " + "; ".join(f"{j} ({w})" for j, w in self.waiting))
         if self.user_cancelled:
             out.append("cancelled by the user (final): " + ", ".join(self.user_cancelled))
+        if self.spool_ignored:
+            out.append("spool: left out (a job of that name is queued or running): "
+                       + ", ".join(f"{j} ({f})" for j, f in self.spool_ignored))
+        if self.spool_untaken:
+            out.append("spool: not taken: " + ", ".join(self.spool_untaken) + " (the active "
+                       "plan is a pool plan, whose jobs run as one Slurm job; submit the "
+                       "file with `hetsched submit` once the pool has ended)")
         return out
 
     def summary(self) -> str:

@@ -206,13 +206,20 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     jobs, running_gpus, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
                                                dry_run=dry_run, max_failures=max_failures,
                                                log=log)
-    spool_files = _take_spool(pending_events, jobs, {j.name for j in jobs} | set(rows), log)
+    final = {*result.done, *result.user_cancelled, *result.given_up}
+    spool_files, fresh = _take_spool(pending_events, jobs, {j.name for j in jobs}
+                                     | (set(rows) - final), result, log)
+    # a spooled job reusing a finished job's name is a new job: the old row is out of
+    # this pass (it is not kept, moved or resumed from; its batch is not the new one's)
+    rows = {n: r for n, r in rows.items() if n not in fresh}
     if not jobs:
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
+            _retire_spool(spool_files)
         return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
                             given_up=result.given_up, user_cancelled=result.user_cancelled,
-                            gave_up_now=result.gave_up_now)
+                            gave_up_now=result.gave_up_now,
+                            spool_ignored=result.spool_ignored)
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
     settings = how_planned(plans.get(old_id), policy)
@@ -286,23 +293,28 @@ def _retire_spool(spool_files: list[Path]) -> None:
             p.rename(done_dir / p.name)
 
 
-def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], known: set[str],
-                log: Callable[[str], None]) -> list[Path]:
-    """Append the new jobs of spooled jobs files to ``jobs``; the files taken."""
+def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set[str],
+                result: ReplanResult, log: Callable[[str], None]
+                ) -> tuple[list[Path], set[str]]:
+    """Append the new jobs of spooled jobs files to ``jobs``; the files taken and the
+    names appended. A job named like one still queued, running or to be resubmitted
+    (``live``) is left out, and said; a finished job's name may be used again."""
     spool_files: list[Path] = []
+    fresh: set[str] = set()
     for e in pending_events:
         if e["kind"] == "spool-new" and e["detail"]:
             p = Path(e["detail"])
             if not p.exists():
                 continue
             for j in load_jobs(p):
-                if j.name in known:
-                    log(f"spool {p}: job {j.name!r} already known; ignored")
+                if j.name in live or j.name in fresh:
+                    log(f"spool {p}: job {j.name!r} is already queued or running; ignored")
+                    result.spool_ignored.append((j.name, p.name))
                     continue
                 jobs.append(dataclasses.replace(j, arrival_s=0.0))
-                known.add(j.name)
+                fresh.add(j.name)
             spool_files.append(p)
-    return spool_files
+    return spool_files, fresh
 
 
 def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,

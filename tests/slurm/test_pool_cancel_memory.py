@@ -98,3 +98,18 @@ def test_pool_failures_count_across_its_replans_and_not_into_a_later_batch(
         slurm.finish(later_id, "FAILED")
         r = replan(st, slurm, table, partition="gpu", max_failures=1)
         assert r.given_up == [] and {n for n, _ in r.submitted} == names, r.summary()
+
+
+def test_a_spooled_file_is_not_taken_into_a_pool_and_that_is_said(tmp_path: Path) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with open_store(tmp_path / "s.db") as st:
+        submit_pool(pool_plan(NODES, prefix="ps", task_iterations=5), st, slurm,
+                    partition="gpu")
+        slurm.schedule()
+        (spool / "more.yaml").write_text("jobs: []\n")
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu", spool=spool)
+        assert r.status == "unchanged" and r.spool_untaken == [str(spool / "more.yaml")]
+        assert "spool: not taken: " in r.summary() and "`hetsched submit`" in r.summary()
+        assert (spool / "more.yaml").exists()  # left where the user put it

@@ -491,3 +491,36 @@ def test_failures_count_within_the_jobs_own_batch(tmp_path: Path) -> None:
     r = replan(st, slurm, table(), max_failures=1)
     assert r.gave_up_now == [] and [j for j, _ in r.submitted] == ["B"], r.summary()
     st.close()
+
+
+def test_a_spooled_job_may_reuse_a_finished_jobs_name_not_a_live_ones(tmp_path: Path) -> None:
+    """A finished, B running: a spooled A is a new job (a new Slurm job, its own batch,
+    nothing taken from the old A); a spooled B is left out and said; the file is retired."""
+    slurm, st, ids = _setup(tmp_path)
+    slurm.finish(ids["A"])
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "more.yaml").write_text(TWO_JOBS)
+    r = replan(st, slurm, table(), spool=spool)
+    assert [j for j, _ in r.submitted] == ["A"], r.summary()
+    assert dict(r.submitted)["A"] != ids["A"] and "B" in r.kept
+    assert r.spool_ignored == [("B", "more.yaml")]
+    assert "spool: left out (a job of that name is queued or running): B (more.yaml)" \
+        in r.summary()
+    assert (spool / "done" / "more.yaml").exists() and not (spool / "more.yaml").exists()
+    new = st.active_plan()
+    assert new is not None and new["batches"].get("A") is None  # its own batch: the new plan
+    assert new["batches"]["B"] == st.submissions(job="B")[0].plan_id
+    [old_a, new_a] = st.submissions(job="A")
+    assert old_a.state == "COMPLETED" and new_a.plan_id == new["plan_id"]
+
+
+def test_a_spool_file_of_live_names_only_is_said_and_retired(tmp_path: Path) -> None:
+    slurm, st, ids = _setup(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "again.yaml").write_text(TWO_JOBS)
+    r = replan(st, slurm, table(), spool=spool)
+    assert r.submitted == [] and sorted(r.spool_ignored) == [("A", "again.yaml"),
+                                                             ("B", "again.yaml")]
+    assert (spool / "done" / "again.yaml").exists()
