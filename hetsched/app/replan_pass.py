@@ -51,6 +51,8 @@ class ReplanResult:
     spool_ignored: list[tuple[str, str]] = field(default_factory=list)
     #: spooled files not taken at all (a pool plan is active: its jobs are one Slurm job)
     spool_untaken: list[str] = field(default_factory=list)
+    #: spooled files that did not load (the error, naming the file): moved to rejected/
+    spool_rejected: list[str] = field(default_factory=list)
     plan: dict[str, Any] | None = None
 
     @property
@@ -69,6 +71,9 @@ class ReplanResult:
         if self.spool_ignored:
             out.append("spool: left out (a job of that name is queued or running): "
                        + ", ".join(f"{j} ({f})" for j, f in self.spool_ignored))
+        if self.spool_rejected:
+            out.append("spool: rejected (moved to rejected/): "
+                       + "; ".join(self.spool_rejected))
         if self.spool_untaken:
             out.append("spool: not taken: " + ", ".join(self.spool_untaken) + " (the active "
                        "plan is a pool plan, whose jobs run as one Slurm job; submit the "

@@ -63,7 +63,7 @@ from hetsched.app.space_submit import submit_space
 from hetsched.app.submission import files_dir
 from hetsched.core.plan import JobPlan, Plan
 from hetsched.core.spec import Job
-from hetsched.errors import InputError
+from hetsched.errors import HetschedError, InputError
 from hetsched.io.files import private_dir
 from hetsched.io.jobfiles import JobFiles, batch_of
 from hetsched.io.plan_json import plan_from_dict
@@ -208,7 +208,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
                                                log=log)
     final = {*result.done, *result.user_cancelled, *result.given_up}
     spool_files, fresh = _take_spool(pending_events, jobs, {j.name for j in jobs}
-                                     | (set(rows) - final), result, log)
+                                     | (set(rows) - final), result, log, dry_run=dry_run)
     # a spooled job reusing a finished job's name is a new job: the old row is out of
     # this pass (it is not kept, moved or resumed from; its batch is not the new one's)
     rows = {n: r for n, r in rows.items() if n not in fresh}
@@ -216,10 +216,8 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
             _retire_spool(spool_files)
-        return ReplanResult("unchanged", f"{reason}; no work left", done=result.done,
-                            given_up=result.given_up, user_cancelled=result.user_cancelled,
-                            gave_up_now=result.gave_up_now,
-                            spool_ignored=result.spool_ignored)
+        result.status, result.reason = "unchanged", f"{reason}; no work left"
+        return result
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
     settings = how_planned(plans.get(old_id), policy)
@@ -284,21 +282,23 @@ def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: 
                         [i for _, i in result.submitted])
 
 
-def _retire_spool(spool_files: list[Path]) -> None:
-    """Move the jobs files taken from the spool to its done/ folder."""
+def _retire_spool(spool_files: list[Path], folder: str = "done") -> None:
+    """Move the jobs files taken from the spool to its done/ (or another) folder."""
     for p in spool_files:
-        done_dir = p.parent / "done"
+        done_dir = p.parent / folder
         private_dir(done_dir)
         with contextlib.suppress(OSError):
             p.rename(done_dir / p.name)
 
 
 def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set[str],
-                result: ReplanResult, log: Callable[[str], None]
+                result: ReplanResult, log: Callable[[str], None], *, dry_run: bool = False
                 ) -> tuple[list[Path], set[str]]:
     """Append the new jobs of spooled jobs files to ``jobs``; the files taken and the
     names appended. A job named like one still queued, running or to be resubmitted
-    (``live``) is left out, and said; a finished job's name may be used again."""
+    (``live``) is left out, and said; a finished job's name may be used again. A file
+    that does not load is said and moved to ``SPOOL/rejected/``: one bad file must never
+    wedge replanning (its event would fail every pass)."""
     spool_files: list[Path] = []
     fresh: set[str] = set()
     for e in pending_events:
@@ -306,7 +306,15 @@ def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set
             p = Path(e["detail"])
             if not p.exists():
                 continue
-            for j in load_jobs(p):
+            try:
+                loaded = load_jobs(p)
+            except HetschedError as err:
+                log(f"spool {p}: rejected: {err}")
+                result.spool_rejected.append(str(err))
+                if not dry_run:
+                    _retire_spool([p], "rejected")
+                continue
+            for j in loaded:
                 if j.name in live or j.name in fresh:
                     log(f"spool {p}: job {j.name!r} is already queued or running; ignored")
                     result.spool_ignored.append((j.name, p.name))

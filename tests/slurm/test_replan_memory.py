@@ -524,3 +524,19 @@ def test_a_spool_file_of_live_names_only_is_said_and_retired(tmp_path: Path) -> 
     assert r.submitted == [] and sorted(r.spool_ignored) == [("A", "again.yaml"),
                                                              ("B", "again.yaml")]
     assert (spool / "done" / "again.yaml").exists()
+
+
+def test_a_spool_file_that_does_not_load_is_rejected_and_never_wedges(tmp_path: Path) -> None:
+    """A bad jobs file is said (naming the file and field), moved to rejected/, and the
+    pass goes on: B's failure is still resubmitted, and the next pass is quiet."""
+    slurm, st, ids = _setup(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "bad.yaml").write_text("jobs: [{name: x, workload: w}]\n")
+    slurm.finish(ids["B"], "FAILED", "NonZeroExitCode")
+    r = replan(st, slurm, table(), spool=spool)
+    assert [j for j, _ in r.submitted] == ["B"], r.summary()
+    assert len(r.spool_rejected) == 1 and "bad.yaml" in r.spool_rejected[0]
+    assert "dataset_size" in r.spool_rejected[0] and "rejected" in r.summary()
+    assert (spool / "rejected" / "bad.yaml").exists() and not (spool / "bad.yaml").exists()
+    assert replan(st, slurm, table(), spool=spool).status == "unchanged"
