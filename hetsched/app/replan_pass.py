@@ -53,6 +53,8 @@ class ReplanResult:
     spool_untaken: list[str] = field(default_factory=list)
     #: spooled files that did not load (the error, naming the file): moved to rejected/
     spool_rejected: list[str] = field(default_factory=list)
+    #: spooled jobs that cannot be placed now (job, where they are kept: SPOOL/waiting/)
+    spool_waiting: list[tuple[str, str]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
 
     @property
@@ -74,6 +76,9 @@ class ReplanResult:
         if self.spool_rejected:
             out.append("spool: rejected (moved to rejected/): "
                        + "; ".join(self.spool_rejected))
+        for path in sorted({f for _, f in self.spool_waiting}):
+            out.append(f"spool: kept in {path}, to put back in the spool once it can run: "
+                       + ", ".join(j for j, f in self.spool_waiting if f == path))
         if self.spool_untaken:
             out.append("spool: not taken: " + ", ".join(self.spool_untaken) + " (the active "
                        "plan is a pool plan, whose jobs run as one Slurm job; submit the "

@@ -37,7 +37,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,11 @@ from hetsched.app.submission import files_dir
 from hetsched.core.plan import JobPlan, Plan
 from hetsched.core.spec import Job
 from hetsched.errors import HetschedError, InputError
-from hetsched.io.files import private_dir
+from hetsched.io.files import atomic_write, private_dir
 from hetsched.io.jobfiles import JobFiles, batch_of
 from hetsched.io.plan_json import plan_from_dict
 from hetsched.io.specs import load_jobs
+from hetsched.io.yamlfile import read_yaml
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
 from hetsched.state.progress import epochs_reported, progress_points
@@ -225,9 +226,11 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
     jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
+    _hold_spool_waiting(fresh, {j for j, _ in result.waiting}, result, dry_run=dry_run)
     if not jobs:
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
+            _retire_spool(spool_files)
         result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
         return result
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
@@ -293,14 +296,14 @@ def _retire_spool(spool_files: list[Path], folder: str = "done") -> None:
 
 def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set[str],
                 result: ReplanResult, log: Callable[[str], None], *, dry_run: bool = False
-                ) -> tuple[list[Path], set[str]]:
+                ) -> tuple[list[Path], dict[str, Path]]:
     """Append the new jobs of spooled jobs files to ``jobs``; the files taken and the
     names appended. A job named like one still queued, running or to be resubmitted
     (``live``) is left out, and said; a finished job's name may be used again. A file
     that does not load is said and moved to ``SPOOL/rejected/``: one bad file must never
     wedge replanning (its event would fail every pass)."""
     spool_files: list[Path] = []
-    fresh: set[str] = set()
+    fresh: dict[str, Path] = {}  # job -> the file it came from
     for e in pending_events:
         if e["kind"] == "spool-new" and e["detail"]:
             p = Path(e["detail"])
@@ -320,9 +323,36 @@ def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set
                     result.spool_ignored.append((j.name, p.name))
                     continue
                 jobs.append(dataclasses.replace(j, arrival_s=0.0))
-                fresh.add(j.name)
+                fresh[j.name] = p
             spool_files.append(p)
     return spool_files, fresh
+
+
+def _hold_spool_waiting(fresh: dict[str, Path], waiting: set[str], result: ReplanResult, *,
+                        dry_run: bool) -> None:
+    """Keep the spooled jobs that cannot be placed now in ``SPOOL/waiting/`` (their own
+    entries of their file, nothing else), to be put back in the spool once they can run:
+    no submission holds them yet, so retiring their file would lose them."""
+    import yaml
+
+    by_file: dict[Path, set[str]] = {}
+    for name in waiting & set(fresh):
+        by_file.setdefault(fresh[name], set()).add(name)
+    for p, names in sorted(by_file.items()):
+        dest = p.parent / "waiting" / p.name
+        k = 1
+        while dest.exists():
+            k += 1
+            dest = p.parent / "waiting" / f"{p.stem}-{k}{p.suffix}"
+        if not dry_run:
+            data = read_yaml(p)
+            entries = data.get("jobs") if isinstance(data, Mapping) else data
+            kept = [e for e in entries or [] if isinstance(e, Mapping)
+                    and str(e.get("name")) in names]
+            doc = {**data, "jobs": kept} if isinstance(data, Mapping) else kept
+            private_dir(dest.parent)
+            atomic_write(dest, yaml.safe_dump(doc, sort_keys=False))
+        result.spool_waiting += [(n, str(dest)) for n in sorted(names)]
 
 
 def _placeable_now(store: Store, jobs: list[Job], cluster: Any, table: Any,

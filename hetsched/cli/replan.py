@@ -86,7 +86,8 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     if fmt == "json":
         click.echo(result_json(res))
     elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now \
-            or res.spool_ignored or res.spool_untaken or res.spool_rejected:
+            or res.spool_ignored or res.spool_untaken or res.spool_rejected \
+            or res.spool_waiting:
         click.echo(res.summary())
         if table:
             click.echo(table)

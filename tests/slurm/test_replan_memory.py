@@ -540,3 +540,25 @@ def test_a_spool_file_that_does_not_load_is_rejected_and_never_wedges(tmp_path: 
     assert "dataset_size" in r.spool_rejected[0] and "rejected" in r.summary()
     assert (spool / "rejected" / "bad.yaml").exists() and not (spool / "bad.yaml").exists()
     assert replan(st, slurm, table(), spool=spool).status == "unchanged"
+
+
+def test_a_spooled_job_that_cannot_be_placed_is_kept_not_lost(tmp_path: Path) -> None:
+    """Of a spooled file, C (a type no node has) waits: it alone is kept in
+    SPOOL/waiting/ (said), D is submitted, the file is retired; put back, C loads again."""
+    slurm, st, ids = _setup(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "more.yaml").write_text(
+        "slurm: {time: '01:00:00'}\n" + TWO_JOBS.replace("name: A", "name: C").replace(
+            "gpu_types: [v100]", "gpu_types: [h100]").replace("name: B", "name: D"))
+    r = replan(st, slurm, table(), spool=spool)
+    assert [j for j, _ in r.submitted] == ["D"], r.summary()
+    kept = spool / "waiting" / "more.yaml"
+    assert r.spool_waiting == [("C", str(kept))] and [j for j, _ in r.waiting] == ["C"]
+    assert f"spool: kept in {kept}, to put back in the spool once it can run: C" \
+        in r.summary()
+    assert (spool / "done" / "more.yaml").exists()
+    from hetsched.io.specs import load_jobs
+
+    [c] = load_jobs(kept)
+    assert c.name == "C" and c.gpu_types == ("h100",) and c.slurm is not None
