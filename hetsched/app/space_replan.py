@@ -207,18 +207,17 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     jobs, running_gpus, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
                                                dry_run=dry_run, max_failures=max_failures,
                                                log=log)
-    final = {*result.done, *result.user_cancelled, *result.given_up}
-    spool_files, fresh = _take_spool(pending_events, jobs, {j.name for j in jobs}
-                                     | (set(rows) - final), result, log, dry_run=dry_run)
-    # a spooled job reusing a finished job's name is a new job: the old row is out of
-    # this pass (it is not kept, moved or resumed from; its batch is not the new one's)
-    rows = {n: r for n, r in rows.items() if n not in fresh}
-    if not jobs:
+    rows, spool_files, fresh = _spool_in(pending_events, jobs, rows, result, log, dry_run)
+
+    def unchanged(why: str) -> ReplanResult:
         if not dry_run:
             store.mark_handled([e["id"] for e in pending_events])
             _retire_spool(spool_files)
-        result.status, result.reason = "unchanged", f"{reason}; no work left"
+        result.status, result.reason = "unchanged", f"{reason}; {why}"
         return result
+
+    if not jobs:
+        return unchanged("no work left")
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
     settings = how_planned(plans.get(old_id), policy)
@@ -228,11 +227,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
     _hold_spool_waiting(fresh, {j for j, _ in result.waiting}, result, dry_run=dry_run)
     if not jobs:
-        if not dry_run:
-            store.mark_handled([e["id"] for e in pending_events])
-            _retire_spool(spool_files)
-        result.status, result.reason = "unchanged", f"{reason}; no job can be placed now"
-        return result
+        return unchanged("no job can be placed now")
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
                          settings, prefer_gpus=held_gpus(rows, {j.name for j in jobs}),
                          running_gpus={n: g for n, g in running_gpus.items()
@@ -292,6 +287,19 @@ def _retire_spool(spool_files: list[Path], folder: str = "done") -> None:
         private_dir(done_dir)
         with contextlib.suppress(OSError):
             p.rename(done_dir / p.name)
+
+
+def _spool_in(pending_events: list[dict[str, Any]], jobs: list[Job],
+              rows: dict[str, Submission], result: ReplanResult, log: Callable[[str], None],
+              dry_run: bool) -> tuple[dict[str, Submission], list[Path], dict[str, Path]]:
+    """Take the spooled jobs into ``jobs`` (:func:`_take_spool`); the rows without those
+    that reuse a finished job's name (a new job: the old row is out of this pass, not
+    kept, moved or resumed from, and its batch is not the new one's), the files taken
+    and the new jobs' files."""
+    final = {*result.done, *result.user_cancelled, *result.given_up}
+    files, fresh = _take_spool(pending_events, jobs, {j.name for j in jobs}
+                               | (set(rows) - final), result, log, dry_run=dry_run)
+    return {n: r for n, r in rows.items() if n not in fresh}, files, fresh
 
 
 def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set[str],
