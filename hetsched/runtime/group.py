@@ -117,7 +117,7 @@ def _setup(cfg: GroupConfig, renv: RankEnv, dev: torch.device) -> tuple[list[Mem
 
     world = renv.world_size
     if dev.type == "cpu":
-        torch.set_num_threads(cpu_threads(1 if renv.source == "slurm" else world))
+        torch.set_num_threads(cpu_threads(None if renv.source == "slurm" else world))
     gpu_type = cfg.gpu_types[renv.rank] if renv.rank < len(cfg.gpu_types) else ""
     members = []
     for tc in cfg.members:

@@ -162,20 +162,35 @@ def local_batches_for(world_size: int, env: Mapping[str, str] | None = None,
     return batches
 
 
-def cpu_threads(ranks_on_node: int = 1, env: Mapping[str, str] | None = None) -> int:
+def cpu_threads(ranks_on_node: int | None = None, env: Mapping[str, str] | None = None) -> int:
     """Intra-op threads for a CPU rank: its share of the cores it may run on.
 
     Slurm may pin a task to fewer cores than the node has; torch's default
     (one thread per core of the node) then puts several spinning OpenMP
     threads on one core, and each step waits for the scheduler's time slices
     (measured: 0.1 s per step instead of 0.03 s on the testbed).
+
+    ``ranks_on_node``: the ranks sharing this node's cores; None: under Slurm, this
+    step's tasks on this node (:func:`step_tasks_here`), else 1. Where the task's
+    affinity spans the job's CPUs on the node (``SLURM_CPUS_ON_NODE``; no per-task
+    binding, or none at all), those CPUs are split between the ranks; two ranks each
+    taking all of them ran 4-9x slower a step on the testbed, where a rank's thread
+    spun while the other's held the core. A task bound to cores of its own keeps them.
     """
     env = os.environ if env is None else env
     try:
         allowed = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         allowed = os.cpu_count() or 1
-    n = max(1, allowed // max(1, ranks_on_node)) if allowed > 1 else 1
+    ranks = max(1, ranks_on_node if ranks_on_node is not None else step_tasks_here(env) or 1)
+    on_node = env.get("SLURM_CPUS_ON_NODE", "")
+    cpus = int(on_node) if on_node.isdigit() and int(on_node) > 0 else None
+    if cpus is not None and allowed >= cpus:
+        n = max(1, cpus // ranks)  # the job's CPUs here, shared by its ranks here
+    elif cpus is not None:
+        n = allowed  # bound to its own cores
+    else:
+        n = max(1, allowed // ranks) if allowed > 1 else 1
     per_task = env.get("SLURM_CPUS_PER_TASK", "")
     if per_task.isdigit() and int(per_task) > 0:
         n = min(n, int(per_task))
@@ -185,6 +200,24 @@ def cpu_threads(ranks_on_node: int = 1, env: Mapping[str, str] | None = None) ->
     if omp.isdigit() and int(omp) > 0:
         n = min(n, int(omp))
     return max(1, n)
+
+
+def step_tasks_here(env: Mapping[str, str]) -> int | None:
+    """This Slurm step's tasks on this node (``SLURM_STEP_TASKS_PER_NODE``, e.g. "2(x3),1",
+    over ``SLURM_STEP_NODELIST``; a hetjob step lists every component's nodes), or None
+    outside a step or where they do not match."""
+    per, nodes, me = (env.get(k, "") for k in ("SLURM_STEP_TASKS_PER_NODE",
+                                              "SLURM_STEP_NODELIST", "SLURMD_NODENAME"))
+    if not (per and nodes and me):
+        return None
+    try:
+        counts = hostlist.parse_slurm_tasks_per_node(per)
+        names = hostlist.expand_hostlist(nodes)
+    except (hostlist.BadHostlist, ValueError):
+        return None
+    if len(counts) != len(names) or me not in names:
+        return None
+    return int(counts[names.index(me)])
 
 
 def free_port() -> int:

@@ -235,10 +235,10 @@ def _install_stop_handlers(flag: list[int]) -> Callable[[], None]:
     return undo
 
 
-def _ranks_here(renv: RankEnv) -> int:
-    """Ranks sharing this process's cores: under Slurm each task has its own
-    (``--cpus-per-task``, read by cpu_threads); a local run puts all on one host."""
-    return 1 if renv.source == "slurm" else renv.world_size
+def _ranks_here(renv: RankEnv) -> int | None:
+    """Ranks sharing this process's node: under Slurm, None (cpu_threads reads the
+    step's tasks on this node); a local run puts all on one host."""
+    return None if renv.source == "slurm" else renv.world_size
 
 
 def _report_steps(rep: ReportWriter, acc: dict[str, Any], run_step: TrainStep,

@@ -142,3 +142,29 @@ def test_cpu_threads_follow_slurm_and_openmp_caps() -> None:
     assert cpu_threads(1, {"SLURM_CPUS_PER_TASK": "1"}) == 1
     assert cpu_threads(1, {"OMP_NUM_THREADS": "1"}) == 1
     assert cpu_threads(1, {"OMP_NUM_THREADS": "x"}) == max(1, cores)
+
+
+def test_ranks_of_a_slurm_step_share_the_jobs_cpus_on_their_node(monkeypatch) -> None:
+    """Under Slurm without per-task binding, a node's ranks split the job's CPUs there
+    (SLURM_CPUS_ON_NODE) by the step's tasks on the node; a task bound to fewer cores
+    keeps its own; explicit caps still win. The env is what the testbed's hetjob step
+    showed (2 ranks on a100-1 and 1 on t4-1)."""
+    import os
+
+    from hetsched.runtime.launcher import cpu_threads, step_tasks_here
+
+    step = {"SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_STEP_NODELIST": "a100-1,t4-1"}
+    a100 = {**step, "SLURMD_NODENAME": "a100-1", "SLURM_CPUS_ON_NODE": "8"}
+    t4 = {**step, "SLURMD_NODENAME": "t4-1", "SLURM_CPUS_ON_NODE": "8"}
+    assert step_tasks_here(a100) == 2 and step_tasks_here(t4) == 1
+    assert step_tasks_here({**a100, "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+                            "SLURM_STEP_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n2"}) == 2
+    assert step_tasks_here({**a100, "SLURMD_NODENAME": "elsewhere"}) is None
+    assert step_tasks_here({}) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    assert cpu_threads(None, a100) == 4 and cpu_threads(None, t4) == 8
+    assert cpu_threads(None, {**a100, "SLURM_CPUS_ON_NODE": "2"}) == 1
+    assert cpu_threads(None, {**a100, "OMP_NUM_THREADS": "2"}) == 2
+    assert cpu_threads(None, {}) == 16  # outside Slurm: the cores it may use
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(3)))
+    assert cpu_threads(None, a100) == 3  # bound to 3 cores of its own

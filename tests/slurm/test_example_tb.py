@@ -33,8 +33,7 @@ def test_the_readme_testbed_walkthrough(testbed: Testbed, client: CliSlurmClient
                                         clean_queue: None, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     use_real_hetsched(tmp_path, monkeypatch)
-    env = {**os.environ, "HETSCHED_STATE": str(tmp_path / "state.db"),
-           "HETSCHED_EMULATE_SPEED": "a100=2,v100=1,t4=0.5"}  # as the README says
+    env = {**os.environ, "HETSCHED_STATE": str(tmp_path / "state.db")}
     probes = json.loads(_hetsched(["profile", str(EXAMPLE), "--format", "json"], env))
     assert sorted((p["workload"], p["gpu_type"], p["status"]) for p in probes["probes"]) == [
         (w, g, "ok") for w in ("cnn", "mlp", "transformer") for g in ("a100", "t4", "v100")]

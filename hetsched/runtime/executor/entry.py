@@ -130,7 +130,7 @@ def run_rank(plan_path: str, opts: dict[str, Any], env: Mapping[str, str] | None
     dev = _device(opts.get("device"), jenv.local_id)
     if dev.type == "cpu":
         torch.set_num_threads(int(opts.get("threads") or cpu_threads(len(gpus) if opts.get(
-            "local") else 1, env)))
+            "local") else None, env)))
     return run_gpu(xplan, gid, gpus, renv.rank == 0, renv.master_addr,
                    renv.master_port or free_port(), key, dev, opts, env)
 
