@@ -61,6 +61,13 @@ class ReplanResult:
     def changed(self) -> bool:
         return bool(self.submitted or self.cancelled or self.updated or self.changes)
 
+    @property
+    def needs_user(self) -> bool:
+        """Something the user must hear although nothing changed (cron prints it once):
+        a job given up in this pass, a spooled job or file left out, rejected or kept."""
+        return bool(self.gave_up_now or self.spool_ignored or self.spool_untaken
+                    or self.spool_rejected or self.spool_waiting)
+
     def notes(self) -> list[str]:
         """What a user must hear even when nothing changed (gave up, waiting, cancelled)."""
         out = []

@@ -318,14 +318,14 @@ def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set
             if not p.exists():
                 continue
             try:
-                loaded = load_jobs(p)
+                spooled = load_jobs(p)
             except HetschedError as err:
                 log(f"spool {p}: rejected: {err}")
                 result.spool_rejected.append(str(err))
                 if not dry_run:
                     _retire_spool([p], "rejected")
                 continue
-            for j in loaded:
+            for j in spooled:
                 if j.name in live or j.name in fresh:
                     log(f"spool {p}: job {j.name!r} is already queued or running; ignored")
                     result.spool_ignored.append((j.name, p.name))

@@ -42,8 +42,8 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     printed as a table (job, was, now, why).
 
     Quiet unless something changed, a job was given up, or a spooled jobs file
-    needs you (a job left out, rejected, kept waiting). Exit codes: 0 ok, 1 unexpected error,
-    2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
+    needs you (a job left out, rejected, kept waiting). Exit codes: 0 ok,
+    1 unexpected error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
     unusable, 75 another replan holds the lock (skipped). Example crontab:
 
     \b
@@ -86,9 +86,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
             log("changes:\n" + table)
     if fmt == "json":
         click.echo(result_json(res))
-    elif res.changed or res.status == "dry-run" or verbose or res.gave_up_now \
-            or res.spool_ignored or res.spool_untaken or res.spool_rejected \
-            or res.spool_waiting:
+    elif res.changed or res.status == "dry-run" or verbose or res.needs_user:
         click.echo(res.summary())
         if table:
             click.echo(table)
