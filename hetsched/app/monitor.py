@@ -314,7 +314,11 @@ class Monitor:
             return []
         seen = self.store.spool_seen()
         events = []
-        for p in sorted(self.spool.glob("*.y*ml")):
+        here = sorted(self.spool.glob("*.y*ml"))
+        gone = [p for p in seen if Path(p).parent == self.spool and Path(p) not in here]
+        if gone:  # retired (done/, rejected/, waiting/) or removed: seen afresh if put back
+            self.store.forget_spool_seen(gone)
+        for p in here:
             try:
                 sha = hashlib.sha256(p.read_bytes()).hexdigest()
             except OSError:

@@ -281,12 +281,21 @@ def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: 
 
 
 def _retire_spool(spool_files: list[Path], folder: str = "done") -> None:
-    """Move the jobs files taken from the spool to its done/ (or another) folder."""
+    """Move the jobs files taken from the spool to its done/ (or another) folder, never
+    over an earlier one of the same name (the same jobs file spooled again)."""
     for p in spool_files:
-        done_dir = p.parent / folder
-        private_dir(done_dir)
+        private_dir(p.parent / folder)
         with contextlib.suppress(OSError):
-            p.rename(done_dir / p.name)
+            p.rename(_free_name(p.parent / folder, p))
+
+
+def _free_name(folder: Path, p: Path) -> Path:
+    """``folder/p.name``, or ``folder/STEM-2.SUFFIX`` (3, ...) where that is taken."""
+    dest, k = folder / p.name, 1
+    while dest.exists():
+        k += 1
+        dest = folder / f"{p.stem}-{k}{p.suffix}"
+    return dest
 
 
 def _spool_in(pending_events: list[dict[str, Any]], jobs: list[Job],
@@ -347,11 +356,7 @@ def _hold_spool_waiting(fresh: dict[str, Path], waiting: set[str], result: Repla
     for name in waiting & set(fresh):
         by_file.setdefault(fresh[name], set()).add(name)
     for p, names in sorted(by_file.items()):
-        dest = p.parent / "waiting" / p.name
-        k = 1
-        while dest.exists():
-            k += 1
-            dest = p.parent / "waiting" / f"{p.stem}-{k}{p.suffix}"
+        dest = _free_name(p.parent / "waiting", p)
         if not dry_run:
             data = read_yaml(p)
             entries = data.get("jobs") if isinstance(data, Mapping) else data

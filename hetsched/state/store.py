@@ -27,7 +27,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -417,6 +417,12 @@ class Store:
     def mark_spool_seen(self, path: str, sha: str) -> None:
         with self.tx() as c:
             c.execute("INSERT OR REPLACE INTO spool_seen VALUES (?,?,?)", (path, sha, time.time()))
+
+    def forget_spool_seen(self, paths: Iterable[str]) -> None:
+        """Drop the marks of files gone from the spool: a file put there again later, even
+        the same one, is new (a second batch of the same jobs file)."""
+        with self.tx() as c:
+            c.executemany("DELETE FROM spool_seen WHERE path = ?", [(p,) for p in paths])
 
     # -- profiles (filled by the profiler) -------------------------------------
     def put_profile(self, workload: str, gpu_type: str, local_batch: int, step_time_s: float,

@@ -562,3 +562,24 @@ def test_a_spooled_job_that_cannot_be_placed_is_kept_not_lost(tmp_path: Path) ->
 
     [c] = load_jobs(kept)
     assert c.name == "C" and c.gpu_types == ("h100",) and c.slurm is not None
+
+
+def test_the_same_jobs_file_spooled_again_is_a_second_batch(tmp_path: Path) -> None:
+    """A retired file's mark is forgotten: the same bytes at the same path later (a
+    nightly batch of one jobs file) are read again, not skipped as already seen."""
+    slurm, st, ids = _setup(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    more = TWO_JOBS.replace("name: A", "name: C").replace("name: B", "name: D")
+    (spool / "nightly.yaml").write_text(more)
+    first = dict(replan(st, slurm, table(), spool=spool).submitted)
+    assert set(first) == {"C", "D"} and (spool / "done" / "nightly.yaml").exists()
+    slurm.schedule()
+    for jid in first.values():
+        slurm.finish(jid)
+    Monitor(st, slurm, spool=spool).poll()
+    (spool / "nightly.yaml").write_text(more)  # the same file, the next night
+    again = dict(replan(st, slurm, table(), spool=spool).submitted)
+    assert set(again) == {"C", "D"} and not set(again.values()) & set(first.values())
+    assert sorted(f.name for f in (spool / "done").iterdir()) == ["nightly-2.yaml",
+                                                                  "nightly.yaml"]
