@@ -25,7 +25,7 @@ from hetsched.app.submission import SubmitResult
 from hetsched.core.plan import Plan
 from hetsched.errors import HetschedError
 from hetsched.slurm.client import SlurmClient
-from hetsched.state.store import Store
+from hetsched.state.store import CANCELLED, GAVE_UP, SUPERSEDED, Store
 
 
 class Mode(Protocol):
@@ -144,3 +144,17 @@ def active_mode(store: Store) -> Mode:
     """The adapter of the store's active plan (space when there is none)."""
     active = store.active_plan()
     return mode_named(str((active or {}).get("mode") or "space"))
+
+
+def replan_mode(store: Store) -> Mode:
+    """The mode whose pass replans now: the active plan's, but space once an active pool
+    plan has ended (each of its jobs completed, cancelled or given up), so that new jobs
+    from the spool start a space plan (a pool takes none, and an ended one never will);
+    the ended pool's jobs are done there, never resubmitted."""
+    mode = active_mode(store)
+    active = store.active_plan()
+    if mode.name == "pool" and active is not None:
+        rows = [s for s in store.submissions(str(active["plan_id"])) if s.state != SUPERSEDED]
+        if rows and all(s.state in ("COMPLETED", CANCELLED, GAVE_UP) for s in rows):
+            return mode_named("space")
+    return mode

@@ -74,7 +74,8 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     old = plan_from_dict(raw, f"stored plan {raw.get('plan_id')}")
     pid = str(raw["plan_id"])
     rows = [s for s in store.submissions(pid) if s.state != SUPERSEDED]
-    # new jobs are not added to a pool (a running one would restart): said, left in place
+    # new jobs are not added to a pool (a running one would restart): said, left in place,
+    # taken by the first pass after the pool has ended (app/modes.replan_mode)
     untaken = [str(e["detail"]) for e in events if e["kind"] == "spool-new" and e["detail"]]
     for f in untaken:
         log(f"spool {f}: not taken: the active plan {pid} is a pool plan")

@@ -129,8 +129,12 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     ``online`` (default: setting ``replan_online``; space mode): started jobs stay on
     their GPUs until they end.
     """
-    from hetsched.app.modes import active_mode
+    from hetsched.app.modes import active_mode, replan_mode
 
-    return active_mode(store).replan(store, client, table, policy=policy, partition=partition,
-                                     spool=spool, force=force, dry_run=dry_run,
-                                     max_failures=max_failures, log=log, online=online)
+    mode = replan_mode(store)
+    if mode.name != active_mode(store).name and spool and Path(spool).is_dir():
+        # a pool plan has ended: the files it left in the spool are read now
+        store.forget_spool_seen(str(p) for p in Path(spool).glob("*.y*ml"))
+    return mode.replan(store, client, table, policy=policy, partition=partition,
+                       spool=spool, force=force, dry_run=dry_run,
+                       max_failures=max_failures, log=log, online=online)

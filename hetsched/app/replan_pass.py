@@ -87,9 +87,9 @@ class ReplanResult:
             out.append(f"spool: kept in {path}, to put back in the spool once it can run: "
                        + ", ".join(j for j, f in self.spool_waiting if f == path))
         if self.spool_untaken:
-            out.append("spool: not taken: " + ", ".join(self.spool_untaken) + " (the active "
-                       "plan is a pool plan, whose jobs run as one Slurm job; submit the "
-                       "file with `hetsched submit` once the pool has ended)")
+            out.append("spool: not taken yet: " + ", ".join(self.spool_untaken) + " (the "
+                       "active plan is a pool plan, whose jobs run as one Slurm job; the "
+                       "file stays in the spool and is taken once the pool has ended)")
         return out
 
     def summary(self) -> str:

@@ -220,7 +220,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
         return unchanged("no work left")
 
     old_id = (active or {}).get("plan_id")  # the poll above never changes the active plan
-    settings = how_planned(plans.get(old_id), policy)
+    settings = _settings(plans.get(old_id), policy)
     cluster, table = load_inventory(client, partition).cluster, loaded(table)
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
@@ -296,6 +296,12 @@ def _free_name(folder: Path, p: Path) -> Path:
         k += 1
         dest = folder / f"{p.stem}-{k}{p.suffix}"
     return dest
+
+
+def _settings(old: Plan | None, policy: str | None) -> Any:
+    """The new plan's settings: the active space plan's own; after an ended pool plan
+    (app/modes.replan_mode), whose jobs are done, a space plan's defaults."""
+    return how_planned(old if old is not None and old.mode == "space" else None, policy)
 
 
 def _spool_in(pending_events: list[dict[str, Any]], jobs: list[Job],

@@ -111,5 +111,35 @@ def test_a_spooled_file_is_not_taken_into_a_pool_and_that_is_said(tmp_path: Path
         (spool / "more.yaml").write_text("jobs: []\n")
         r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu", spool=spool)
         assert r.status == "unchanged" and r.spool_untaken == [str(spool / "more.yaml")]
-        assert "spool: not taken: " in r.summary() and "`hetsched submit`" in r.summary()
+        assert "spool: not taken yet: " in r.summary() and "pool has ended" in r.summary()
         assert (spool / "more.yaml").exists()  # left where the user put it
+
+
+def test_once_a_pool_has_ended_the_spool_starts_a_space_plan(tmp_path: Path) -> None:
+    """A jobs file spooled while a pool runs waits in the spool; once every pool job has
+    ended, the next replan takes it as a space plan, and the pool's jobs stay done."""
+    slurm = MemorySlurm(nodes_spec=NODES)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    table = ThroughputTable(emulated_rows())
+    plan = pool_plan(NODES, prefix="pe", task_iterations=5)
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        job = plan.jobs[0]
+        spec = job.spec
+        assert spec is not None
+        (spool / "later.yaml").write_text(
+            f"jobs:\n  - {{name: later, workload: {spec.workload}, dataset_size: "
+            f"{spec.dataset_size}, epochs: 1, global_batch: {spec.global_batch}, "
+            "command: [train]}\n")
+        r = replan(st, slurm, table, partition="gpu", spool=spool)
+        assert r.spool_untaken and (spool / "later.yaml").exists()
+        slurm.finish(pool_id)
+        replan(st, slurm, table, partition="gpu", spool=spool)  # sees the pool end
+        r = replan(st, slurm, table, partition="gpu", spool=spool)
+        assert [j for j, _ in r.submitted] == ["later"], r.summary()
+        assert (spool / "done" / "later.yaml").exists()
+        active = st.active_plan()
+        assert active is not None and active["mode"] == "space"
+        assert {j.name for j in plan.jobs} <= set(r.done)
