@@ -71,7 +71,7 @@ from hetsched.io.specs import load_jobs
 from hetsched.io.yamlfile import read_yaml
 from hetsched.slurm.client import SlurmClient
 from hetsched.slurm.inventory import load_inventory
-from hetsched.state.progress import epochs_reported, progress_points
+from hetsched.state.progress import epochs_reported, progress_points, run_key
 from hetsched.state.store import (
     CANCELLED,
     GAVE_UP,
@@ -474,7 +474,9 @@ def _work_left(store: Store, plans: StoredPlans, rows: dict[str, Submission], cy
             if row.workers:  # the plan starts it there (online: fixed there until it ends)
                 running_gpus[name] = [(str(w["node"]), int(w["gpu"])) for w in row.workers]
         if job.epochs_predicted:  # its length is predicted again from what it has run
-            ran = measured.get(name, jp.epochs_done + job.epochs * (1.0 - frac))
+            own = run_key(JobFiles.of(files_dir(store), plan, name).report, name) \
+                if plan is not None else ""  # this batch's run, not an earlier one's
+            ran = measured.get(own, jp.epochs_done + job.epochs * (1.0 - frac))
             if ran > 0:
                 done_epochs[name] = ran
         jobs.append(dataclasses.replace(job, arrival_s=0.0, epochs=job.epochs * frac))

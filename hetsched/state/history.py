@@ -52,7 +52,7 @@ from typing import Any
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.errors import InputError
 from hetsched.io.profiles import write_csv
-from hetsched.state.progress import fold_progress
+from hetsched.state.progress import fold_progress, run_key
 from hetsched.state.shares import (
     OPTIMIZER_KEY,
     fold_weight,
@@ -334,7 +334,7 @@ def ingest_reports(store: Store, paths: Iterable[str | Path], alpha: float = DEF
             steps: list[dict[str, Any]] = []
             for rec in recs:
                 if rec.get("kind") in ("epoch", "done"):
-                    fold_progress(c, f"{key_path}:{rec.get('job', '')}", rec)
+                    fold_progress(c, run_key(key_path, str(rec.get("job", ""))), rec)
                     continue
                 if rec.get("kind") == "task" and workloads is not None:
                     _fold_overhead(c, rec, workloads, alpha)

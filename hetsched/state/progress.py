@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,18 +76,26 @@ def completed_runs(store: Store) -> int:
         "SELECT COUNT(*) FROM progress_runs WHERE epochs IS NOT NULL").fetchone()[0])
 
 
+def run_key(report: str | Path, job: str) -> str:
+    """The progress history's key of one run: its report file (resolved) and its job.
+    A batch's job has its own report file, so a later batch reusing the name is
+    another run."""
+    return f"{Path(report).resolve()}:{job}"
+
+
 def epochs_reported(store: Store) -> dict[str, int]:
-    """Per job, the epochs its unfinished runs have reported (their highest epoch + 1).
+    """Per unfinished run (:func:`run_key`), the epochs it has reported (its highest
+    epoch + 1).
 
     A resumed run counts on from its checkpoint's epoch into the same report
     file, so this is the job's total since it first started, however often it
     was moved or replanned; replan takes it over its own estimate. Completed
-    runs are left out (a later job of the same name starts again).
+    runs are left out, and another batch's run of the same name is another key.
     """
     if not store.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'progress_runs'"
                               ).fetchone():
         return {}
     rows = store.conn.execute(
-        "SELECT r.job, MAX(e.epoch) FROM progress_runs r JOIN progress_epochs e "
-        "ON e.run = r.run WHERE r.epochs IS NULL AND r.job != '' GROUP BY r.job").fetchall()
-    return {str(job): int(top) + 1 for job, top in rows}
+        "SELECT r.run, MAX(e.epoch) FROM progress_runs r JOIN progress_epochs e "
+        "ON e.run = r.run WHERE r.epochs IS NULL AND r.job != '' GROUP BY r.run").fetchall()
+    return {str(run): int(top) + 1 for run, top in rows}

@@ -185,7 +185,7 @@ def test_a_resumed_runs_epochs_count_on_until_it_completes(tmp_path: Path) -> No
     """What replan measures k from: a run cut mid-epoch and resumed from its checkpoint
     into the same report file counts on from the checkpoint's epoch; once it completes
     it is history, no longer a running job's count."""
-    from hetsched.state.progress import epochs_reported
+    from hetsched.state.progress import epochs_reported, run_key
 
     rep, ck = tmp_path / "res.jsonl", tmp_path / "res.ckpt"
     cfg = {"job": "res", "workload": "mlp", "dataset_size": 256, "epochs": EPOCHS,
@@ -194,10 +194,10 @@ def test_a_resumed_runs_epochs_count_on_until_it_completes(tmp_path: Path) -> No
     with open_store(tmp_path / "state.db") as st:
         train(TrainConfig(**cfg, max_steps=12), ONE)  # epoch 0 done, half of epoch 1
         ingest_reports(st, [rep])
-        assert epochs_reported(st) == {"res": 1}
+        assert epochs_reported(st) == {run_key(rep, "res"): 1}
         train(TrainConfig(**cfg, max_steps=12), ONE)  # resumed: to step 24, epochs 1, 2
         ingest_reports(st, [rep])
-        assert epochs_reported(st) == {"res": 3}
+        assert epochs_reported(st) == {run_key(rep, "res"): 3}
         assert completed_runs(st) == 0
         train(TrainConfig(**cfg), ONE)  # the rest: epoch 3, done
         ingest_reports(st, [rep])

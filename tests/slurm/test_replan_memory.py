@@ -11,6 +11,7 @@ from hetsched.app.monitor import Monitor
 from hetsched.app.replan import replan
 from hetsched.app.submit import submit
 from hetsched.core.throughput import ThroughputTable
+from hetsched.io.jobfiles import JobFiles
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
 
@@ -400,7 +401,8 @@ def test_epochs_done_accumulate_across_replans(tmp_path: Path) -> None:
 
 def test_replan_counts_a_running_jobs_own_epoch_reports(tmp_path: Path) -> None:
     """T reported 7 epochs (rank 0, no ``done`` yet): replan takes them over the
-    elapsed-time estimate (~5); a finished run of the same name does not count."""
+    elapsed-time estimate (~5); a finished run of the same name does not count, nor an
+    earlier batch's unfinished run of it (12 epochs)."""
     import json
 
     from hetsched.state.history import ingest_reports
@@ -409,21 +411,29 @@ def test_replan_counts_a_running_jobs_own_epoch_reports(tmp_path: Path) -> None:
     plan = make_testbed_plan(slurm, TL_JOB)
     jp = plan.jobs[0]
     st = open_store(tmp_path / "s.db")
-    submit(plan, st, slurm)
+    pid = submit(plan, st, slurm).plan_id
     _started_ago(slurm, 0.5 * (jp.end_s - jp.start_s))
     Monitor(st, slurm).poll()
-    own = tmp_path / "T.jsonl"
+    own = JobFiles(tmp_path / "s.db.files", pid, "T", 0, pid).report  # its batch's report
+    own.parent.mkdir(parents=True, exist_ok=True)
     own.write_text("".join(json.dumps(
         {"kind": "epoch", "job": "T", "rank": r, "epoch": e, "dataset_size": 100000,
          "first_loss": 2.0, "loss": 2.0 / (1 + e)}) + "\n" for e in range(7) for r in (0, 1)))
-    ingest_reports(st, [*_history_reports(tmp_path), own])
+    # an earlier batch's run of T that never finished (cancelled at epoch 11): not this one
+    old = JobFiles(tmp_path / "s.db.files", "earlier", "T", 0, "earlier").report
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_text("".join(json.dumps(
+        {"kind": "epoch", "job": "T", "rank": 0, "epoch": e, "dataset_size": 100000,
+         "first_loss": 2.0, "loss": 2.0 / (1 + e)}) + "\n" for e in range(12)))
+    ingest_reports(st, [*_history_reports(tmp_path), own, old])
     r = replan(st, slurm, table(), force=True)
     assert r.plan is not None, r.summary()
     t = r.plan["length_prediction"]["jobs"]["T"]
     assert t["epochs_done"] == 7.0, t
-    from hetsched.state.progress import epochs_reported
+    from hetsched.state.progress import epochs_reported, run_key
 
-    assert epochs_reported(st) == {"T": 7}  # h0..h2 finished: not running jobs
+    # h0..h2 finished: not running; the earlier batch's T is its own run
+    assert epochs_reported(st) == {run_key(own, "T"): 7, run_key(old, "T"): 12}
     assert next(j for j in r.plan["jobs"] if j["name"] == "T")["epochs_done"] == 7.0
     st.close()
 
