@@ -46,7 +46,13 @@ from typing import Any
 
 from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
-from hetsched.app.replan_pass import FAILED_STATES, ReplanResult, loaded, poll_reset_events
+from hetsched.app.replan_pass import (
+    FAILED_STATES,
+    ReplanResult,
+    loaded,
+    poll_reset_events,
+    replanned_from,
+)
 from hetsched.core.plan import Plan
 from hetsched.core.pool_tasks import UNEVEN_COLUMNS, PoolTasks, TaskRow, TaskRun
 from hetsched.core.spec import Job
@@ -141,18 +147,6 @@ def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool
     return f"pool job {sid} is {state}"
 
 
-def _replan_chain(store: Store, plan: Plan) -> set[str]:
-    """``plan``'s id and those of the plans it replans, back to the one first submitted:
-    one pool's life (a later batch reusing its job names is another chain)."""
-    ids = {plan.plan_id or ""}
-    prev = plan.notes.replan_of
-    while prev and prev not in ids:
-        ids.add(prev)
-        raw = store.plan(prev)
-        prev = raw.get("replan_of") if raw else None
-    return ids
-
-
 def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
                result: ReplanResult, log: Callable[[str], None]
                ) -> tuple[list[Job], dict[str, int], dict[str, int]]:
@@ -163,7 +157,7 @@ def _jobs_left(store: Store, old: Plan, dirs: PoolDirs, max_failures: int,
     done = completed_rounds(old, dirs.checkpoint_dir)
     pid = old.plan_id or ""
     finished = {n for n, jp in read_pool_reports(dirs.report_dir, pid).jobs.items() if jp.done}
-    chain = _replan_chain(store, old)  # failures count in this pool's plans only
+    chain = replanned_from(store, pid)  # failures count in this pool's plans only
     jobs: list[Job] = []
     for jp in old.jobs:
         m, k = meta.get(jp.name), done.get(jp.name, 0)

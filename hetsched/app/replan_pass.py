@@ -114,6 +114,22 @@ def loaded(table: Any) -> Any:
     return table() if callable(table) else table
 
 
+def replanned_from(store: Store, plan_id: str) -> set[str]:
+    """``plan_id`` and the plans it was replanned from, back to the one first submitted
+    (the store's replan records): one batch's plans. A later batch reusing its job
+    names is another chain."""
+    ids = {plan_id}
+    replans = store.replans()
+    grew = True
+    while grew:
+        grew = False
+        for r in replans:
+            if r.get("new_plan") in ids and r.get("old_plan") and r["old_plan"] not in ids:
+                ids.add(str(r["old_plan"]))
+                grew = True
+    return ids
+
+
 def latest_rows(store: Store) -> dict[str, Submission]:
     """Each job's most recent submission that was not superseded by a replan."""
     out: dict[str, Submission] = {}

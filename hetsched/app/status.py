@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.app.monitor import WATCHED, combined_state, state_counts
-from hetsched.app.replan import latest_rows
+from hetsched.app.replan_pass import latest_rows, replanned_from
 from hetsched.app.submit import files_dir
 from hetsched.io.jobfiles import JobFiles, batch_of, logs_dir
 from hetsched.io.reports import read_reports
@@ -144,18 +144,7 @@ def current_batch(store: Store) -> set[str] | None:
     None when no plan is active (everything is shown then).
     """
     active = store.active_plan()
-    if not active:
-        return None
-    ids = {str(active.get("plan_id"))}
-    replans = store.replans()
-    grew = True
-    while grew:
-        grew = False
-        for r in replans:
-            if r.get("new_plan") in ids and r.get("old_plan") and r["old_plan"] not in ids:
-                ids.add(str(r["old_plan"]))
-                grew = True
-    return ids
+    return replanned_from(store, str(active.get("plan_id"))) if active else None
 
 
 def placement(workers: list[dict[str, Any]]) -> str:
