@@ -146,13 +146,13 @@ def active_mode(store: Store) -> Mode:
     return mode_named(str((active or {}).get("mode") or "space"))
 
 
-def replan_mode(store: Store) -> Mode:
-    """The mode whose pass replans now: the active plan's, but space once an active pool
-    plan has ended (each of its jobs completed, cancelled or given up), so that new jobs
-    from the spool start a space plan (a pool takes none, and an ended one never will);
-    the ended pool's jobs are done there, never resubmitted."""
-    mode = active_mode(store)
-    active = store.active_plan()
+def replan_mode(store: Store, active: Mapping[str, Any] | None) -> Mode:
+    """The mode whose pass replans now, ``active`` the store's active plan (read once by
+    the caller: a pool plan's JSON can be megabytes): its mode, but space once an active
+    pool plan has ended (each of its jobs completed, cancelled or given up), so that new
+    jobs from the spool start a space plan (a pool takes none, and an ended one never
+    will); the ended pool's jobs are done there, never resubmitted."""
+    mode = mode_named(str((active or {}).get("mode") or "space"))
     if mode.name == "pool" and active is not None:
         rows = [s for s in store.submissions(str(active["plan_id"])) if s.state != SUPERSEDED]
         if rows and all(s.state in ("COMPLETED", CANCELLED, GAVE_UP) for s in rows):
