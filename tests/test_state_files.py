@@ -133,6 +133,19 @@ def test_corrupted_file_keeps_its_own_code(state: Path) -> None:
     refused(cli(state, "state", "check"), EXIT_STATE_CORRUPT, "corrupted")
 
 
+@pytest.mark.parametrize("command", [("state", "check"), ("status",), ("replan",)])
+def test_corrupted_file_names_its_backup_whichever_command_reads_it(
+        state: Path, command: tuple[str, ...]) -> None:
+    r = cli(state, "state", "backup")
+    assert r.returncode == 0, r.stderr
+    state.write_bytes(b"not sqlite at all" * 100)
+    line = refused(cli(state, *command), EXIT_STATE_CORRUPT, "corrupted", str(state),
+                   "hetsched state restore")
+    assert "no backup" not in line
+    state.with_name(state.name + ".bak").unlink()
+    refused(cli(state, *command), EXIT_STATE_CORRUPT, "no backup exists")
+
+
 def test_restore_refuses_to_replace_a_healthy_file(state: Path, tmp_path: Path) -> None:
     r = cli(state, "state", "restore")
     refused(r, EXIT_INPUT, "healthy", "--force")

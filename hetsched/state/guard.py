@@ -70,7 +70,8 @@ def backup_path(state: Path) -> Path:
     return state.with_name(state.name + BACKUP_SUFFIX)
 
 
-def _restore_hint(state: Path) -> str:
+def restore_hint(state: Path) -> str:
+    """What to do with a state file that cannot be read: the backup, if one exists."""
     bak = backup_path(state)
     if bak.exists():
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(bak.stat().st_mtime))
@@ -120,7 +121,7 @@ def preflight(p: Path) -> None:
         raise StateEmpty(
             f"state file {p} is empty (0 bytes): it was truncated or made by something else, "
             "and jobs hetsched submitted may still be queued in Slurm. It was left "
-            f"untouched: {_restore_hint(p)}")
+            f"untouched: {restore_hint(p)}")
     if read_only_mount(p):
         raise StateReadOnly(
             f"state file {p} is on a read-only file system; it is not corrupted, but every "
@@ -148,7 +149,7 @@ def check_tables(p: Path, present: set[str], expected: set[str], version: int) -
     if missing:
         raise StateIncomplete(
             f"state file {p} lacks table(s) {', '.join(map(repr, missing))} of schema version "
-            f"{version} (damaged or edited by hand); it was left untouched: {_restore_hint(p)}")
+            f"{version} (damaged or edited by hand); it was left untouched: {restore_hint(p)}")
 
 
 def create_atomically(p: Path) -> Path:

@@ -113,7 +113,7 @@ class Store:
                 raise full from None
             raise StoreError(
                 f"state file {p} is corrupted or not a SQLite file ({e}); it was left "
-                "untouched: move it away (or restore a backup) and run again") from None
+                f"untouched: {guard.restore_hint(p)}") from None
         except BaseException:
             conn.close()
             raise
@@ -189,7 +189,7 @@ class Store:
         bad = conn.execute("PRAGMA quick_check").fetchone()[0]
         if bad != "ok":
             raise StoreError(f"state file {p} failed SQLite's integrity check ({bad}); it "
-                             "was left untouched: move it away and run again")
+                             f"was left untouched: {guard.restore_hint(p)}")
 
     @staticmethod
     def _init_schema(conn: sqlite3.Connection) -> None:
@@ -513,7 +513,7 @@ def open_store_readonly(path: str | Path | None = None) -> Store | None:
         if full is not None:
             raise full from None
         raise StoreError(f"state file {p} is corrupted or not a SQLite file ({e}); it was "
-                         "left untouched") from None
+                         f"left untouched: {guard.restore_hint(p)}") from None
     if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
         conn.close()
         return None  # a database with no tables: nothing was ever recorded
