@@ -56,6 +56,8 @@ class ReplanResult:
     #: spooled jobs that cannot be placed now (job, where they are kept: SPOOL/waiting/)
     spool_waiting: list[tuple[str, str]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
+    #: a --dry-run pass: the spool's files were not moved, only said where they would go
+    dry_run: bool = False
 
     @property
     def changed(self) -> bool:
@@ -80,11 +82,12 @@ class ReplanResult:
         if self.spool_ignored:
             out.append("spool: left out (a job of that name is queued or running): "
                        + ", ".join(f"{j} ({f})" for j, f in self.spool_ignored))
+        moved, kept = (("would be moved to rejected/", "would be kept in") if self.dry_run
+                       else ("moved to rejected/", "kept in"))
         if self.spool_rejected:
-            out.append("spool: rejected (moved to rejected/): "
-                       + "; ".join(self.spool_rejected))
+            out.append(f"spool: rejected ({moved}): " + "; ".join(self.spool_rejected))
         for path in sorted({f for _, f in self.spool_waiting}):
-            out.append(f"spool: kept in {path}, to put back in the spool once it can run: "
+            out.append(f"spool: {kept} {path}, to put back in the spool once it can run: "
                        + ", ".join(j for j, f in self.spool_waiting if f == path))
         if self.spool_untaken:
             out.append("spool: not taken yet: " + ", ".join(self.spool_untaken) + " (the "

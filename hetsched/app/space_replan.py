@@ -202,7 +202,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
         return ReplanResult("unchanged", "no reset events")
     rows = latest_rows(store)
     now = time.time()
-    result = ReplanResult("replanned", reason)
+    result = ReplanResult("replanned", reason, dry_run=dry_run)
     plans = StoredPlans(store)
     jobs, running_gpus, done_epochs = _work_left(store, plans, rows, cycle, result, now=now,
                                                dry_run=dry_run, max_failures=max_failures,

@@ -574,6 +574,26 @@ def test_a_spooled_job_that_cannot_be_placed_is_kept_not_lost(tmp_path: Path) ->
     assert c.name == "C" and c.gpu_types == ("h100",) and c.slurm is not None
 
 
+def test_a_dry_run_says_where_spool_files_would_go_and_moves_none(tmp_path: Path) -> None:
+    """--dry-run: a bad file and an unplaceable job are said in the conditional ("would
+    be"), both files stay where they are, and a real pass then moves them."""
+    slurm, st, ids = _setup(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "bad.yaml").write_text("jobs: [{name: x, workload: w}]\n")
+    (spool / "more.yaml").write_text(TWO_JOBS.replace("name: A", "name: C").replace(
+        "gpu_types: [v100]", "gpu_types: [h100]").replace("name: B", "name: D"))
+    r = replan(st, slurm, table(), spool=spool, dry_run=True)
+    kept = spool / "waiting" / "more.yaml"
+    assert "spool: rejected (would be moved to rejected/): " in r.summary(), r.summary()
+    assert f"spool: would be kept in {kept}, to put back" in r.summary()
+    assert sorted(f.name for f in spool.iterdir()) == ["bad.yaml", "more.yaml"]
+    r = replan(st, slurm, table(), spool=spool)
+    assert "spool: rejected (moved to rejected/): " in r.summary()
+    assert f"spool: kept in {kept}, to put back" in r.summary()
+    assert (spool / "rejected" / "bad.yaml").exists() and kept.exists()
+
+
 def test_the_same_jobs_file_spooled_again_is_a_second_batch(tmp_path: Path) -> None:
     """A retired file's mark is forgotten: the same bytes at the same path later (a
     nightly batch of one jobs file) are read again, not skipped as already seen."""
