@@ -225,7 +225,7 @@ def replan_space(store: Store, client: SlurmClient, table: Any, *, policy: str |
     # a job that cannot be placed now (its GPU type's nodes are down, ...) waits;
     # the rest is replanned: one such job must never wedge replanning
     jobs = _placeable_now(store, jobs, cluster, table, result, dry_run=dry_run, log=log)
-    _hold_spool_waiting(fresh, {j for j, _ in result.waiting}, result, dry_run=dry_run)
+    _hold_spool_waiting(fresh, dict(result.waiting), result, dry_run=dry_run)
     if not jobs:
         return unchanged("no job can be placed now")
     new_plan = plan_jobs(PlanInputs(jobs, cluster, table, progress_points(store), "replan"),
@@ -280,13 +280,25 @@ def _apply(store: Store, client: SlurmClient, new_plan: Plan, dec: Any, result: 
                         [i for _, i in result.submitted])
 
 
-def _retire_spool(spool_files: list[Path], folder: str = "done") -> None:
+def _retire_spool(spool_files: list[Path], folder: str = "done", why: str = "") -> None:
     """Move the jobs files taken from the spool to its done/ (or another) folder, never
-    over an earlier one of the same name (the same jobs file spooled again)."""
+    over an earlier one of the same name (the same jobs file spooled again); ``why``
+    goes beside the moved file, in FILE.why, for whoever finds it there later."""
     for p in spool_files:
         private_dir(p.parent / folder)
+        dest = _free_name(p.parent / folder, p)
         with contextlib.suppress(OSError):
-            p.rename(_free_name(p.parent / folder, p))
+            p.rename(dest)
+            # a reason put back with the file (mv waiting/* .) is an earlier pass's
+            p.with_name(p.name + ".why").unlink(missing_ok=True)
+            if why:
+                _say_why(dest, why)
+
+
+def _say_why(dest: Path, why: str) -> None:
+    """``dest``.why: one line per reason, stamped (the spool reads only *.yaml/*.yml)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    atomic_write(dest.with_name(dest.name + ".why"), f"{stamp} hetsched replan: {why}\n")
 
 
 def _free_name(folder: Path, p: Path) -> Path:
@@ -338,7 +350,7 @@ def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set
                 log(f"spool {p}: rejected: {err}")
                 result.spool_rejected.append(str(err))
                 if not dry_run:
-                    _retire_spool([p], "rejected")
+                    _retire_spool([p], "rejected", f"rejected: {err}")
                 continue
             for j in spooled:
                 if j.name in live or j.name in fresh:
@@ -351,15 +363,15 @@ def _take_spool(pending_events: list[dict[str, Any]], jobs: list[Job], live: set
     return spool_files, fresh
 
 
-def _hold_spool_waiting(fresh: dict[str, Path], waiting: set[str], result: ReplanResult, *,
-                        dry_run: bool) -> None:
+def _hold_spool_waiting(fresh: dict[str, Path], waiting: dict[str, str], result: ReplanResult,
+                        *, dry_run: bool) -> None:
     """Keep the spooled jobs that cannot be placed now in ``SPOOL/waiting/`` (their own
     entries of their file, nothing else), to be put back in the spool once they can run:
     no submission holds them yet, so retiring their file would lose them."""
     import yaml
 
     by_file: dict[Path, set[str]] = {}
-    for name in waiting & set(fresh):
+    for name in waiting.keys() & set(fresh):
         by_file.setdefault(fresh[name], set()).add(name)
     for p, names in sorted(by_file.items()):
         dest = _free_name(p.parent / "waiting", p)
@@ -371,6 +383,8 @@ def _hold_spool_waiting(fresh: dict[str, Path], waiting: set[str], result: Repla
             doc = {**data, "jobs": kept} if isinstance(data, Mapping) else kept
             private_dir(dest.parent)
             atomic_write(dest, yaml.safe_dump(doc, sort_keys=False))
+            _say_why(dest, "; ".join(f"{n} waits, cannot be placed now: {waiting[n]}"
+                                     for n in sorted(names)))
         result.spool_waiting += [(n, str(dest)) for n in sorted(names)]
 
 

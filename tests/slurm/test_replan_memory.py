@@ -549,6 +549,8 @@ def test_a_spool_file_that_does_not_load_is_rejected_and_never_wedges(tmp_path: 
     assert len(r.spool_rejected) == 1 and "bad.yaml" in r.spool_rejected[0]
     assert "dataset_size" in r.spool_rejected[0] and "rejected" in r.summary()
     assert (spool / "rejected" / "bad.yaml").exists() and not (spool / "bad.yaml").exists()
+    why = (spool / "rejected" / "bad.yaml.why").read_text()
+    assert "rejected: " in why and "dataset_size" in why and why.count("\n") == 1
     assert replan(st, slurm, table(), spool=spool).status == "unchanged"
 
 
@@ -568,10 +570,19 @@ def test_a_spooled_job_that_cannot_be_placed_is_kept_not_lost(tmp_path: Path) ->
     assert f"spool: kept in {kept}, to put back in the spool once it can run: C" \
         in r.summary()
     assert (spool / "done" / "more.yaml").exists()
+    why = (spool / "waiting" / "more.yaml.why").read_text()
+    assert "C waits, cannot be placed now: " in why and "h100" in why, why
+    assert not (spool / "done" / "more.yaml.why").exists()
     from hetsched.io.specs import load_jobs
 
     [c] = load_jobs(kept)
     assert c.name == "C" and c.gpu_types == ("h100",) and c.slurm is not None
+    for f in (spool / "waiting").iterdir():  # the user puts both back: mv waiting/* .
+        f.rename(spool / f.name)
+    r = replan(st, slurm, table(), spool=spool)
+    assert [j for j, _ in r.waiting] == ["C"] and r.spool_waiting == [("C", str(kept))]
+    assert not (spool / "more.yaml.why").exists() and (spool / "waiting" / "more.yaml.why"
+                                                       ).exists()
 
 
 def test_a_dry_run_says_where_spool_files_would_go_and_moves_none(tmp_path: Path) -> None:
@@ -588,6 +599,7 @@ def test_a_dry_run_says_where_spool_files_would_go_and_moves_none(tmp_path: Path
     assert "spool: rejected (would be moved to rejected/): " in r.summary(), r.summary()
     assert f"spool: would be kept in {kept}, to put back" in r.summary()
     assert sorted(f.name for f in spool.iterdir()) == ["bad.yaml", "more.yaml"]
+    assert not list(spool.rglob("*.why"))
     r = replan(st, slurm, table(), spool=spool)
     assert "spool: rejected (moved to rejected/): " in r.summary()
     assert f"spool: kept in {kept}, to put back" in r.summary()
