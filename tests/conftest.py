@@ -87,5 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that starts the real Slurm testbed carries the ``slurm`` marker, so
     ``make test-fast`` (``-m "not slurm and not slow"``) never starts one by accident."""
     for item in items:
-        if "testbed" in getattr(item, "fixturenames", ()) and "slurm" not in item.keywords:
+        # the marker itself: item.keywords also holds the names of parent folders, and
+        # every test under tests/slurm/ has "slurm" there, marked or not
+        if "testbed" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+                "slurm"):
             item.add_marker(pytest.mark.slurm)
