@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SHARED = REPO.parent / "shared"
 
-# Modest example counts keep `make test-fast` under two minutes on 2 cores, and the
+# Modest example counts keep the property tests short in `make test-fast`, and the
 # default profile draws the same examples every run: a red `make test` reproduces, and
 # CI never fails on a draw it has not seen before. HYPOTHESIS_PROFILE=thorough explores
 # (many more examples, a fresh random draw each run).
