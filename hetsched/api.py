@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsched.config import DEFAULT_RESTART_COST_S
 from hetsched.core.plan import Plan
 from hetsched.core.spec import Cluster, Job
 from hetsched.core.throughput import ProfileRow, ThroughputTable
@@ -92,29 +91,47 @@ _FLAGS = {"--policy": "policy", "--param": "params", "--mode": "mode",
 
 def _api_error(e: InputError) -> InputError:
     """The same error, named by the keyword argument instead of the command-line flag."""
-    if e.source in _FLAGS:
-        return type(e)(_FLAGS[e.source], e.message, e.where)
-    return e
+    message = e.message.replace("pass --skip-unplaceable", "pass skip_unplaceable=True")
+    return type(e)(_FLAGS.get(e.source, e.source), message, e.where)
 
 
 def plan(jobs: str | Path | Mapping[str, Any] | Sequence[Job | Mapping[str, Any]],
-         cluster: str | Path | Mapping[str, Any] | Cluster,
-         profiles: str | Path | Sequence[ProfileRow | Mapping[str, Any]] | ThroughputTable, *,
-         policy: str = "auto", params: dict[str, Any] | None = None, mode: str = "space",
-         static: bool = False, restart_cost_s: float = DEFAULT_RESTART_COST_S,
-         task_iterations: int | None = None) -> Plan:
+         cluster: str | Path | Mapping[str, Any] | Cluster | None = None,
+         profiles: str | Path | Sequence[ProfileRow | Mapping[str, Any]] | ThroughputTable
+         | None = None, *, policy: str = "auto", params: dict[str, Any] | None = None,
+         mode: str = "space", static: bool = False, restart_cost_s: float | None = None,
+         task_iterations: int | None = None, partition: str | None = None,
+         skip_unplaceable: bool = False) -> Plan:
     """Plan ``jobs`` on ``cluster`` (``hetsched plan``); see docs/policies.md for policies.
 
     Each input is a path (YAML, CSV), a dict (the file's content) or the
-    loaded objects. Errors name the argument (``policy: unknown policy ...``).
+    loaded objects. As on the command line, no ``cluster`` reads ``partition`` (or the
+    configured one) from Slurm, no ``profiles`` reads the profile history of the state
+    file, ``restart_cost_s`` None is the configured one, and the completed jobs'
+    progress history is read where the policy or a ``target_loss`` job needs it: the
+    same inputs give the same plan as ``hetsched plan``. ``skip_unplaceable``: plan the
+    jobs that fit and list the others (the plan's ``skipped_unplaceable``) instead of
+    refusing the batch. Errors name the argument (``policy: unknown policy ...``).
     """
-    from hetsched.planning.planner import make_plan
+    from hetsched.app.plan import (
+        PlanInputs,
+        load_throughputs,
+        plan_jobs,
+        plan_settings,
+        progress_history,
+    )
+    from hetsched.app.plan import load_cluster as cluster_or_partition
 
     try:
-        return make_plan(_jobs(jobs), _cluster(cluster), load_profiles(profiles),
-                         policy=policy, params=params, mode=mode, static=static,
-                         restart_cost_s=restart_cost_s, task_iterations=task_iterations,
-                         jobs_source="jobs")
+        settings = plan_settings(mode=mode, policy=policy, params=params, static=static,
+                                 restart_cost_s=restart_cost_s,
+                                 task_iterations=task_iterations)
+        js = _jobs(jobs)
+        inputs = PlanInputs(
+            js, cluster_or_partition(None, partition) if cluster is None else _cluster(cluster),
+            load_throughputs(None) if profiles is None else load_profiles(profiles),
+            progress_history(settings.policy, js), "jobs")
+        return plan_jobs(inputs, settings, skip_unplaceable=skip_unplaceable)
     except InputError as e:
         raise _api_error(e) from None
 

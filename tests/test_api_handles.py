@@ -51,6 +51,48 @@ def test_api_errors_name_the_argument_not_a_flag(examples: dict[str, Path]) -> N
         hetsched.plan([1, 2], *ins[1:])
     with pytest.raises(hetsched.InputError, match="^profiles: row 0"):
         hetsched.plan(*ins[:2], [{"workload": "w"}])
+    jobs = yaml.safe_load(examples["jobs"].read_text())["jobs"]
+    huge = [*jobs, {**jobs[0], "name": "huge", "global_batch": 10**7}]
+    with pytest.raises(hetsched.InputError, match="pass skip_unplaceable=True") as e:
+        hetsched.plan(huge, *ins[1:])
+    assert "--" not in str(e.value)
+    some = hetsched.plan(huge, *ins[1:], policy="fifo", skip_unplaceable=True)
+    assert [j.name for j in some.jobs] == [j["name"] for j in jobs]
+
+
+def test_plan_plans_as_the_command_line_does(examples: dict[str, Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same inputs, the same plan as `hetsched plan`: no profiles reads the profile
+    history of the state file, the restart cost is the configured one, and the plan's
+    objective and placement equal the command line's (a subprocess, stdout's JSON)."""
+    import json
+    import os
+    import subprocess
+
+    from hetsched.io.profiles import parse_csv
+    from hetsched.state.history import import_rows
+    from hetsched.state.store import open_store
+
+    state = tmp_path / "s.db"
+    with open_store(state) as st:
+        import_rows(st, parse_csv(examples["throughputs"].read_text(), "csv"), "test")
+    monkeypatch.setenv("HETSCHED_STATE", str(state))
+    monkeypatch.setenv("HETSCHED_RESTART_COST", "10")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    got = hetsched.plan(examples["jobs"], examples["cluster"], policy="has")
+    assert got.restart_cost_s == 10.0
+    cli = subprocess.run([sys.executable, "-m", "hetsched", "plan", str(examples["jobs"]),
+                          "--cluster", str(examples["cluster"]), "--policy", "has",
+                          "--format", "json"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert cli.returncode == 0, cli.stderr
+    want = json.loads(cli.stdout)
+    assert want["restart_cost_s"] == 10.0
+    assert got.weighted_jct_s == pytest.approx(want["objective"]["weighted_jct_s"], abs=1e-4)
+    assert json.loads(got.to_json())["jobs"] == want["jobs"]  # every segment and share
+    monkeypatch.setenv("HETSCHED_STATE", str(tmp_path / "none.db"))
+    with pytest.raises(hetsched.InputError, match="^profiles: no throughput CSV given"):
+        hetsched.plan(examples["jobs"], examples["cluster"])
 
 
 def test_submit_returns_handles_that_follow_the_job(tmp_path: Path) -> None:

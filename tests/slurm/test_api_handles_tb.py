@@ -32,3 +32,17 @@ def test_handles_wait_read_the_log_and_cancel(testbed: Testbed, client: CliSlurm
     assert other["other"].wait(timeout_s=30, poll_s=0.5) == "CANCELLED"
     batch["short"].cancel()  # ended: left as it is
     assert batch["short"].wait(timeout_s=5, poll_s=0.5) == "COMPLETED"
+
+
+def test_plan_without_a_cluster_reads_the_partition(testbed: Testbed, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `hetsched plan` without --cluster: the partition as Slurm reports it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    repo = Path(__file__).resolve().parents[2]
+    rows = [{"workload": w, "gpu_type": t, "local_batch": b, "step_time_s": 0.001 * b}
+            for w in ("mlp", "cnn", "transformer") for t in ("a100", "v100", "t4")
+            for b in (16, 64)]
+    plan = hetsched.plan(repo / "examples" / "testbed-jobs.yaml", None, rows, partition="gpu")
+    assert plan.cluster["gpus"] == {"a100": 4, "t4": 4, "v100": 8}
+    with pytest.raises(hetsched.HetschedError, match="partition 'nope'"):
+        hetsched.plan(repo / "examples" / "testbed-jobs.yaml", None, rows, partition="nope")
