@@ -280,7 +280,8 @@ class Batch:
 
 
 def submit(plan: Plan | str | Path, *, dry_run: bool = False, partition: str | None = None,
-           state: str | Path | None = None, client: Any = None) -> Batch:
+           state: str | Path | None = None, client: Any = None,
+           sbatch: Mapping[str, Any] | None = None) -> Batch:
     """Submit ``plan`` (a Plan or a plan.json path) to Slurm (``hetsched submit``).
 
     Returns a :class:`Batch`: a :class:`JobHandle` per submitted job
@@ -288,15 +289,24 @@ def submit(plan: Plan | str | Path, *, dry_run: bool = False, partition: str | N
     ``.result()``), plus the submit result's ``submitted`` (job, Slurm id)
     pairs and rendered ``scripts``. With ``dry_run`` only the scripts are
     rendered and there are no handles. ``client`` is the Slurm client
-    (default: Slurm's commands, as the command line uses).
+    (default: Slurm's commands, as the command line uses). ``sbatch``: options for every
+    job, the keys of a jobs file's ``slurm:`` (``time``, ``account``, ``qos``, ``mem``,
+    ``cpus_per_gpu``, ``constraint``, ``extra``), as ``hetsched submit``'s flags: over
+    the configured ones, under each job's own.
     """
+    from hetsched.app.submit import base_sbatch
     from hetsched.app.submit import submit as submit_plan
+    from hetsched.core.sbatch import SbatchOptionError, SbatchOptions
 
     if isinstance(plan, (str, Path)):
         plan = load_plan(plan)
+    try:
+        opts = base_sbatch(SbatchOptions.parse(dict(sbatch or {})))
+    except SbatchOptionError as e:
+        raise InputError("sbatch", str(e)) from None
     if dry_run:
         return Batch(submit_plan(plan, None, None, dry_run=True, partition=partition,
-                                 source="api"), {})
+                                 source="api", sbatch=opts), {})
     from hetsched.state.store import open_store
 
     if client is None:
@@ -304,7 +314,7 @@ def submit(plan: Plan | str | Path, *, dry_run: bool = False, partition: str | N
 
         client, _ = make_client()
     with open_store(Path(state) if state is not None else None) as st:
-        res = submit_plan(plan, st, client, partition=partition, source="api")
+        res = submit_plan(plan, st, client, partition=partition, source="api", sbatch=opts)
         path = Path(st.path)
     return Batch(res, {job: JobHandle(job, sid, path, client)
                        for job, sid in res.submitted + res.skipped})

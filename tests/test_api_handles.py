@@ -95,6 +95,18 @@ def test_plan_plans_as_the_command_line_does(examples: dict[str, Path], tmp_path
         hetsched.plan(examples["jobs"], examples["cluster"])
 
 
+def test_submit_takes_sbatch_options_as_the_command_line_does(examples: dict[str, Path],
+                                                               tmp_path: Path) -> None:
+    plan = hetsched.plan(*(examples[k] for k in ("jobs", "cluster", "throughputs")),
+                         policy="fifo")
+    batch = hetsched.submit(plan, dry_run=True, sbatch={"account": "proj-7", "time": "00:30:00"})
+    texts = [s.text for s in batch.scripts.values()]
+    assert texts and all("#SBATCH --account=proj-7" in t for t in texts)
+    assert all("#SBATCH --time=00:30:00" in t for t in texts)
+    with pytest.raises(hetsched.InputError, match="^sbatch: unknown sbatch key 'acount'"):
+        hetsched.submit(plan, dry_run=True, sbatch={"acount": "x"})
+
+
 def test_submit_returns_handles_that_follow_the_job(tmp_path: Path) -> None:
     from slurm_helpers import contract_plan
 
