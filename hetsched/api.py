@@ -92,6 +92,8 @@ _FLAGS = {"--policy": "policy", "--param": "params", "--mode": "mode",
 def _api_error(e: InputError) -> InputError:
     """The same error, named by the keyword argument instead of the command-line flag."""
     message = e.message.replace("pass --skip-unplaceable", "pass skip_unplaceable=True")
+    for flag, kw in _FLAGS.items():  # "pass --cluster cluster.yaml" -> "pass cluster=..."
+        message = message.replace(f"pass {flag} ", f"pass {kw}=")
     return type(e)(_FLAGS.get(e.source, e.source), message, e.where)
 
 
