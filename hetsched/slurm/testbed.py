@@ -40,8 +40,13 @@ from hetsched.slurm.templates import package_data
 
 DEFAULT_NODES = "a100:2x2,v100:2x4,t4:1x4"
 PARTITION = "gpu"
-#: Unix socket paths are limited to 108 bytes; longer DIRs get their munge socket in /tmp.
+#: Unix socket paths are limited to 108 bytes; longer DIRs get their munge socket and
+#: slurmd spool (each job step's socket: SPOOL/NODE/NODE_JOBID.STEPID) in /tmp.
 MAX_SOCKET_PATH = 100
+#: the longest "_JOBID.STEPID" a step socket's name ends in (Slurm's default MaxJobId;
+#: the batch step's id), and the longest such path (108 bytes with its NUL)
+STEP_SOCKET_TAIL = len("_67043328.4294967291")
+MAX_STEP_SOCKET = 107
 NODE_SPEC_RE = re.compile(r"^([A-Za-z0-9_-]+):(\d+)x(\d+)$")
 
 
@@ -165,6 +170,17 @@ class Testbed:
         return out
 
     @property
+    def slurmd_spool(self) -> Path:
+        """The slurmd spool (one folder per node): in DIR, or in /tmp where a job step's
+        socket there would pass the Unix socket limit. Every job failed to launch on a
+        testbed in a deep directory ("Unix socket path ... is too long. (124 > 108)")."""
+        spool = self.dir / "state" / "slurmd"
+        longest = max((2 * len(n.name) for n in self.node_confs), default=0)
+        if len(str(spool)) + 2 + longest + STEP_SOCKET_TAIL > MAX_STEP_SOCKET:
+            spool = Path("/tmp") / f"hetsched-slurmd-{zlib.crc32(str(self.dir).encode()):08x}"
+        return spool
+
+    @property
     def state_db(self) -> Path:
         return self.dir / "state.db"
 
@@ -203,7 +219,7 @@ class Testbed:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={d}/state/ctld",
-            f"SlurmdSpoolDir={d}/state/slurmd/%n",
+            f"SlurmdSpoolDir={self.slurmd_spool}/%n",
             f"SlurmctldPidFile={self.run_dir}/slurmctld.pid",
             f"SlurmdPidFile={self.run_dir}/slurmd-%n.pid",
             f"SlurmctldLogFile={self.log_dir}/slurmctld.log",
@@ -265,7 +281,7 @@ class Testbed:
         os.chmod(self.munge_dir, 0o700)
         os.chmod(self.munge_socket.parent, 0o755)
         for n in self.node_confs:
-            (self.dir / "state" / "slurmd" / n.name).mkdir(parents=True, exist_ok=True)
+            (self.slurmd_spool / n.name).mkdir(parents=True, exist_ok=True)
             devdir = self.dir / "dev" / n.name
             devdir.mkdir(parents=True, exist_ok=True)
             for i in range(n.gpus):
@@ -531,6 +547,9 @@ class Testbed:
                 time.sleep(0.5)
         if strays:
             stopped.append(f"{len(strays)} job step processes")
+        if not self.slurmd_spool.is_relative_to(self.dir) and not self.processes().get(
+                "slurmctld"):  # the spool put in /tmp for a deep DIR: nothing of it is kept
+            shutil.rmtree(self.slurmd_spool, ignore_errors=True)
         return stopped
 
     def status(self) -> dict[str, object]:

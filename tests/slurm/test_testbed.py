@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,30 @@ def test_second_testbed_coexists_and_down_stops_all(tmp_path: Path, testbed: Tes
 def test_changing_nodes_of_running_testbed_is_refused(testbed: Testbed) -> None:
     with pytest.raises(TestbedError, match="testbed down"):
         Testbed(testbed.dir, nodes="t4:1x1", port_base=testbed.port_base).up(timeout_s=5)
+
+
+def test_a_testbed_in_a_deep_directory_runs_jobs(tmp_path: Path, testbed: Testbed) -> None:
+    """A job step's socket lives in the slurmd spool (SPOOL/NODE/NODE_JOBID.STEPID): in a
+    deep DIR it passed the 108-byte Unix socket limit and every job failed to launch
+    ("launch failed requeued held"). Such a DIR gets its spool in /tmp, removed at down."""
+    deep = tmp_path / ("d" * 40) / ("e" * 40) / "tb"
+    short = Path("/tmp/hs-short-tb")  # never started: only where its spool would be
+    assert Testbed(short, nodes="t4:1x1").slurmd_spool == short / "state" / "slurmd"
+    tb = Testbed(deep, nodes="t4:1x1")
+    if tb.port_base == testbed.port_base:
+        tb = Testbed(deep, nodes="t4:1x1",
+                     port_base=10000 + (testbed.port_base - 10000 + 100) % 20000)
+    spool = tb.slurmd_spool
+    assert not spool.is_relative_to(deep) and len(str(spool / "t4-1" / "t4-1")) + 20 <= 107
+    try:
+        tb.up(timeout_s=30)
+        out = tmp_path / "job.out"
+        tb.runner.run(["sbatch", "--partition", "gpu", "--gres=gpu:t4:1", "--output", str(out),
+                       "--wrap", "srun echo stepped"])
+        deadline = time.monotonic() + 60
+        while "stepped" not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, tb.runner.run(["squeue"]).stdout
+            time.sleep(0.5)
+    finally:
+        tb.down()
+    assert not spool.exists()
