@@ -21,9 +21,12 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 
+# The bundled example planned; then, where no Slurm site answers, the testbed example
+# end to end on a local Slurm test cluster that goes down again (examples/demo-testbed.sh).
 demo: $(STAMP)
 	hetsched plan $(EXAMPLES)/jobs.yaml --cluster $(EXAMPLES)/cluster.yaml \
 		--throughputs $(EXAMPLES)/gavel_throughputs.csv --gantt plan-gantt.png --out plan.json
+	bash $(EXAMPLES)/demo-testbed.sh
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
