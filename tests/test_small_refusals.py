@@ -1,6 +1,7 @@
 """Small refusals, each one line with its documented exit code: a FIFO as an input
 file (read, never waited on; a device refused), a dangling-symlink state file (8, not "corrupted"), and a dry run that
-fails where the real submit would (a state path with a space)."""
+fails where the real submit would (a state path with a space), and a testbed asked for by
+a user other than root."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hetsched.errors import EXIT_INPUT, EXIT_STATE_PERMISSION
 
@@ -74,3 +77,16 @@ def test_dry_run_fails_where_submit_fails(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert f"--plan {tmp_path}/s.db.files/plans/" in ok.stdout  # the real path
     assert "--key-file" in ok.stdout and not (tmp_path / "s.db.files").exists()
+
+
+def test_testbed_up_as_another_user_says_it_needs_root(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root: one line before anything starts (slurmctld would stop at "Can not set
+    uid to SlurmUser" and up would only quote its log)."""
+    from hetsched.slurm.testbed import Testbed, TestbedError
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    tb = Testbed(tmp_path / "tb", nodes="t4:1x1")
+    with pytest.raises(TestbedError, match="as root"):
+        tb.up(timeout_s=1)
+    assert not (tmp_path / "tb" / "etc").exists() and not any(tb.processes().values())

@@ -423,6 +423,10 @@ class Testbed:
            progress: Callable[[str], None] | None = None) -> None:
         """Start what is not running and wait until every node is idle (idempotent)."""
         say = progress or (lambda _m: None)
+        if os.geteuid() != 0:  # slurmctld would stop at "Can not set uid to SlurmUser"
+            raise TestbedError("the testbed runs slurmctld and slurmd as root (SlurmUser="
+                               "root, as slurmd must be to start jobs): run it as root, e.g. "
+                               "in a container or a VM")
         prev = self._saved_config()
         if prev and prev.get("nodes") != self.nodes_spec and any(self.processes().values()):
             raise TestbedError(
