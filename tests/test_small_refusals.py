@@ -90,3 +90,14 @@ def test_testbed_up_as_another_user_says_it_needs_root(tmp_path: Path,
     with pytest.raises(TestbedError, match="as root"):
         tb.up(timeout_s=1)
     assert not (tmp_path / "tb" / "etc").exists() and not any(tb.processes().values())
+
+
+@pytest.mark.parametrize("name", ["with space", "hash#dir", "pct%n", "quo'te"])
+def test_testbed_up_in_a_directory_slurm_conf_cannot_hold(tmp_path: Path, name: str) -> None:
+    """One line, exit 2, nothing started: slurmctld had failed on its own config's parse
+    errors (split at the blank) and left munged running."""
+    r = run("testbed", "up", "--dir", str(tmp_path / name / "tb"))
+    assert r.returncode == EXIT_INPUT, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("hetsched: error: --dir: ") and "slurm.conf" in line, line
+    assert not (tmp_path / name / "tb" / "etc").exists()

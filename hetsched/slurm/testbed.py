@@ -47,6 +47,8 @@ MAX_SOCKET_PATH = 100
 #: the batch step's id), and the longest such path (108 bytes with its NUL)
 STEP_SOCKET_TAIL = len("_67043328.4294967291")
 MAX_STEP_SOCKET = 107
+#: a character slurm.conf takes in a path as it is (no blank, '#', '%', quote or '=')
+CONF_PATH_RE = re.compile(r"[A-Za-z0-9._/+@,:~-]")
 NODE_SPEC_RE = re.compile(r"^([A-Za-z0-9_-]+):(\d+)x(\d+)$")
 
 
@@ -427,6 +429,11 @@ class Testbed:
             raise TestbedError("the testbed runs slurmctld and slurmd as root (SlurmUser="
                                "root, as slurmd must be to start jobs): run it as root, e.g. "
                                "in a container or a VM")
+        bad = next((c for c in str(self.dir) if not CONF_PATH_RE.match(c)), None)
+        if bad is not None:  # slurm.conf splits at blanks, '#' comments, '%' expands
+            raise InputError("--dir", f"{self.dir} holds {bad!r}, which slurm.conf cannot "
+                             "take in a path; choose a directory of letters, digits and "
+                             "._-+@,:~/")
         prev = self._saved_config()
         if prev and prev.get("nodes") != self.nodes_spec and any(self.processes().values()):
             raise TestbedError(
