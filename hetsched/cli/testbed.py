@@ -56,7 +56,8 @@ def testbed() -> None:
               help="Seconds to wait for every node to become idle.")
 def testbed_up(directory: str, nodes: str | None, port_base: int | None, lua: bool | None,
                spank: str | None, timeout: float) -> None:
-    """Start the testbed (idempotent) and wait until all nodes are idle."""
+    """Start the testbed (idempotent; as root: its daemons run as root) and wait until all
+    nodes are idle. DIR must be a path slurm.conf can hold (no blank, #, %, quote)."""
     tb = open_testbed(directory, nodes=nodes, port_base=port_base, lua=lua, spank=spank)
     tb.up(timeout_s=timeout)
     n = len(tb.node_confs)
