@@ -6,6 +6,7 @@ a user other than root."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,24 @@ def test_testbed_up_in_a_directory_slurm_conf_cannot_hold(tmp_path: Path, name: 
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("hetsched: error: --dir: ") and "slurm.conf" in line, line
     assert not (tmp_path / name / "tb" / "etc").exists()
+
+
+def test_testbed_refuses_a_planted_tmp_folder(tmp_path: Path) -> None:
+    """A deep DIR's slurmd spool goes in /tmp under a name anyone can guess: a link
+    planted there is refused, never written through."""
+    from hetsched.slurm.testbed import Testbed, TestbedError
+
+    tb = Testbed(tmp_path / ("d" * 60) / ("e" * 60) / "tb", nodes="t4:1x1")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    spool, munge = tb.slurmd_spool, tb.munge_socket.parent
+    assert not spool.is_relative_to(tb.dir) and not spool.exists()
+    spool.symlink_to(target)
+    try:
+        with pytest.raises(TestbedError, match="not a folder of this user's"):
+            tb.up(timeout_s=1)
+        assert not list(target.iterdir()) and not any(tb.processes().values())
+    finally:
+        spool.unlink()
+        if not munge.is_relative_to(tb.dir):
+            shutil.rmtree(munge, ignore_errors=True)

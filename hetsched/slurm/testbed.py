@@ -26,6 +26,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import time
 import zlib
 from collections.abc import Callable
@@ -276,7 +277,21 @@ class Testbed:
             lines.append(f"NodeName={n.name} Name=gpu{typed} File={files}")
         return "\n".join(lines) + "\n"
 
+    def _own_outside(self, folder: Path) -> None:
+        """A folder put in /tmp for a deep DIR (a name any local user can guess): made
+        private, and refused unless it is a real folder of this user, never a link."""
+        if folder.is_relative_to(self.dir):
+            return
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise TestbedError(f"{folder} exists and is not a folder of this user's; remove "
+                               "it, or use a shorter --dir")
+
     def _write_files(self) -> None:
+        self._own_outside(self.munge_socket.parent)
+        self._own_outside(self.slurmd_spool)
         for p in (self.etc, self.run_dir, self.log_dir, self.munge_dir,
                   self.munge_socket.parent, self.dir / "state" / "ctld", self.spool):
             p.mkdir(parents=True, exist_ok=True)
