@@ -103,7 +103,7 @@ def plan(jobs: str | Path | Mapping[str, Any] | Sequence[Job | Mapping[str, Any]
          | None = None, *, policy: str = "auto", params: dict[str, Any] | None = None,
          mode: str = "space", static: bool = False, restart_cost_s: float | None = None,
          task_iterations: int | None = None, partition: str | None = None,
-         skip_unplaceable: bool = False) -> Plan:
+         skip_unplaceable: bool = False, state: str | Path | None = None) -> Plan:
     """Plan ``jobs`` on ``cluster`` (``hetsched plan``); see docs/policies.md for policies.
 
     Each input is a path (YAML, CSV), a dict (the file's content) or the
@@ -113,7 +113,9 @@ def plan(jobs: str | Path | Mapping[str, Any] | Sequence[Job | Mapping[str, Any]
     progress history is read where the policy or a ``target_loss`` job needs it: the
     same inputs give the same plan as ``hetsched plan``. ``skip_unplaceable``: plan the
     jobs that fit and list the others (the plan's ``skipped_unplaceable``) instead of
-    refusing the batch. Errors name the argument (``policy: unknown policy ...``).
+    refusing the batch. ``state``: the state file whose histories are read (default: the
+    configured one, as :func:`submit`'s ``state``); it is only read. Errors name the
+    argument (``policy: unknown policy ...``).
     """
     from hetsched.app.plan import (
         PlanInputs,
@@ -123,19 +125,30 @@ def plan(jobs: str | Path | Mapping[str, Any] | Sequence[Job | Mapping[str, Any]
         progress_history,
     )
     from hetsched.app.plan import load_cluster as cluster_or_partition
+    from hetsched.state.store import open_store_readonly
 
+    store = None
     try:
         settings = plan_settings(mode=mode, policy=policy, params=params, static=static,
                                  restart_cost_s=restart_cost_s,
                                  task_iterations=task_iterations)
         js = _jobs(jobs)
+        if state is not None:
+            store = open_store_readonly(state)
+            if store is None and profiles is None:
+                raise InputError("state", f"no state file at {state}, so no profile history; "
+                                 "pass profiles=profiles.csv or run `hetsched profile`")
         inputs = PlanInputs(
             js, cluster_or_partition(None, partition) if cluster is None else _cluster(cluster),
-            load_throughputs(None) if profiles is None else load_profiles(profiles),
-            progress_history(settings.policy, js), "jobs")
+            load_throughputs(None, store) if profiles is None else load_profiles(profiles),
+            progress_history(settings.policy, js, store) if store is not None or state is None
+            else None, "jobs")
         return plan_jobs(inputs, settings, skip_unplaceable=skip_unplaceable)
     except InputError as e:
         raise _api_error(e) from None
+    finally:
+        if store is not None:
+            store.close()
 
 
 class JobHandle:

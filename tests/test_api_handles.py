@@ -91,6 +91,11 @@ def test_plan_plans_as_the_command_line_does(examples: dict[str, Path], tmp_path
     assert got.weighted_jct_s == pytest.approx(want["objective"]["weighted_jct_s"], abs=1e-4)
     assert json.loads(got.to_json())["jobs"] == want["jobs"]  # every segment and share
     monkeypatch.setenv("HETSCHED_STATE", str(tmp_path / "none.db"))
+    # the state file named, as submit's state=: the same history, the same plan
+    named = hetsched.plan(examples["jobs"], examples["cluster"], policy="has", state=state)
+    assert json.loads(named.to_json())["jobs"] == want["jobs"]
+    with pytest.raises(hetsched.InputError, match="^state: no state file at "):
+        hetsched.plan(examples["jobs"], examples["cluster"], state=tmp_path / "nope.db")
     with pytest.raises(hetsched.InputError, match="^profiles: no throughput CSV given") as e:
         hetsched.plan(examples["jobs"], examples["cluster"])
     assert "pass profiles=profiles.csv" in str(e.value) and "--" not in str(e.value), e.value
