@@ -119,7 +119,14 @@ def test_testbed_refuses_a_planted_tmp_folder(tmp_path: Path) -> None:
         with pytest.raises(TestbedError, match="not a folder of this user's"):
             tb.up(timeout_s=1)
         assert not list(target.iterdir()) and not any(tb.processes().values())
-    finally:
         spool.unlink()
+        spool.mkdir(mode=0o700)
+        spool.chmod(0o777)  # a folder of its own, but any user could write into it
+        with pytest.raises(TestbedError, match="writable by others"):
+            tb.up(timeout_s=1)
+    finally:
+        if spool.is_symlink():
+            spool.unlink()
+        shutil.rmtree(spool, ignore_errors=True)
         if not munge.is_relative_to(tb.dir):
             shutil.rmtree(munge, ignore_errors=True)

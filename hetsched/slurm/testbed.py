@@ -26,7 +26,6 @@ import shlex
 import shutil
 import signal
 import socket
-import stat
 import time
 import zlib
 from collections.abc import Callable
@@ -34,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetsched.core.spec import GPU_TYPE_RE
-from hetsched.errors import HetschedError, InputError
+from hetsched.errors import HetschedError, InputError, UnsafeFileError
+from hetsched.io.files import check_private, private_dir
 from hetsched.slurm.client import UNTYPED
 from hetsched.slurm.runner import CommandError, Runner
 from hetsched.slurm.templates import package_data
@@ -282,12 +282,16 @@ class Testbed:
         private, and refused unless it is a real folder of this user, never a link."""
         if folder.is_relative_to(self.dir):
             return
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-        st = folder.lstat()
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise TestbedError(f"{folder} exists and is not a folder of this user's; remove "
-                               "it, or use a shorter --dir")
+        why = "a link" if folder.is_symlink() else "not a folder" if folder.exists() and \
+            not folder.is_dir() else None
+        if why is None:  # io.files: created 0700; owner and mode as every private file's
+            try:
+                check_private(private_dir(folder), "testbed folder")
+            except UnsafeFileError as e:
+                why = e.message
+        if why is not None:
+            raise TestbedError(f"{folder} exists and is not a folder of this user's ({why}); "
+                               "remove it, or use a shorter --dir")
 
     def _write_files(self) -> None:
         self._own_outside(self.munge_socket.parent)
