@@ -140,10 +140,14 @@ def mode_named(name: str) -> Mode:
                             f"{' or '.join(MODES)}") from None
 
 
+def mode_of(plan: Mapping[str, Any] | None) -> str:
+    """A stored plan's mode: space when there is none, or an old plan without the key."""
+    return str((plan or {}).get("mode") or "space")
+
+
 def active_mode(store: Store) -> Mode:
     """The adapter of the store's active plan (space when there is none)."""
-    active = store.active_plan()
-    return mode_named(str((active or {}).get("mode") or "space"))
+    return mode_named(mode_of(store.active_plan()))
 
 
 def replan_mode(store: Store, active: Mapping[str, Any] | None) -> Mode:
@@ -152,7 +156,7 @@ def replan_mode(store: Store, active: Mapping[str, Any] | None) -> Mode:
     pool plan has ended (each of its jobs completed, cancelled or given up), so that new
     jobs from the spool start a space plan (a pool takes none, and an ended one never
     will); the ended pool's jobs are done there, never resubmitted."""
-    mode = mode_named(str((active or {}).get("mode") or "space"))
+    mode = mode_named(mode_of(active))
     if mode.name == "pool" and active is not None:
         rows = [s for s in store.submissions(str(active["plan_id"])) if s.state != SUPERSEDED]
         if rows and all(s.state in ("COMPLETED", CANCELLED, GAVE_UP) for s in rows):

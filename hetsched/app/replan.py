@@ -129,11 +129,11 @@ def replan(store: Store, client: SlurmClient, table: Any, *, policy: str | None 
     ``online`` (default: setting ``replan_online``; space mode): started jobs stay on
     their GPUs until they end.
     """
-    from hetsched.app.modes import replan_mode
+    from hetsched.app.modes import mode_of, replan_mode
 
     active = store.active_plan()
     mode = replan_mode(store, active)
-    if mode.name != str((active or {}).get("mode") or "space") and spool \
+    if mode.name != mode_of(active) and spool \
             and Path(spool).is_dir():
         # a pool plan has ended: the files it left in the spool are read now
         store.forget_spool_seen(str(p) for p in Path(spool).glob("*.y*ml"))
