@@ -55,6 +55,8 @@ class ProbeSpec:
     entrypoint: str | None = None
     #: CPU cores for the probe's GPU, as the job will have (its ``cpus_per_gpu``); 0: default
     cpus: int = 0
+    #: the entrypoint's job's workdir: the probe runs there, as the job will
+    workdir: str | None = None
 
 
 #: a probe that never ran: it waited in the queue past --queue-wait, or Slurm did not
@@ -151,7 +153,9 @@ def plan_probes(jobs: Sequence[Job], gpu_types: Sequence[str], store: Store | No
                                   f"workload ({', '.join(BUILTIN_SAMPLE_BYTES)}): nothing to "
                                   "probe (import a CSV with `hetsched profiles import`)")
             else:
-                specs.append(ProbeSpec(workload, g, sweep, entry, cpus))
+                workdir = next((j.workdir for j in group if j.entrypoint == entry), None) \
+                    if entry else None
+                specs.append(ProbeSpec(workload, g, sweep, entry, cpus, workdir))
     return specs, skipped
 
 
@@ -195,6 +199,8 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                  "--time-limit", f"{time_limit_s:g}"]
         if sp.entrypoint:
             extra += ["--entrypoint", sp.entrypoint]
+        if sp.workdir:
+            extra += ["--workdir", sp.workdir]
         script = render_probe(sp.workload, sp.gpu_type, sp.batches, out=f"{base}.csv",
                               log_dir=logs_dir(files), partition=partition, extra_args=extra,
                               time_min=max(1, math.ceil(time_limit_s / 60) + 1),

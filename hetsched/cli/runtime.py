@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,9 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
 @click.option("--out", type=click.Path(dir_okay=False), required=True,
               help="CSV to write (throughput format).")
 @click.option("--entrypoint", default=None, help="module:function building the workload.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Run in this directory and import the entrypoint's module from it first "
+              "(the job's workdir; `hetsched profile` passes it).")
 @click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True,
               help="Timed steps per batch size (their mean is kept).")
@@ -203,15 +207,21 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
 @click.option("--sync/--no-sync", default=True, show_default=True,
               help="Also measure the gradient all-reduce time.")
 def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: str | None,
-              warmup: int, steps: int, time_limit: float | None, device: str | None,
+              workdir: str | None, warmup: int, steps: int, time_limit: float | None, device: str | None,
               max_batch: int, sync: bool) -> None:
     """Measure a workload's step time over local batch sizes on this GPU (a probe job's body)."""
     from hetsched.app.profile import parse_batches, rows_to_csv_file
     from hetsched.runtime.probe import probe
 
+    out = os.path.abspath(out)
+    if workdir:
+        from hetsched.runtime.job import enter_workdir
+
+        workdir = os.path.abspath(workdir)
+        enter_workdir(workdir, "--workdir")
     res = probe(workload, gpu_type, parse_batches(batches), entrypoint=entrypoint,
                 warmup=warmup, steps=steps, device=device, time_limit_s=time_limit,
-                max_batch=max_batch, sync=sync)
+                max_batch=max_batch, sync=sync, workdir=workdir)
     if not res.rows:
         raise InputError("hetsched probe", f"nothing measured for {workload} on {gpu_type} "
                          f"(OOM at {res.oom_at})" if res.oom_at else "nothing measured")

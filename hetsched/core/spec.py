@@ -6,6 +6,7 @@ The file formats that build them live in :mod:`hetsched.io.specs`.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,9 @@ class Job:
     requested_gpus: int | None = None
     command: tuple[str, ...] | None = None
     entrypoint: str | None = None
+    #: the directory the job runs in (absolute): its command's relative paths and its
+    #: entrypoint's module are found there; a jobs file's jobs default to its directory
+    workdir: str | None = None
     #: GPU memory (GB) the job's model state needs resident (weights, gradients,
     #: optimizer state); used by pool mode's speculative memory plan. None = estimate.
     memory_gb: float | None = None
@@ -140,6 +144,8 @@ class Job:
             d["command"] = list(self.command)
         if self.entrypoint is not None:
             d["entrypoint"] = self.entrypoint
+        if self.workdir is not None:
+            d["workdir"] = self.workdir
         if self.memory_gb is not None:
             d["memory_gb"] = self.memory_gb
         if self.elastic is not None:
@@ -180,6 +186,10 @@ def check_job(job: Job, source: str) -> None:
                          f"{where}: gpu_types")
     if job.command is not None and job.entrypoint is not None:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    if job.workdir is not None and not (isinstance(job.workdir, str)
+                                        and os.path.isabs(job.workdir)):
+        raise InputError(source, f"{str(job.workdir)[:60]!r} is not an absolute path",
+                         f"{where}: workdir")
     el = job.elastic
     if el is not None and not (isinstance(el, Elastic) and el.lr_scaling in LR_SCALINGS
                                and 1 <= el.min_batch <= job.global_batch <= el.max_batch):

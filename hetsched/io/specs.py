@@ -6,6 +6,7 @@ job or field, and what would be valid.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -104,15 +105,38 @@ class _Fields:
 JOB_FIELDS = (
     "name", "workload", "dataset_size", "epochs", "global_batch", "weight", "arrival_s",
     "model_size_mb", "min_gpus", "max_gpus", "gpu_types", "requested_gpus", "command",
-    "entrypoint", "memory_gb", "slurm", "elastic", "target_loss", "epochs_predicted",
+    "entrypoint", "workdir", "memory_gb", "slurm", "elastic", "target_loss",
+    "epochs_predicted",
 )
 ELASTIC_FIELDS = ("min_batch", "max_batch", "lr_scaling", "noise_scale")
 NOISE_SCALE = limits.Bound(0, 1e12)
 TARGET_LOSS = limits.Bound(-1e12, 1e12)
 
 
-def parse_job(data: Any, source: str, index: int) -> Job:
-    """Validate one job mapping from a jobs file."""
+def _workdir(f: _Fields, base_dir: Path | None, runs_code: bool) -> str | None:
+    """The job's absolute working directory: ``~`` expanded, a relative one against
+    ``base_dir``; none given, ``base_dir`` for a job that runs code of its own."""
+    if not f.has("workdir"):
+        return os.path.normpath(base_dir) if runs_code and base_dir is not None else None
+    raw = f.str_("workdir")
+    if any(ord(c) < 32 for c in raw):
+        raise f._err("workdir", "contains a control character")
+    p = os.path.expanduser(raw)
+    if not os.path.isabs(p):
+        if base_dir is None:
+            raise f._err("workdir", f"{raw!r} is relative and these jobs come from no file; "
+                         "give an absolute path")
+        p = os.path.join(base_dir, p)
+    return os.path.normpath(p)
+
+
+def parse_job(data: Any, source: str, index: int, base_dir: Path | None = None) -> Job:
+    """Validate one job mapping from a jobs file.
+
+    ``base_dir``: the jobs file's directory (absolute). A relative ``workdir`` is
+    taken from it, and a job that runs user code (``command`` or ``entrypoint``)
+    with no ``workdir`` runs there.
+    """
     name_hint = data.get("name") if isinstance(data, Mapping) else None
     where = (f"job {name_hint!r}" if isinstance(name_hint, str) and len(name_hint) <= 256
              else f"jobs[{index}]")
@@ -172,6 +196,7 @@ def parse_job(data: Any, source: str, index: int) -> Job:
         entrypoint = f.str_("entrypoint", pattern=ENTRYPOINT_RE, valid="'module.path:function'")
     if command is not None and entrypoint is not None:
         raise InputError(source, "give either 'command' or 'entrypoint', not both", where)
+    workdir = _workdir(f, base_dir, command is not None or entrypoint is not None)
     memory_gb = f.num("memory_gb", b["memory_gb"]) if f.has("memory_gb") else None
     slurm = parse_sbatch(data["slurm"], source, f"{where}.slurm") if f.has("slurm") else None
     try:
@@ -180,7 +205,7 @@ def parse_job(data: Any, source: str, index: int) -> Job:
             global_batch=global_batch, weight=weight, arrival_s=arrival_s,
             model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
             gpu_types=gpu_types, requested_gpus=requested, command=command,
-            entrypoint=entrypoint, memory_gb=memory_gb, slurm=slurm, elastic=elastic,
+            entrypoint=entrypoint, workdir=workdir, memory_gb=memory_gb, slurm=slurm, elastic=elastic,
             target_loss=target_loss, epochs_predicted=predicted,
         )
     except InputError as e:  # Job's own checks: name this file, not "Job"
@@ -213,10 +238,12 @@ def _elastic(raw: Any, source: str, where: str, global_batch: int) -> Elastic:
     return Elastic(lo, hi, rule, noise)
 
 
-def parse_jobs(data: Any, source: str) -> list[Job]:
+def parse_jobs(data: Any, source: str, base_dir: Path | None = None) -> list[Job]:
     """Validate a whole jobs document: ``{jobs: [...], slurm: {...}}`` or a bare list.
 
     A top-level ``slurm:`` mapping is every job's default (a job's own keys win).
+    ``base_dir``: the jobs file's directory (:func:`parse_job`); None for jobs that
+    come from no file.
     """
     default: SbatchOptions | None = None
     if isinstance(data, Mapping):
@@ -236,7 +263,7 @@ def parse_jobs(data: Any, source: str) -> list[Job]:
     too_many = limits.check_size("jobs", len(data), limits.MAX_JOBS)
     if too_many:
         raise InputError(source, too_many, "jobs")
-    jobs = [parse_job(item, source, i) for i, item in enumerate(data)]
+    jobs = [parse_job(item, source, i, base_dir) for i, item in enumerate(data)]
     if default:
         jobs = [replace(j, slurm=(j.slurm or SbatchOptions()).over(default)) for j in jobs]
     seen: set[str] = set()
@@ -248,8 +275,8 @@ def parse_jobs(data: Any, source: str) -> list[Job]:
 
 
 def load_jobs(path: str | Path) -> list[Job]:
-    """Load and validate a jobs YAML file."""
-    return parse_jobs(read_yaml(path), str(path))
+    """Load and validate a jobs YAML file (its jobs' working directory: its own)."""
+    return parse_jobs(read_yaml(path), str(path), Path(os.path.abspath(path)).parent)
 
 
 NODE_FIELDS = ("names", "name", "gpu_type", "gpus", "gpu_memory_gb", "state")

@@ -34,7 +34,7 @@ class Member:
         self.cfg, self.rank, self.dev, self.pg, self.rep = cfg, rank, dev, pg, reporter
         self.cuda = dev.type == "cuda"
         wl = load_workload(cfg.workload, entrypoint=cfg.entrypoint,
-                           dataset_size=cfg.dataset_size, seed=cfg.seed)
+                           dataset_size=cfg.dataset_size, seed=cfg.seed, workdir=cfg.workdir)
         self.wl = wl
         self.model = wl.model
         self.opt = wl.optimizer(self.model.parameters())

@@ -128,6 +128,7 @@ def build_config(spec: Job, workers: list[dict[str, Any]], world_size: int,
         job=job, workload=spec.workload, dataset_size=spec.dataset_size,
         epochs=float(spec.epochs), local_batches=batches,
         entrypoint=spec.entrypoint or jenv.entrypoint or None,
+        workdir=spec.workdir,
         gpu_types=[t.lower() for t in gpu_types],
         seed=int(overrides.get("seed") or 0),
         checkpoint=str(overrides.get("checkpoint") or files.checkpoint),
@@ -165,6 +166,32 @@ def exec_command(argv: list[str], renv: RankEnv, local_batch: int, batches: list
         raise InputError("command", f"cannot run {argv[0]!r}: {e.strerror}") from None
 
 
+#: the TrainConfig fields that are paths: made absolute before the rank enters its workdir
+PATH_FIELDS = ("checkpoint", "report", "save_params", "rescale_request")
+
+
+def enter_workdir(workdir: str | None, where: str, cfg: Any = None) -> None:
+    """Run in the job's ``workdir`` (its command's relative paths, its code's data files),
+    where Slurm started the step in whatever directory ``sbatch`` ran from (cron's is
+    the home directory). ``cfg``'s paths are made absolute first."""
+    if not workdir:
+        return
+    for key in PATH_FIELDS if cfg is not None else ():
+        value = getattr(cfg, key, None)
+        if value:
+            setattr(cfg, key, os.path.abspath(value))
+    try:
+        os.chdir(workdir)
+    except OSError as e:
+        raise InputError(where, f"cannot enter the workdir {workdir!r}: {e.strerror}; it "
+                         "must be a directory the job's nodes can reach") from None
+
+
+def _local_command_main(argv: list[str], batches: list[int]) -> None:
+    renv = from_env()
+    exec_command(argv, renv, batches[renv.rank], batches)
+
+
 def _local_rank_main(cfg: Any) -> None:
     from hetsched.runtime.trainer import train
 
@@ -190,23 +217,38 @@ def run(plan_path: str, job: str, *, segment: int | None = None, local: bool = F
     else:
         spec, workers, files = _plan_job(plan_path, job, seg)
     overrides = dict(overrides or {})
+    argv = [str(a) for a in spec.command] if spec.command and not spec.entrypoint else None
     if local:
         local_env = jenv.without("HETSCHED_LOCAL_BATCHES")
-        cfg = build_config(spec, workers, len(workers), job, local_env, overrides, files)
-        from hetsched.runtime.checkpoint import load_checkpoint
+        shares = [w["local_batch"] for w in workers]
+        target: Callable[..., None]
+        args: tuple[Any, ...]
+        if argv is not None:  # each rank execs the command, as in a Slurm step
+            target, args = _local_command_main, (argv, local_batches_for(
+                len(workers), local_env, shares))
+            cfg = None
+        else:
+            cfg = build_config(spec, workers, len(workers), job, local_env, overrides, files)
+            from hetsched.runtime.checkpoint import load_checkpoint
 
-        load_checkpoint(cfg.checkpoint)  # a bad one: one line here, not one per rank
-        codes = spawn_local(len(workers), _local_rank_main, (cfg,))
+            load_checkpoint(cfg.checkpoint)  # a bad one: one line here, not one per rank
+            target, args = _local_rank_main, (cfg,)
+        here = os.getcwd()
+        enter_workdir(spec.workdir, f"job {job!r}", cfg)
+        try:  # the ranks start in the job's workdir; this process goes back to its own
+            codes = spawn_local(len(workers), target, args)
+        finally:
+            os.chdir(here)
         if any(codes):
             raise RuntimeFailure(f"job {job!r}: local ranks exited with {codes}")
         return {"ranks": len(workers), "exit_codes": codes}
     renv = jenv.rank
-    cmd = spec.command
-    if cmd and not spec.entrypoint:
+    if argv is not None:
         batches = local_batches_for(renv.world_size, env, [w["local_batch"] for w in workers])
-        argv = [str(a) for a in cmd]
+        enter_workdir(spec.workdir, f"job {job!r}")
         exec_command(argv, renv, batches[renv.rank], batches)
     cfg = build_config(spec, workers, renv.world_size, job, env, overrides, files)
+    enter_workdir(spec.workdir, f"job {job!r}", cfg)
     from hetsched.runtime.trainer import train
 
     return train(cfg, renv)

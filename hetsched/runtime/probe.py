@@ -139,9 +139,10 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
           warmup: int = WARMUP_STEPS, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
           seed: int = 0, sync_gpus: Sequence[int] = (2, 4),
-          dataset_size: int | None = None) -> ProbeResult:
+          dataset_size: int | None = None, workdir: str | None = None) -> ProbeResult:
     """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format.
-    ``dataset_size``: build the workload's data set at the job's size (default 256)."""
+    ``dataset_size``: build the workload's data set at the job's size (default 256);
+    ``workdir``: where the entrypoint's module is imported from first."""
     t_start = time.perf_counter()
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     dev = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
@@ -154,7 +155,8 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
         raise ValueError("no local batch sizes to probe")
     # the job's data set size when known (its gather reads from as much memory)
     size = max(max(sweep), dataset_size or 256)
-    wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed)
+    wl = load_workload(workload, entrypoint=entrypoint, dataset_size=size, seed=seed,
+                       workdir=workdir)
     wl.model.to(dev)
     feeder = Feeder(wl.dataset, dev)  # built once: the data set may move to the GPU
     measured: dict[int, float] = {}

@@ -39,6 +39,8 @@ class TrainConfig:
     epochs: float
     local_batches: list[int]
     entrypoint: str | None = None
+    #: the job's directory: its entrypoint's module is imported from there first
+    workdir: str | None = None
     gpu_types: list[str] = field(default_factory=list)
     seed: int = 0
     checkpoint: str | None = None
@@ -92,7 +94,7 @@ def _train(cfg: TrainConfig, renv: RankEnv, dev: torch.device) -> dict[str, Any]
         # would make every step wait for scheduler time slices
         torch.set_num_threads(cpu_threads(_ranks_here(renv)))
     wl = load_workload(cfg.workload, entrypoint=cfg.entrypoint, dataset_size=cfg.dataset_size,
-                       seed=cfg.seed)
+                       seed=cfg.seed, workdir=cfg.workdir)
     model = wl.model.to(dev)
     opt = wl.optimizer(model.parameters())
     sampler = ShareSampler(cfg.dataset_size, cfg.local_batches, rank, seed=cfg.seed)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -197,17 +198,26 @@ def _from_result(res: Any, source: str) -> Workload:
 
 
 def load_workload(workload: str, *, entrypoint: str | None = None, dataset_size: int = 4096,
-                  seed: int = 0) -> Workload:
-    """Build the job's workload: its entrypoint when given, else a built-in by name."""
+                  seed: int = 0, workdir: str | None = None) -> Workload:
+    """Build the job's workload: its entrypoint when given, else a built-in by name.
+
+    The entrypoint's module is imported from ``workdir`` (the job's, by default
+    its jobs file's directory) first, then from the Python path.
+    """
     torch.manual_seed(seed)
     if entrypoint:
         mod_name, _, fn_name = entrypoint.partition(":")
         if not mod_name or not fn_name:
             raise InputError("entrypoint", f"{entrypoint!r} is not 'module:function'")
+        if workdir and workdir not in sys.path:
+            sys.path.insert(0, workdir)
         try:
             mod = importlib.import_module(mod_name)
         except ImportError as e:
-            raise InputError("entrypoint", f"cannot import {mod_name!r}: {e}") from None
+            where = f"{workdir} or " if workdir else ""
+            raise InputError("entrypoint", f"cannot import {mod_name!r} from {where}the Python "
+                             f"path: {e}; put it in the job's workdir, install it, or add "
+                             "its directory to PYTHONPATH") from None
         fn = getattr(mod, fn_name, None)
         if not callable(fn):
             raise InputError("entrypoint", f"{mod_name!r} has no function {fn_name!r}")

@@ -45,7 +45,7 @@ class JobServer:
 
         self.job = job
         wl = load_workload(job.spec.workload, entrypoint=job.spec.entrypoint,
-                           dataset_size=1, seed=seed)
+                           dataset_size=1, seed=seed, workdir=job.spec.workdir)
         self.model = wl.model
         self.flat, self.names = state.flatten_params(self.model)
         #: with ``shared``, the master parameters live in a shared memory segment that the

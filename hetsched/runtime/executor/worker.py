@@ -82,7 +82,7 @@ class Executor:
         for name in dict.fromkeys(t.job for t in gpu.tasks):  # structures built ahead
             j = xplan.jobs[name]
             wl = load_workload(j.spec.workload, entrypoint=j.spec.entrypoint,
-                               dataset_size=j.dataset_size, seed=opts.seed)
+                               workdir=j.spec.workdir, dataset_size=j.dataset_size, seed=opts.seed)
             self.slots[name] = JobSlot(wl.model.to(torch.float32), opts.device)
             self.data[name], self.loss[name] = wl.dataset, wl.loss_fn
         self.cleanup_s = 0.0
