@@ -67,8 +67,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "(default: <state>.files/checkpoints)"),
     Setting("report_dir", "HETSCHED_REPORT_DIR", "",
             "where jobs write reports, one folder per batch (default: <state>.files/reports)"),
-    Setting("report_every", "HETSCHED_REPORT_EVERY", 10.0,
-            "steps between a training rank's 'steps' report records (1: every step)", float),
+    Setting("report_every", "HETSCHED_REPORT_EVERY", 10,
+            "steps between a training rank's 'steps' report records (1: every step)", int),
     Setting("testbed", "HETSCHED_TESTBED", "", "directory of the local test Slurm"),
     Setting("spool", "HETSCHED_SPOOL", "", "spool directory of the local test Slurm"),
     Setting("master_addr", "HETSCHED_MASTER_ADDR", "",
@@ -78,11 +78,11 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("plan_budget_s", "HETSCHED_PLAN_BUDGET", 20.0,
             "work auto may spend, in reference seconds of counted work (never a clock): "
             "a candidate predicted to need more is skipped", float),
-    Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0.0,
-            "processes auto runs candidates in on large problems (0 = one per core)", float),
-    Setting("replan_online", "HETSCHED_REPLAN_ONLINE", 0.0,
-            "1: replan decides online: a started job stays on its GPUs until it ends, "
-            "only waiting and new jobs are placed", float),
+    Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0,
+            "processes auto runs candidates in on large problems (0 = one per core)", int),
+    Setting("replan_online", "HETSCHED_REPLAN_ONLINE", False,
+            "true (or 1, yes, on): replan decides online: a started job stays on its GPUs "
+            "until it ends, only waiting and new jobs are placed", bool),
     Setting("emulate_speed", "HETSCHED_EMULATE_SPEED", "",
             "test only: emulated GPU speeds, e.g. 'a100=1,t4=0.5'"),
     Setting("emulate_cost", "HETSCHED_EMULATE_COST", "",
@@ -147,7 +147,27 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
+#: what a yes/no setting reads as true or false (a TOML boolean, or these words)
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
 def _convert(s: Setting, raw: Any, source: str) -> Any:
+    if s.kind is bool:
+        word = str(raw).strip().lower()
+        if isinstance(raw, bool) or word in TRUE_WORDS + FALSE_WORDS:
+            return raw if isinstance(raw, bool) else word in TRUE_WORDS
+        raise InputError(source, f"{raw!r} is not valid; expected true or false (or "
+                         "1/0, yes/no, on/off)", s.key)
+    if s.kind is int:
+        try:
+            v = float(raw) if not isinstance(raw, bool) else -1.0
+        except (TypeError, ValueError):
+            v = -1.0
+        if not (0 <= v < 1e9 and v == int(v)):
+            raise InputError(source, f"{raw!r} is not valid; expected a whole number >= 0",
+                             s.key)
+        return int(v)
     if s.kind is float:
         try:
             v = float(raw)

@@ -65,3 +65,44 @@ def test_one_sbatch_setting_per_slurm_key(tmp_path: Path,
     monkeypatch.setenv("HETSCHED_SBATCH_EXTRA", "--exclusive --mail-type=END")
     assert config.sbatch_defaults() == {"qos": "high",
                                         "extra": ["--exclusive", "--mail-type=END"]}
+
+
+@pytest.mark.parametrize("raw, want", [("1", True), ("true", True), ("Yes", True),
+                                       ("on", True), ("0", False), ("false", False),
+                                       ("no", False), ("OFF", False)])
+def test_a_yes_no_setting_reads_words(raw: str, want: bool) -> None:
+    """`HETSCHED_REPLAN_ONLINE=true` was refused as "not a number" (a TOML `true` was
+    taken): a yes/no setting reads the words people write, from either place."""
+    from hetsched import config
+
+    assert config.resolve("replan_online", {"HETSCHED_REPLAN_ONLINE": raw}) == (
+        want, "environment $HETSCHED_REPLAN_ONLINE")
+
+
+def test_setting_kinds_refuse_and_show(tmp_path: Path) -> None:
+    (tmp_path / "user" / "hetsched").mkdir(parents=True)
+    (tmp_path / "user" / "hetsched" / "config.toml").write_text(
+        "replan_online = true\nreport_every = 5.0\n")
+    code, rows, err = _show(tmp_path, HETSCHED_PLAN_WORKERS="2")
+    assert code == 0, err
+    assert rows["replan_online"]["value"] is True
+    assert rows["report_every"]["value"] == 5 and isinstance(rows["report_every"]["value"],
+                                                             int)
+    assert rows["plan_workers"]["value"] == 2
+    for var, raw, want in [
+            ("HETSCHED_REPLAN_ONLINE", "maybe", "replan_online: 'maybe' is not valid; "
+             "expected true or false (or 1/0, yes/no, on/off)"),
+            ("HETSCHED_REPORT_EVERY", "2.5", "report_every: '2.5' is not valid; expected a "
+             "whole number >= 0"),
+            ("HETSCHED_PLAN_WORKERS", "-1", "plan_workers: '-1' is not valid; expected a "
+             "whole number >= 0")]:
+        code, _, err = _show(tmp_path, **{var: raw})
+        assert (code, err.strip()) == (2, f"hetsched: error: ${var}: {want}")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
+    base.update(XDG_CONFIG_HOME=str(tmp_path / "user"),
+                HETSCHED_SITE_CONFIG=str(tmp_path / "site.toml"))
+    table = subprocess.run(["hetsched", "config", "show"], env=base, capture_output=True,
+                           text=True, timeout=60).stdout
+    [online] = [line for line in table.splitlines() if "replan_online" in line]
+    [every] = [line for line in table.splitlines() if "report_every" in line]
+    assert " true " in online and " 5 " in every and "5.0" not in every

@@ -32,8 +32,15 @@ def show_cmd(fmt: str) -> None:
     tab = folding_table("hetsched settings", [
         ("setting", "left", "name"), ("value", "left", "list"), ("from", "left", "list"),
         ("variable", "left", "name")],
-        [(r["key"], str(r["value"]) if r["value"] != "" else "-", r["origin"], r["env"])
+        [(r["key"], _shown(r["value"]), r["origin"], r["env"])
          for r in rows], con.width)
     print_table(con, tab)
     click.echo(f"site config: {config.site_config_path()}\nuser config: "
                f"{config.user_config_path()}")
+
+
+def _shown(value: object) -> str:
+    """A value as a config file writes it: true/false, 10 (not 10.0), '-' for unset."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if value != "" else "-"
