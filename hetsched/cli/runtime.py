@@ -207,8 +207,8 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
 @click.option("--sync/--no-sync", default=True, show_default=True,
               help="Also measure the gradient all-reduce time.")
 def probe_cmd(workload: str, gpu_type: str, batches: str, out: str, entrypoint: str | None,
-              workdir: str | None, warmup: int, steps: int, time_limit: float | None, device: str | None,
-              max_batch: int, sync: bool) -> None:
+              workdir: str | None, warmup: int, steps: int, time_limit: float | None,
+              device: str | None, max_batch: int, sync: bool) -> None:
     """Measure a workload's step time over local batch sizes on this GPU (a probe job's body)."""
     from hetsched.app.profile import parse_batches, rows_to_csv_file
     from hetsched.runtime.probe import probe

@@ -205,8 +205,8 @@ def parse_job(data: Any, source: str, index: int, base_dir: Path | None = None) 
             global_batch=global_batch, weight=weight, arrival_s=arrival_s,
             model_size_mb=model_size_mb, min_gpus=min_gpus, max_gpus=max_gpus,
             gpu_types=gpu_types, requested_gpus=requested, command=command,
-            entrypoint=entrypoint, workdir=workdir, memory_gb=memory_gb, slurm=slurm, elastic=elastic,
-            target_loss=target_loss, epochs_predicted=predicted,
+            entrypoint=entrypoint, workdir=workdir, memory_gb=memory_gb, slurm=slurm,
+            elastic=elastic, target_loss=target_loss, epochs_predicted=predicted,
         )
     except InputError as e:  # Job's own checks: name this file, not "Job"
         raise InputError(source, e.message, e.where) from None
