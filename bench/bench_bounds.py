@@ -105,6 +105,11 @@ STRONGER = (("exhaustive", "exhaustive", None), ("has refill", "has", {"refill":
 #: how far the bound rises with ~10x its CPU
 CEILING = {"MAX_VARS": 200_000, "VARS_PER_JOB": 10_000, "MIN_VARS": 200_000, "MAX_ROUNDS": 8,
            "GRID_TARGET": 2, "INTERVALS": 400, "ITERATION_LIMIT": 10_000_000}
+#: the product's LP with every Pareto configuration of every job, none merged (columns
+#: without a cap): how much of the gap the merging holds (minutes of CPU at 175 jobs)
+UNMERGED = {"MAX_VARS": 10**8, "VARS_PER_JOB": 10**8, "MIN_VARS": 10**8, "MAX_CONFIGS": 10**6,
+            "GRID_TARGET": 1,
+            "INTERVALS": 192, "ITERATION_LIMIT": 10**8, "TIME_LIMIT_S": 3600.0}
 
 
 def trace_problems() -> list[tuple[str, PlanningProblem]]:
@@ -125,21 +130,22 @@ def trace_problems() -> list[tuple[str, PlanningProblem]]:
     return out
 
 
-def ceiling_bound(p: PlanningProblem) -> tuple[float | None, float]:
-    """The joint LP with the ``CEILING`` sizes (offline), and its CPU seconds; None when
-    its first solve ends at the iteration limit."""
+def ceiling_bound(p: PlanningProblem, sizes: dict[str, float] = CEILING
+                  ) -> tuple[float | None, float]:
+    """The joint LP with ``sizes`` (``CEILING``, ``UNMERGED``; offline), and its CPU
+    seconds; None when its first solve ends at the iteration limit."""
     from hetsched.planning import bounds, lp_bound
     from hetsched.planning.pooled_bound import pooled_bound
 
-    saved = {k: getattr(lp_bound, k) for k in CEILING}
+    saved = {k: getattr(lp_bound, k) for k in sizes}
     c0 = time.process_time()
     try:
-        for k, v in CEILING.items():
+        for k, v in sizes.items():
             setattr(lp_bound, k, v)
         sb = bounds._simple_bounds(p)
         _, comp = pooled_bound(p.weight, p.arrival, sb.P, sb.E_pool, p.n_type.astype(float),
                                sb.pool_prices)
-        lp = lp_bound.lp_lower_bound(p, sb.lattices, n_intervals=CEILING["INTERVALS"],
+        lp = lp_bound.lp_lower_bound(p, sb.lattices, n_intervals=int(sizes["INTERVALS"]),
                                      confs=sb.confs, hint=comp)
     finally:
         for k, v in saved.items():
@@ -147,7 +153,7 @@ def ceiling_bound(p: PlanningProblem) -> tuple[float | None, float]:
     return (float(lp["weighted_jct_s"]) if lp else None), time.process_time() - c0
 
 
-def traces(stronger: bool, ceiling: bool) -> list[dict[str, object]]:
+def traces(stronger: bool, ceiling: bool, unmerged: bool = False) -> list[dict[str, object]]:
     """Larger instances: the bound of each kind, its CPU time and the gap to the best plan
     (auto's, or with ``stronger`` the best of auto and ``STRONGER``; restart cost 0)."""
     import os
@@ -174,6 +180,10 @@ def traces(stronger: bool, ceiling: bool) -> list[dict[str, object]]:
             v, c = ceiling_bound(p)
             row.update(ceiling_bound=v, ceiling_cpu_s=round(c, 1),
                        ceiling_gap=None if v is None else (best - v) / best)
+        if unmerged:
+            v, c = ceiling_bound(p, UNMERGED)
+            row.update(unmerged_bound=v, unmerged_cpu_s=round(c, 1),
+                       unmerged_gap=None if v is None else (best - v) / best)
         print(json.dumps(row), flush=True)
         out.append(row)
     return out
@@ -254,6 +264,9 @@ def main() -> None:
                     help="with --traces: also the offline planners of STRONGER (minutes)")
     ap.add_argument("--ceiling", action="store_true",
                     help="with --traces: also the larger LP of CEILING (~10x the CPU)")
+    ap.add_argument("--unmerged", action="store_true",
+                    help="with --traces: also the LP with no configuration merged (UNMERGED; "
+                    "minutes of CPU)")
     ap.add_argument("--by-job", action="store_true",
                     help="where the LP's gap is on the trace instances, job by job")
     args = ap.parse_args()
@@ -263,7 +276,7 @@ def main() -> None:
                                               "rows": by_job()}, indent=2) + "\n")
         return
     if args.traces:
-        rows_t = traces(args.stronger, args.ceiling)
+        rows_t = traces(args.stronger, args.ceiling, args.unmerged)
         Path(args.out).write_text(json.dumps({"machine": platform.platform(),
                                               "command": " ".join(["python", *sys.argv]),
                                               "rows": rows_t}, indent=2) + "\n")
