@@ -151,3 +151,25 @@ def test_replan_of_a_mode_auto_plan_stays_in_its_mode(tmp_path: Path) -> None:
         assert res.plan["settings"]["mode"] == "space"
         assert (res.plan["settings"]["policy"], res.plan["settings"]["params"]) == (
             "jps", {"samples": 5})
+
+
+def test_a_logs_last_line_is_what_the_program_said(tmp_path: Path) -> None:
+    """`status` and a failed probe quote the log's last line from the job's program:
+    Slurm's own lines after it are skipped, control characters cannot reach the
+    terminal, a long line is cut, and an unreadable log says nothing."""
+    from hetsched.io.jobfiles import log_cause, log_of
+
+    log = tmp_path / "logs" / "bad2-37.out"
+    log.parent.mkdir()
+    log.write_text("Traceback (most recent call last):\n  File \"t.py\", line 3\n"
+                   "ValueError: no data at /d\x1b[31m\n\n"
+                   "srun: error: a100-1: task 0: Exited with exit code 1\n"
+                   "slurmstepd-a100-1: error: *** STEP 37.0 CANCELLED ***\n")
+    assert log_of(tmp_path / "logs", "37") == log
+    assert log_of(tmp_path / "logs", "3") is None and log_of(tmp_path / "logs", None) is None
+    assert log_cause(log) == "ValueError: no data at /d?[31m"
+    log.write_text("x" * 300 + "\n")
+    assert log_cause(log, limit=20) == "x" * 20 + "..."
+    assert log_cause(tmp_path / "missing.out") == ""
+    log.write_text("srun: error: only Slurm spoke\n")
+    assert log_cause(log) == ""

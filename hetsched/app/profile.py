@@ -25,7 +25,7 @@ from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, private_dir
-from hetsched.io.jobfiles import logs_dir, probes_dir
+from hetsched.io.jobfiles import log_cause, log_of, logs_dir, probes_dir
 from hetsched.io.profiles import parse_csv, write_csv
 from hetsched.slurm.runner import SlurmUnavailable
 from hetsched.state.history import (
@@ -77,6 +77,8 @@ class ProbeOutcome:
     dropped: list[str] = field(default_factory=list)
     out: Path | None = None
     script: Path | None = None
+    #: the folder of the probe job's Slurm log (``%x-%j.out``): why a probe failed
+    logs: Path | None = None
     submitted_at: float = 0.0
     started_at: float | None = None
     seconds: float | None = None
@@ -209,7 +211,8 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
                               cpus=sp.cpus or cpus)
         path = Path(f"{base}.sh")
         atomic_write(path, script.text)
-        outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path))
+        outs.append(ProbeOutcome(sp, out=Path(f"{base}.csv"), script=path,
+                                 logs=logs_dir(files)))
     private_dir(logs_dir(files))
     return outs
 
@@ -289,7 +292,10 @@ def _collect(o: ProbeOutcome, state: str) -> None:
         rows = parse_csv(text, str(o.out))
     except (OSError, InputError) as e:
         o.status = UNUSABLE
-        o.reason = f"probe job ended {state} without results ({e})"
+        log = log_of(o.logs, o.slurm_id) if o.logs is not None else None
+        cause = log_cause(log) if log is not None else ""
+        o.reason = (f"probe job ended {state} (last line of its log: {cause}); log {log}"
+                    if cause else f"probe job ended {state} without results ({e})")
         return
     rows = [r for r in rows
             if r.workload == o.spec.workload and r.gpu_type == o.spec.gpu_type]

@@ -27,7 +27,7 @@ from typing import Any
 from hetsched.app.monitor import WATCHED, combined_state, state_counts
 from hetsched.app.replan_pass import latest_rows, replanned_from
 from hetsched.app.submit import files_dir
-from hetsched.io.jobfiles import JobFiles, batch_of, logs_dir
+from hetsched.io.jobfiles import JobFiles, batch_of, log_cause, log_of, logs_dir
 from hetsched.io.reports import read_reports
 from hetsched.slurm.client import JobInfo, SlurmClient
 from hetsched.slurm.templates import submission_comment
@@ -76,6 +76,7 @@ class JobStatus:
     predicted_jct_s: float | None = None
     measured_jct_s: float | None = None  # once it ended: end - (plan start + arrival)
     log: str | None = None  # the Slurm output file of a job that failed
+    cause: str = ""  # that log's last line from the job's program (io.jobfiles.log_cause)
     slow: str = ""  # why it is flagged (measured > SLOW x predicted), "" when not
 
 
@@ -159,10 +160,8 @@ def placement(workers: list[dict[str, Any]]) -> str:
 
 def failed_log(store: Store, slurm_id: str | None) -> str | None:
     """The Slurm output file of job SLURM_ID (``%x-%j.out`` in the state's logs dir)."""
-    if not slurm_id or slurm_id == "-":
-        return None
-    found = sorted(logs_dir(files_dir(store)).glob(f"*-{slurm_id}.out"))
-    return str(found[0]) if found else None
+    found = log_of(logs_dir(files_dir(store)), slurm_id)
+    return str(found) if found else None
 
 
 def _times(r: float) -> str:
@@ -291,7 +290,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             and state == "COMPLETED" else None,
             log=failed_log(store, sid) if state in FAILED_LIKE else None)
         pred_dur = float(jp["end_s"]) - float(jp["start_s"]) if jp else None
-        st.slow = _slow(st, pred_dur)
+        st.slow, st.cause = _slow(st, pred_dur), log_cause(st.log) if st.log else ""
         out.append(st)
     active = store.active_plan() or {}
     have = {n for n, r in shown if r.plan_id in (batch or ())}

@@ -150,5 +150,7 @@ def status_notes(jobs: list[Any]) -> list[str]:
     from hetsched.app.status import SLOW
 
     out = [f"! {j.job}: {j.slow} (more than {SLOW:g}x)" for j in jobs if j.slow]
-    out += [f"{j.job} {j.state.lower()}: log {j.log}" for j in jobs if j.log]
+    out += [f"{j.job} {j.state.lower()}: log {j.log}"
+            + (f" (last line: {j.cause})" if getattr(j, "cause", "") else "")
+            for j in jobs if j.log]
     return out

@@ -26,6 +26,7 @@ the checkpoints over, app/pool_replan.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,36 @@ def replan_log(root: Path) -> Path:
 
 def logs_dir(root: Path) -> Path:
     return root / "logs"
+
+
+def log_of(logs: Path, slurm_id: str | None) -> Path | None:
+    """The Slurm output file of job SLURM_ID (``%x-%j.out`` in the folder ``logs``)."""
+    if not slurm_id or slurm_id == "-":
+        return None
+    found = sorted(logs.glob(f"*-{slurm_id}.out"))
+    return found[0] if found else None
+
+
+#: a line Slurm writes into a job's log itself (``srun: error: ...``, ``slurmstepd-n1: ...``)
+_SLURM_LINE = re.compile(r"^(srun|slurmstepd)[-:]")
+
+
+def log_cause(path: str | Path, limit: int = 200) -> str:
+    """The last line a job's program wrote to its log, usually why it failed (a
+    traceback's last line); Slurm's own lines skipped, control characters shown as
+    '?', cut at ``limit``; '' when there is none or the log cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        text = "".join(c if c.isprintable() else "?" for c in line.strip())
+        if text and not _SLURM_LINE.match(text):
+            return text if len(text) <= limit else text[:limit] + "..."
+    return ""
 
 
 @dataclass(frozen=True)

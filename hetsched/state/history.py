@@ -101,15 +101,16 @@ def history_rows(store: Store, include_unusable: bool = False) -> list[ProfileRo
 
 
 def table_from_store(store: Store) -> ThroughputTable:
-    """The planner's throughput source from the profile history.
-
-    Raises InputError when the history is empty (run ``hetsched profile`` or
-    give a CSV).
-    """
+    """The planner's throughput source from the profile history; an InputError when
+    it has no usable row (never profiled, or every probe failed)."""
     rows = history_rows(store)
-    if not rows:
-        raise InputError("--throughputs", f"the profile history in {store.path} is empty; run "
-                         "`hetsched profile JOBS.yaml` or pass --throughputs profiles.csv")
+    if not rows:  # profiled and every probe failed, or never profiled: say which
+        bad = sorted(f"{w}/{g}" for (w, g), s in statuses(store).items() if s["status"] == UNUSABLE)
+        raise InputError("--throughputs", f"the profile history in {store.path} " + (
+            f"has no usable profile: every pair probed was marked unusable ({', '.join(bad[:5])}"
+            f"{' and more' if len(bad) > 5 else ''}); `hetsched profiles list` says why, "
+            "`hetsched profile JOBS.yaml --retry-unusable` probes again" if bad else
+            "is empty; run `hetsched profile JOBS.yaml` or pass --throughputs profiles.csv"))
     table = ThroughputTable(rows, source=f"{store.path}:profiles")
     # the pool executor's measured per-task overhead rides on the table (pool planning
     # adds it to every task: planning.pool.problem.PoolProblem.task_overhead_s)

@@ -74,6 +74,10 @@ def test_table_from_store_leaves_out_unusable_pairs(tmp_path: Path) -> None:
                                                                      "t4": UNUSABLE}
         assert forget(st, gpu_type="a100") == 3
         assert [r["gpu_type"] for r in listing(st)] == ["t4"]
+        # every pair probed failed: the error says so, not "empty; run hetsched profile"
+        with pytest.raises(InputError, match=r"has no usable profile: every pair probed was "
+                           r"marked unusable \(mlp/t4\); `hetsched profiles list` says why"):
+            table_from_store(st)
 
 
 def test_ewma_refinement_counts_each_report_line_once(tmp_path: Path) -> None:

@@ -105,7 +105,10 @@ def test_profile_plan_submit_train_uneven_shares(
     assert {(p["workload"], p["gpu_type"], p["status"]) for p in probes} == {
         ("mlp", "a100", "ok"), ("mlp", "v100", "ok"), ("broken", "a100", "unusable")}
     # the failed probe marked its pair unusable and did not fail the batch
-    assert "FAILED" in next(p["reason"] for p in probes if p["workload"] == "broken")
+    why = next(p["reason"] for p in probes if p["workload"] == "broken")
+    # the reason quotes the probe's own last words and where its log is, not a missing CSV
+    assert "FAILED (last line of its log: hetsched: error: entrypoint: cannot import " \
+        "'no_such_module_xyz'" in why and "; log " in why and why.endswith(".out"), why
     assert time.monotonic() - t0 < 60
     # a second profile call finds the history and submits nothing (Hare: repeat jobs skip)
     code, out = invoke(main, ["profile", str(jobs_yaml)])

@@ -43,7 +43,8 @@ def test_status_says_where_when_and_how_it_is_doing(tmp_path: Path) -> None:
         slurm.finish(ids["bad"], "FAILED", "NonZeroExitCode")
         log = files_dir(st) / "logs" / f"bad-{ids['bad']}.out"
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("Traceback ...\n")
+        log.write_text("Traceback ...\nValueError: no data at /d\n"
+                       "srun: error: v100-1: task 0: Exited with exit code 1\n")
         jobs = {j.job: j for j in batch_status(st, slurm, now=clock[0])}
 
     ok, bad = jobs["ok"], jobs["bad"]
@@ -55,7 +56,9 @@ def test_status_says_where_when_and_how_it_is_doing(tmp_path: Path) -> None:
     assert ok.log is None
     text = _text(list(jobs.values()))
     assert "t4-1:0,1" in text and "COMPLETED !" in text
-    assert f"bad failed: log {log}" in text and "! ok: JCT 2.0x the prediction" in text
+    assert bad.cause == "ValueError: no data at /d" and ok.cause == ""
+    assert f"bad failed: log {log} (last line: ValueError: no data at /d)" in text
+    assert "! ok: JCT 2.0x the prediction" in text
 
 
 def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
