@@ -206,6 +206,8 @@ def show(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for key, s in SETTINGS.items():
         value, origin = resolve(key, env)
+        if key == "state" and not value:  # the file every command uses: say which
+            value = str(default_state_path(env))
         rows.append({"key": key, "value": value, "origin": origin, "env": s.env,
                      "help": s.help})
     return rows
@@ -214,9 +216,13 @@ def show(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
 def state_path() -> Path:
     """The state store: setting ``state``, else ``$XDG_STATE_HOME/hetsched/state.db``."""
     v = get("state")
-    if v:
-        return Path(v).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(v).expanduser() if v else default_state_path()
+
+
+def default_state_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/hetsched/state.db`` (``~/.local/state`` when that is unset)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "hetsched" / "state.db"
 
 

@@ -106,3 +106,11 @@ def test_setting_kinds_refuse_and_show(tmp_path: Path) -> None:
     [online] = [line for line in table.splitlines() if "replan_online" in line]
     [every] = [line for line in table.splitlines() if "report_every" in line]
     assert " true " in online and " 5 " in every and "5.0" not in every
+
+
+def test_config_show_names_the_default_state_file(tmp_path: Path) -> None:
+    """`config show` printed '-' for the state file every command uses by default."""
+    code, rows, err = _show(tmp_path, XDG_STATE_HOME=str(tmp_path / "xdg"))
+    assert code == 0, err
+    assert (rows["state"]["value"], rows["state"]["origin"]) == (
+        str(tmp_path / "xdg" / "hetsched" / "state.db"), "default")
