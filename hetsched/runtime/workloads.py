@@ -28,7 +28,9 @@ batch statistics would make heterogeneous steps differ from one large step.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -197,6 +199,20 @@ def _from_result(res: Any, source: str) -> Workload:
                      "Workload or a dict with model, dataset, loss_fn, optimizer")
 
 
+def _check_from_workdir(mod_name: str, workdir: str | None) -> None:
+    """A module this job's workdir holds must be the one imported. Jobs that share a
+    process (a pool executor, a co-location group) import by name once: a second job's
+    ``train.py`` in another workdir would silently get the first job's model."""
+    top = mod_name.partition(".")[0]
+    own = importlib.machinery.PathFinder.find_spec(top, [workdir]) if workdir else None
+    loaded = getattr(sys.modules.get(top), "__file__", None)
+    if own is not None and own.origin and loaded and \
+            os.path.realpath(own.origin) != os.path.realpath(loaded):
+        raise InputError("entrypoint", f"module {top!r} of {workdir} is already loaded in this "
+                         f"process from {loaded}; jobs that share a process (a pool, a "
+                         "co-location group) need module names of their own")
+
+
 def load_workload(workload: str, *, entrypoint: str | None = None, dataset_size: int = 4096,
                   seed: int = 0, workdir: str | None = None) -> Workload:
     """Build the job's workload: its entrypoint when given, else a built-in by name.
@@ -218,6 +234,7 @@ def load_workload(workload: str, *, entrypoint: str | None = None, dataset_size:
             raise InputError("entrypoint", f"cannot import {mod_name!r} from {where}the Python "
                              f"path: {e}; put it in the job's workdir, install it, or add "
                              "its directory to PYTHONPATH") from None
+        _check_from_workdir(mod_name, workdir)
         fn = getattr(mod, fn_name, None)
         if not callable(fn):
             raise InputError("entrypoint", f"{mod_name!r} has no function {fn_name!r}")

@@ -201,3 +201,31 @@ def test_run_local_execs_a_command_job_per_rank(tmp_path: Path) -> None:
     r = _cli(["run", "--plan", str(plan), "--job", "cmd2", "--local"], tmp_path)
     assert json.loads(r.stderr.strip().splitlines()[-1]) == {"ranks": 2, "exit_codes": [0, 0]}
     assert sorted(p.read_text() for p in proj.glob("rank*.txt")) == ["2 12 12,12"] * 2
+
+
+def test_two_workdirs_with_one_module_name_in_one_process_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool executor or a co-location group imports every job's entrypoint in one
+    process: a second job's `wdclash.py` in another workdir silently got the first job's
+    module (its model) until the import was checked against the job's own workdir."""
+    pytest.importorskip("torch")
+    from hetsched.runtime.workloads import load_workload
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "wdclash", raising=False)
+    for name, width in (("a", 4), ("b", 6)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "wdclash.py").write_text(MODULE.replace("nn.Linear(8, 2)",
+                                                                   f"nn.Linear({width}, 2)"))
+    try:
+        first = load_workload("a", entrypoint="wdclash:build", dataset_size=8,
+                              workdir=str(tmp_path / "a"))
+        again = load_workload("a", entrypoint="wdclash:build", dataset_size=8,
+                              workdir=str(tmp_path / "a"))
+        assert first.model.in_features == again.model.in_features == 4  # type: ignore[union-attr]
+        with pytest.raises(InputError, match=r"module 'wdclash' of .*b is already loaded in "
+                           r"this process from .*a/wdclash.py; jobs that share a process"):
+            load_workload("b", entrypoint="wdclash:build", dataset_size=8,
+                          workdir=str(tmp_path / "b"))
+    finally:
+        sys.modules.pop("wdclash", None)
