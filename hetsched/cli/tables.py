@@ -151,6 +151,6 @@ def status_notes(jobs: list[Any]) -> list[str]:
 
     out = [f"! {j.job}: {j.slow} (more than {SLOW:g}x)" for j in jobs if j.slow]
     out += [f"{j.job} {j.state.lower()}: log {j.log}"
-            + (f" (last line: {j.cause})" if getattr(j, "cause", "") else "")
+            + (f" (last line: {j.cause})" if j.cause else "")
             for j in jobs if j.log]
     return out

@@ -106,11 +106,11 @@ def table_from_store(store: Store) -> ThroughputTable:
     rows = history_rows(store)
     if not rows:  # profiled and every probe failed, or never profiled: say which
         bad = sorted(f"{w}/{g}" for (w, g), s in statuses(store).items() if s["status"] == UNUSABLE)
-        raise InputError("--throughputs", f"the profile history in {store.path} " + (
-            f"has no usable profile: every pair probed was marked unusable ({', '.join(bad[:5])}"
-            f"{' and more' if len(bad) > 5 else ''}); `hetsched profiles list` says why, "
-            "`hetsched profile JOBS.yaml --retry-unusable` probes again" if bad else
-            "is empty; run `hetsched profile JOBS.yaml` or pass --throughputs profiles.csv"))
+        why = (f"has no usable profile: every pair probed was marked unusable ({', '.join(bad[:5])}"
+               f"{' and more' if len(bad) > 5 else ''}); `hetsched profiles list` says why, "
+               "`hetsched profile JOBS.yaml --retry-unusable` probes again") if bad else \
+            "is empty; run `hetsched profile JOBS.yaml` or pass --throughputs profiles.csv"
+        raise InputError("--throughputs", f"the profile history in {store.path} {why}")
     table = ThroughputTable(rows, source=f"{store.path}:profiles")
     # the pool executor's measured per-task overhead rides on the table (pool planning
     # adds it to every task: planning.pool.problem.PoolProblem.task_overhead_s)
