@@ -1,10 +1,10 @@
-"""Profiling use case: plan, render and run short sbatch probes per (workload, GPU type).
+"""Profiling use case: plan and render short sbatch probes per (workload, GPU type).
 
-:func:`run_probes` submits one short probe job per missing (workload, GPU
-type) through the :class:`~hetsched.slurm.client.SlurmClient` and the probe
-template, all at once, waits with one ``squeue`` per poll, cancels those past
-their time limit, and stores what came back in the profile history
-(:mod:`hetsched.state.history`).
+:func:`plan_probes` picks the (workload, GPU type) pairs with no usable profile
+history and :func:`render_probes` writes one probe script per pair from the
+probe template; :func:`hetsched.app.probe_run.run_probes` submits them all at
+once, waits with one ``squeue`` per poll, cancels those past their time limit,
+and stores what came back in the profile history (:mod:`hetsched.state.history`).
 """
 
 from __future__ import annotations
@@ -17,26 +17,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hetsched.app.runnable import BUILTIN_SAMPLE_BYTES
-from hetsched.core.report import NULL_REPORTER, BaseReporter
 from hetsched.core.spec import Job
 from hetsched.core.throughput import ProfileRow
 from hetsched.errors import InputError
 from hetsched.io.files import atomic_write, private_dir
-from hetsched.io.jobfiles import log_cause, log_of, logs_dir, probes_dir
-from hetsched.io.profiles import parse_csv, write_csv
-from hetsched.slurm.runner import SlurmUnavailable
+from hetsched.io.jobfiles import logs_dir, probes_dir
+from hetsched.io.profiles import write_csv
 from hetsched.state.history import (
-    OK,
     UNUSABLE,
     export_csv,
     forget,
-    import_rows,
     ingest_reports,
     listing,
-    set_status,
     statuses,
     table_from_store,
     usable_pairs,
@@ -217,95 +211,6 @@ def render_probes(specs: Sequence[ProbeSpec], files: Path, *, partition: str | N
     return outs
 
 
-def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
-               time_limit_s: float, queue_wait_s: float = 120.0, poll_s: float = 1.0,
-               grace_s: float = 15.0,
-               progress: Callable[[str], None] | None = None,
-               reporter: BaseReporter | None = None) -> list[ProbeOutcome]:
-    """Submit every probe, wait for all (one squeue per poll), store the results.
-
-    A probe that sbatch refuses, that fails, or that runs past ``time_limit_s``
-    marks its pair unusable; one still queued after ``queue_wait_s`` (it is
-    cancelled) or whose sbatch Slurm did not answer is :data:`NOT_RUN`: nothing
-    is recorded for its pair. The others carry on. ``grace_s`` beyond the time
-    limit covers the probe's start-up (importing torch) before its own
-    ``--time-limit`` clock starts.
-    """
-    say = progress or (lambda m: None)
-    for o in outcomes:
-        try:
-            o.slurm_id = client.submit(str(o.script))
-            o.submitted_at = time.monotonic()
-            say(f"probe {o.spec.workload} on {o.spec.gpu_type}: Slurm job {o.slurm_id}")
-        except SlurmUnavailable as e:  # says nothing about the pair
-            o.status, o.reason = NOT_RUN, f"Slurm did not answer sbatch: {e}"
-        except Exception as e:  # noqa: BLE001 - any sbatch failure only loses this pair
-            o.status, o.reason = UNUSABLE, f"sbatch failed: {e}"
-    pending = [o for o in outcomes if o.status == "pending"]
-    rep = reporter or NULL_REPORTER
-    while pending:
-        rep.probes(sum(o.started_at is None for o in pending),
-                   sum(o.started_at is not None for o in pending),
-                   len(outcomes) - len(pending), len(outcomes))
-        time.sleep(poll_s)
-        jobs = {j.job_id: j for j in client.jobs()}
-        now = time.monotonic()
-        for o in list(pending):
-            j = jobs.get(str(o.slurm_id))
-            if j is not None and not j.finished:
-                if j.state == "RUNNING" and o.started_at is None:
-                    o.started_at = now
-                late_run = (o.started_at is not None
-                            and now - o.started_at > time_limit_s + grace_s)
-                late_queue = o.started_at is None and now - o.submitted_at > queue_wait_s
-                if late_run or late_queue:
-                    client.cancel([str(o.slurm_id)])
-                    o.status = UNUSABLE if late_run else NOT_RUN
-                    o.reason = (f"timed out after {time_limit_s:g} s" if late_run else
-                                f"still {j.state.lower()} after {queue_wait_s:g} s in the queue"
-                                f" ({j.reason or 'no reason given'}); cancelled, nothing "
-                                "recorded: profile again later, or give --queue-wait more")
-                    pending.remove(o)
-                continue
-            pending.remove(o)  # finished, or gone from squeue: the output file tells
-            o.seconds = now - (o.started_at or o.submitted_at)
-            _collect(o, j.state if j is not None else "GONE")
-    rep.probes(0, 0, len(outcomes), len(outcomes))
-    for o in outcomes:
-        if o.status == "ok":
-            import_rows(store, o.rows, f"probe:{o.slurm_id}")
-            set_status(store, o.spec.workload, o.spec.gpu_type, OK, f"probe:{o.slurm_id}",
-                       o.slurm_id, o.seconds)
-        elif o.status == UNUSABLE:
-            set_status(store, o.spec.workload, o.spec.gpu_type, UNUSABLE, o.reason, o.slurm_id,
-                       o.seconds)
-        say(f"probe {o.spec.workload} on {o.spec.gpu_type}: {o.status}"
-            + (f" ({o.reason})" if o.reason else f", {len(o.rows)} rows")
-            + (f"; left out as disturbed: {'; '.join(o.dropped)}" if o.dropped else ""))
-    return outcomes
-
-
-def _collect(o: ProbeOutcome, state: str) -> None:
-    assert o.out is not None
-    try:
-        text = o.out.read_text()
-        rows = parse_csv(text, str(o.out))
-    except (OSError, InputError) as e:
-        o.status = UNUSABLE
-        log = log_of(o.logs, o.slurm_id) if o.logs is not None else None
-        cause = log_cause(log) if log is not None else ""
-        o.reason = (f"probe job ended {state} (last line of its log: {cause}); log {log}"
-                    if cause else f"probe job ended {state} without results ({e})")
-        return
-    rows = [r for r in rows
-            if r.workload == o.spec.workload and r.gpu_type == o.spec.gpu_type]
-    if not rows:
-        o.status, o.reason = UNUSABLE, f"probe job ended {state} with no rows for this pair"
-        return
-    o.rows, o.dropped = plausible_rows(rows)
-    o.status = OK
-
-
 #: a step measured this many times slower than a larger batch's was disturbed
 DISTURBED = 2.0
 
@@ -344,4 +249,4 @@ def rows_to_csv_file(rows: Sequence[ProfileRow], path: Path) -> None:
 
 
 __all__ = ["table_from_store", "ingest_reports", "plan_probes", "nothing_to_probe",
-           "render_probes", "run_probes", "export_csv", "forget", "listing"]
+           "render_probes", "export_csv", "forget", "listing"]

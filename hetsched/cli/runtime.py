@@ -264,13 +264,16 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     unusable (the planner leaves that GPU type out for that workload) and
     does not fail the others. Results go into the state store's profile
     history, which `hetsched profiles list|export|forget` manage.
+
+    Ctrl-C (SIGINT) or SIGTERM cancels the probes still queued or running and
+    records those that finished; exit 130 or 143. The next profile probes the rest.
     """
+    from hetsched.app.probe_run import run_probes
     from hetsched.app.profile import (
         nothing_to_probe,
         parse_batches,
         plan_probes,
         render_probes,
-        run_probes,
     )
     from hetsched.app.submit import files_dir
     from hetsched.cli import logs

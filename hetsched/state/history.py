@@ -7,8 +7,8 @@
   never fails a batch and is not re-probed at every call.
 * :func:`table_from_store` turns the history into the planner's
   :class:`~hetsched.core.throughput.ThroughputTable`.
-* :func:`run_probes` submits one short probe job per missing (workload, GPU
-  type) through the :class:`~hetsched.slurm.client.SlurmClient` and the probe
+* :func:`hetsched.app.probe_run.run_probes` submits one short probe job per missing
+  (workload, GPU type) through the :class:`~hetsched.slurm.client.SlurmClient` and the probe
   template, all at once (they run concurrently wherever Slurm has GPUs of
   their type), waits with one ``squeue`` per poll, cancels those past their
   time limit, and stores what came back.

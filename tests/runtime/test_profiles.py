@@ -275,7 +275,8 @@ class _FakeClient:
 
 
 def test_run_probes_marks_failed_and_timed_out_pairs_unusable(tmp_path: Path) -> None:
-    from hetsched.app.profile import ProbeSpec, render_probes, run_probes
+    from hetsched.app.probe_run import run_probes
+    from hetsched.app.profile import ProbeSpec, render_probes
     from hetsched.state.history import statuses
 
     specs = [ProbeSpec("mlp", g, (8, 16)) for g in ("a100", "v100", "t4")]
@@ -298,7 +299,8 @@ def test_run_probes_marks_failed_and_timed_out_pairs_unusable(tmp_path: Path) ->
 def test_a_probe_that_never_left_the_queue_records_nothing(tmp_path: Path) -> None:
     """A busy cluster's queue says nothing about a pair: marking it unusable made `plan`
     leave that GPU type out for the workload, and the next `profile` skip it."""
-    from hetsched.app.profile import NOT_RUN, ProbeSpec, plan_probes, render_probes, run_probes
+    from hetsched.app.probe_run import run_probes
+    from hetsched.app.profile import NOT_RUN, ProbeSpec, plan_probes, render_probes
     from hetsched.core.spec import Job
     from hetsched.state.history import statuses
 
