@@ -1,6 +1,6 @@
 """Running the probes: submit them, wait with one ``squeue`` per poll, cancel those past
 their limits, store what came back in the profile history (:mod:`hetsched.state.history`);
-on SIGINT/SIGTERM cancel what is still queued or running.
+on SIGINT/SIGTERM/SIGHUP cancel what is still queued or running.
 
 :mod:`.profile` plans and renders the probes (:class:`~.profile.ProbeOutcome`).
 """
@@ -26,8 +26,8 @@ __all__ = ["ProbesInterrupted", "run_probes"]
 
 
 class ProbesInterrupted(HetschedError):
-    """SIGINT/SIGTERM while probes were queued or running: those were cancelled, the
-    finished ones recorded. Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
+    """SIGINT/SIGTERM/SIGHUP while probes were queued or running: those were cancelled,
+    the finished ones recorded. Exit 128 + the signal: 130, 143, 129."""
 
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
@@ -48,8 +48,8 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
     limit covers the probe's start-up (importing torch) before its own
     ``--time-limit`` clock starts.
 
-    SIGINT/SIGTERM (Ctrl-C, a login session's end) are held while an sbatch is in
-    flight; then no more probes are submitted, those queued or running are
+    SIGINT/SIGTERM/SIGHUP (Ctrl-C, a kill, a dropped ssh session) are held while an
+    sbatch is in flight; then no more probes are submitted, those queued or running are
     cancelled (one scancel) and are :data:`NOT_RUN`, what had finished is
     recorded as usual, and :class:`ProbesInterrupted` is raised: an interrupted
     profile leaves no probe job behind in the queue.
@@ -82,7 +82,7 @@ def _record(outcomes: list[ProbeOutcome], store: Store, say: Callable[[str], Non
             interrupted: bool) -> None:
     """Store each finished probe's rows or its pair's mark, and say each outcome (after an
     interrupt, not the cancelled ones: the last line counts them)."""
-    for o in outcomes:
+    for o in outcomes:  # all stored before a line is said: a hung-up terminal fails those
         if o.status == "ok":
             import_rows(store, o.rows, f"probe:{o.slurm_id}")
             set_status(store, o.spec.workload, o.spec.gpu_type, OK, f"probe:{o.slurm_id}",
@@ -90,6 +90,7 @@ def _record(outcomes: list[ProbeOutcome], store: Store, say: Callable[[str], Non
         elif o.status == UNUSABLE:
             set_status(store, o.spec.workload, o.spec.gpu_type, UNUSABLE, o.reason, o.slurm_id,
                        o.seconds)
+    for o in outcomes:
         if interrupted and o.status == NOT_RUN:
             continue
         say(f"probe {o.spec.workload} on {o.spec.gpu_type}: {o.status}"

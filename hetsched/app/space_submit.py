@@ -217,8 +217,45 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
                      scripts: Mapping[str, tuple[int, Script]], units: Mapping[str, Unit],
                      preds: Mapping[str, list[str]], result: SubmitResult, base: Path,
                      progress: Callable[[str], None] | None, pin_nodes: bool = True) -> None:
-    """The sbatch loop, unit by unit (a job, or a group's one job): in the plan's order,
-    with dependencies, all or nothing."""
+    """The sbatch loop (:func:`_sbatch_loop`), all or nothing: a failed sbatch or a
+    signal rolls back there; anything else that stops it between two sbatches (the
+    terminal gone under a progress line after a hangup, a full disk under the next
+    script) rolls back here."""
+    mine: list[tuple[int, str, str]] = []  # (submission row, job, slurm id) of this call
+    #: (intent row, unit) of the unit whose sbatch is under way
+    inflight: list[tuple[int, str]] = []
+    with deferred_signals() as caught:
+        try:
+            _sbatch_loop(plan, store, client, scripts, units, preds, result, base, progress,
+                         pin_nodes, mine, inflight, caught)
+        except (SubmitError, SubmitInterrupted):
+            raise  # rolled back already
+        except Exception:  # (SIGKILL, simulated by SystemExit in tests, is not caught)
+            _rollback(store, client, result.plan_id, mine, [r for r, _ in inflight],
+                      inflight[0][1] if inflight else None)
+            if caught:  # the signal is the cause (a hangup, then EIO on the terminal)
+                raise SubmitInterrupted(_interrupted(caught[0], len(mine) + len(inflight),
+                                                     len(result.order), len(mine)),
+                                        caught[0]) from None
+            raise
+
+
+def _interrupted(signum: int, done: int, total: int, cancelled: int) -> str:
+    return (f"submit interrupted by {signal.Signals(signum).name} after {done} of {total} "
+            f"jobs; cancelled the {cancelled} this run had submitted; nothing from this run "
+            "remains queued")
+
+
+def _sbatch_loop(plan: Plan, store: Store, client: SlurmClient,
+                 scripts: Mapping[str, tuple[int, Script]], units: Mapping[str, Unit],
+                 preds: Mapping[str, list[str]], result: SubmitResult, base: Path,
+                 progress: Callable[[str], None] | None, pin_nodes: bool,
+                 mine: list[tuple[int, str, str]], inflight: list[tuple[int, str]],
+                 caught: list[int]
+                 ) -> None:
+    """Unit by unit (a job, or a group's one job), in the plan's order, with
+    dependencies; ``mine`` collects this call's submissions, ``inflight`` the intent rows
+    of the unit being submitted."""
     pid, order = result.plan_id, result.order
     # crash recovery: intents without an id may have reached Slurm
     intents = {m: store.submission(pid, *m) for u in order for m in units[u].members}
@@ -229,60 +266,58 @@ def _submit_in_order(plan: Plan, store: Store, client: SlurmClient,
     ids = {s.job: s.slurm_id for s in store.submissions()
            if s.slurm_id and s.state in LIVE_STATES}
 
-    mine: list[tuple[int, str, str]] = []  # (submission row, job, slurm id) of this call
-    with deferred_signals() as caught:
-        for i, name in enumerate(order):
-            seg, script = scripts[name]
-            unit = units[name]
-            prev = [intents[m] for m in unit.members]
-            if all(p is not None and p.slurm_id and p.state != SUPERSEDED for p in prev):
-                for (job, _), p in zip(unit.members, prev, strict=True):
-                    assert p is not None and p.slurm_id
-                    result.skipped.append((job, p.slurm_id))
-                    ids[job] = p.slurm_id
-                continue
-            if unit.comment in found and any(p in orphans for p in prev):
-                for (job, _), p in zip(unit.members, prev, strict=True):
-                    if p is not None:
-                        store.set_submitted(p.id, found[unit.comment])
-                    result.skipped.append((job, found[unit.comment]))
-                    ids[job] = found[unit.comment]
-                continue
-            files = JobFiles(base, pid, name, seg)
-            path = files.script
-            atomic_write(path, script.text)
-            write_job_layout(files, plan, pin_nodes, alone=unit.group is None)
-            with store.tx():  # every member's intent, or none
-                subs = [store.begin_submission(
-                    pid, job, k, script.sha256, str(path),
-                    [w.to_dict() for w in plan.job(job).segments[k].workers])
-                    for job, k in unit.members]
-            dep = dependency_expr(preds.get(name, []), ids)
-            try:
-                jid = client.submit(path, extra_args=[f"--dependency={dep}"] if dep else ())
-            except CommandError as e:
-                _rollback(store, client, pid, mine, [s.id for s in subs], name)
-                done = ", ".join(j for _, j, _ in mine)
-                raise SubmitError(
-                    f"sbatch failed for {'group' if unit.group else 'job'} {name!r} ({i + 1} "
-                    f"of {len(order)}): {e}; "
-                    + (f"cancelled what this run had submitted ({done}); " if mine else "")
-                    + "nothing from this run remains queued") from None
-            for sub in subs:
-                store.set_submitted(sub.id, jid)
-                ids[sub.job] = jid
-                mine.append((sub.id, sub.job, jid))
-                result.submitted.append((sub.job, jid))
-            if progress:
-                what = (f"group {unit.group.group} ({', '.join(unit.group.jobs)})"
-                        if unit.group else name)
-                progress(f"submitted {what} as Slurm job {jid}" + (f" ({dep})" if dep else ""))
-            if caught:
-                _rollback(store, client, pid, mine, [], None)
-                raise SubmitInterrupted(
-                    f"submit interrupted by {signal.Signals(caught[0]).name} after {i + 1} of "
-                    f"{len(order)} jobs; cancelled the {len(mine)} this run had submitted; "
-                    "nothing from this run remains queued", caught[0])
+    for i, name in enumerate(order):
+        seg, script = scripts[name]
+        unit = units[name]
+        prev = [intents[m] for m in unit.members]
+        if all(p is not None and p.slurm_id and p.state != SUPERSEDED for p in prev):
+            for (job, _), p in zip(unit.members, prev, strict=True):
+                assert p is not None and p.slurm_id
+                result.skipped.append((job, p.slurm_id))
+                ids[job] = p.slurm_id
+            continue
+        if unit.comment in found and any(p in orphans for p in prev):
+            for (job, _), p in zip(unit.members, prev, strict=True):
+                if p is not None:
+                    store.set_submitted(p.id, found[unit.comment])
+                result.skipped.append((job, found[unit.comment]))
+                ids[job] = found[unit.comment]
+            continue
+        files = JobFiles(base, pid, name, seg)
+        path = files.script
+        atomic_write(path, script.text)
+        write_job_layout(files, plan, pin_nodes, alone=unit.group is None)
+        with store.tx():  # every member's intent, or none
+            subs = [store.begin_submission(
+                pid, job, k, script.sha256, str(path),
+                [w.to_dict() for w in plan.job(job).segments[k].workers])
+                for job, k in unit.members]
+        inflight[:] = [(sub.id, name) for sub in subs]
+        dep = dependency_expr(preds.get(name, []), ids)
+        try:
+            jid = client.submit(path, extra_args=[f"--dependency={dep}"] if dep else ())
+        except CommandError as e:
+            _rollback(store, client, pid, mine, [s.id for s in subs], name)
+            done = ", ".join(j for _, j, _ in mine)
+            raise SubmitError(
+                f"sbatch failed for {'group' if unit.group else 'job'} {name!r} ({i + 1} "
+                f"of {len(order)}): {e}; "
+                + (f"cancelled what this run had submitted ({done}); " if mine else "")
+                + "nothing from this run remains queued") from None
+        for sub in subs:
+            store.set_submitted(sub.id, jid)
+            ids[sub.job] = jid
+            mine.append((sub.id, sub.job, jid))
+            result.submitted.append((sub.job, jid))
+        inflight.clear()
+        if progress:
+            what = (f"group {unit.group.group} ({', '.join(unit.group.jobs)})"
+                    if unit.group else name)
+            progress(f"submitted {what} as Slurm job {jid}" + (f" ({dep})" if dep else ""))
+        if caught:
+            _rollback(store, client, pid, mine, [], None)
+            raise SubmitInterrupted(_interrupted(caught[0], i + 1, len(order), len(mine)),
+                                    caught[0])
 
 
 def _unit_cpus(plan: Plan, units: Mapping[str, Unit], sbatch: SbatchOptions | None

@@ -40,8 +40,8 @@ class SubmitError(HetschedError):
 
 
 class SubmitInterrupted(HetschedError):
-    """SIGINT/SIGTERM during submit; what this call had submitted was cancelled.
-    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
+    """SIGINT/SIGTERM/SIGHUP during submit; what this call had submitted was cancelled.
+    Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
 
     exit_code = 130
 
@@ -216,22 +216,29 @@ def time_limit(duration_s: float) -> tuple[int, int]:
     return limit_min, warning_s(limit_min)
 
 
+#: the signals a submit or a profile holds and then acts on: Ctrl-C, a kill or a
+#: scheduler's stop, and the hangup a login session sends when its ssh connection drops
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[list[int]]:
-    """Hold SIGINT/SIGTERM until the sbatch in flight is recorded (main thread only).
+    """Hold SIGINT/SIGTERM/SIGHUP until the sbatch in flight is recorded (main thread only).
 
     The yielded list receives the signals caught; the submit loop checks it
     after each job and rolls the batch back, so an interrupt never leaves a
     partial batch. Outside the main thread (where Python cannot install
-    handlers) signals are left alone.
+    handlers) signals are left alone, and so is a signal the process was started
+    ignoring (``nohup`` ignores SIGHUP, a background job of a script SIGINT): the
+    user asked that it not stop the command.
     """
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    old = {s: signal.getsignal(s) for s in sigs}
-    for s in sigs:
+    old = {s: signal.getsignal(s) for s in HELD_SIGNALS}
+    old = {s: h for s, h in old.items() if h is not signal.SIG_IGN}
+    for s in old:
         signal.signal(s, lambda num, _frame: caught.append(num))
     try:
         yield caught

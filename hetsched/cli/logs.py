@@ -57,3 +57,15 @@ class _Plain(logging.Formatter):
 def quiet() -> bool:
     """Whether -q was given (progress bars stay off)."""
     return logging.getLogger(LOGGER).level >= logging.ERROR
+
+
+def say(text: str) -> None:
+    """A progress line on stderr that never stops the work: a reader gone (``| head``:
+    EPIPE) or a terminal gone (a hangup: EIO) loses the line, not the batch. A hangup
+    itself is a signal, which the command acts on (a submit rolls back)."""
+    import click
+
+    try:
+        click.echo(text, err=True)
+    except OSError:
+        pass

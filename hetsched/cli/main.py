@@ -23,7 +23,10 @@ err_console = Console(stderr=True)
 
 
 def _fail(e: HetschedError) -> None:
-    click.echo(f"hetsched: error: {e}", err=True)
+    try:
+        click.echo(f"hetsched: error: {e}", err=True)
+    except OSError:  # no terminal left to say it on (a hangup: EIO): the exit code says it
+        pass
     sys.exit(e.exit_code)
 
 

@@ -60,8 +60,11 @@ class RichReporter(BaseReporter):
 
     def close(self) -> None:
         if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
+            progress, self.progress = self.progress, None
+            try:
+                progress.stop()
+            except OSError:  # the terminal is gone (a hangup: EIO): nothing to take down
+                pass
 
     def _bar(self) -> Progress:
         if self.progress is None:
@@ -76,10 +79,13 @@ class RichReporter(BaseReporter):
         self._line(text)
 
     def _line(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(text, highlight=False)
-        else:  # piped: one line stays one line, however long (no wrapping at 80 columns)
-            self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
+        try:
+            if self.progress is not None:
+                self.progress.console.print(text, highlight=False)
+            else:  # piped: one line stays one line, however long (no wrapping at 80 columns)
+                self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
+        except OSError:  # the terminal is gone (a hangup: EIO); the work goes on unsaid
+            pass
 
     # -- hooks -------------------------------------------------------------
     def probes(self, pending: int, running: int, done: int, total: int) -> None:

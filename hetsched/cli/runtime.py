@@ -265,8 +265,9 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     does not fail the others. Results go into the state store's profile
     history, which `hetsched profiles list|export|forget` manage.
 
-    Ctrl-C (SIGINT) or SIGTERM cancels the probes still queued or running and
-    records those that finished; exit 130 or 143. The next profile probes the rest.
+    Ctrl-C (SIGINT), SIGTERM or SIGHUP (a dropped ssh session) cancels the probes
+    still queued or running and records those that finished; exit 130, 143 or
+    129. The next profile probes the rest.
     """
     from hetsched.app.probe_run import run_probes
     from hetsched.app.profile import (

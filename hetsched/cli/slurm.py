@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from hetsched import config
+from hetsched.cli import logs
 from hetsched.cli.options import format_option, needs_extra, partition_option, state_option
 from hetsched.core.sbatch import MAX_CPUS_PER_GPU
 from hetsched.errors import InputError
@@ -154,12 +155,13 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     (`hetsched config show`). An SBATCH_* variable for an option the script
     sets is not passed to sbatch (a warning names it), nor are the SLURM_*
     variables of a job this command runs in.
-    SIGINT/SIGTERM during submit cancel what it submitted (exit 130/143).
+    SIGINT/SIGTERM/SIGHUP during submit cancel what it submitted (exit 130/143/129;
+    under nohup a hangup is ignored and the submit goes on).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
     queued), 4 Slurm did not answer, 6-10 state file unusable (`hetsched --help`),
-    11 a file another user could write, 130, 143 interrupted by SIGINT, SIGTERM
-    (nothing left queued).
+    11 a file another user could write, 130, 143, 129 interrupted by SIGINT,
+    SIGTERM, SIGHUP (nothing left queued).
     """
     from hetsched.app.plan import parse_params, plan_settings
     from hetsched.app.submit import base_sbatch, submit
@@ -196,7 +198,7 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
         return
     with _store(state_path) as st:
         res = submit(plan, st, _client(), partition=part, pin_nodes=pin_nodes,
-                     source=plan_file, progress=lambda m: click.echo(m, err=True),
+                     source=plan_file, progress=logs.say,
                      sbatch=sbatch, skip_unrunnable=skip_unplaceable)
     for name, why in res.unrunnable:
         click.echo(f"skipped {name}: would fail where it runs: {why}", err=True)

@@ -67,7 +67,7 @@ def _probes(tmp_path: Path) -> list:
                          warmup=1, steps=1, hetsched="hetsched")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_while_probes_run_cancels_them_and_keeps_the_finished(
         tmp_path: Path, sig: int) -> None:
     client = _Client(("squeue", 2), sig)  # after the a100 probe was collected
