@@ -189,6 +189,67 @@ def traces(stronger: bool, ceiling: bool, unmerged: bool = False) -> list[dict[s
     return out
 
 
+def sweep_problems() -> list[tuple[str, PlanningProblem]]:
+    """Sweeps: 30 single-GPU jobs at once on 4 V100 + 4 P100 + 8 K80 (Gavel's
+    throughputs). Many jobs that look alike make the LP degenerate."""
+    nodes = (Node("v100-1", "v100", 4), Node("p100-1", "p100", 4), Node("k80-1", "k80", 4),
+             Node("k80-2", "k80", 4))
+    cl = Cluster(nodes=nodes, intra_node_gbps=300.0, inter_node_gbps=10.0)
+
+    def job(i: int, wl: str, size: int, batch: int) -> Job:
+        return Job(name=f"s{i:02d}", workload=wl, dataset_size=size, epochs=1,
+                   global_batch=batch, max_gpus=1, model_size_mb=MODEL_MB[wl])
+
+    mix = (("resnet-18", 128), ("transformer", 64), ("lm", 40))
+    return [("30 identical (resnet-18)", PlanningProblem(
+                [job(i, "resnet-18", 50_000, 128) for i in range(30)], cl, GAVEL)),
+            ("30 sizes (resnet-18, +2% each)", PlanningProblem(
+                [job(i, "resnet-18", int(50_000 * 1.02 ** i), 128) for i in range(30)], cl,
+                GAVEL)),
+            ("30 of 3 workloads", PlanningProblem(
+                [job(i, mix[i % 3][0], 50_000, mix[i % 3][1]) for i in range(30)], cl,
+                GAVEL))]
+
+
+def sweeps() -> list[dict[str, object]]:
+    """The bound on the sweeps: its kind, CPU seconds and gap to auto's plan; how each
+    LP solve went (simplex or interior point iterations)."""
+    import highspy
+
+    solves: list[dict[str, object]] = []
+    run = highspy.Highs.run
+
+    def counted(h: Any) -> Any:
+        c0 = time.process_time()
+        r = run(h)
+        info = h.getInfo()
+        solves.append({"cpu_s": round(time.process_time() - c0, 2),
+                       "simplex": int(info.simplex_iteration_count),
+                       "ipm": int(info.ipm_iteration_count),
+                       "status": h.modelStatusToString(h.getModelStatus())})
+        return r
+
+    highspy.Highs.run = counted
+    out = []
+    try:
+        for name, p in sweep_problems():
+            solves.clear()
+            c0 = time.process_time()
+            info = lower_bound_info(p)
+            cpu = time.process_time() - c0
+            plan = plan_problem(p, "auto", restart_cost_s=0.0)
+            row = {"instance": name, "jobs": p.S, "kind": info["kind"],
+                   "bound": info["weighted_jct_s"], "bound_cpu_s": round(cpu, 2),
+                   "auto": plan.weighted_jct_s, "auto_policy": plan.policy,
+                   "gap": (plan.weighted_jct_s - info["weighted_jct_s"]) / plan.weighted_jct_s,
+                   "solves": list(solves)}
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    finally:
+        highspy.Highs.run = run
+    return out
+
+
 def by_job() -> list[dict[str, object]]:
     """Where the LP bound's gap is, per trace instance: each job's weighted time in the
     system in the plan of ``exhaustive`` and at the LP's optimum, the jobs that hold most
@@ -267,9 +328,16 @@ def main() -> None:
     ap.add_argument("--unmerged", action="store_true",
                     help="with --traces: also the LP with no configuration merged (UNMERGED; "
                     "minutes of CPU)")
+    ap.add_argument("--sweeps", action="store_true",
+                    help="the bound on sweeps of 30 single-GPU jobs (degenerate LPs)")
     ap.add_argument("--by-job", action="store_true",
                     help="where the LP's gap is on the trace instances, job by job")
     args = ap.parse_args()
+    if args.sweeps:
+        Path(args.out).write_text(json.dumps({"machine": platform.platform(),
+                                              "command": " ".join(["python", *sys.argv]),
+                                              "rows": sweeps()}, indent=2) + "\n")
+        return
     if args.by_job:
         Path(args.out).write_text(json.dumps({"machine": platform.platform(),
                                               "command": " ".join(["python", *sys.argv]),

@@ -40,6 +40,11 @@ this LP with ``C_i`` its completion times, so ``sum w_i (C_i - a_i)`` at the
 LP optimum bounds the total weighted JCT from below. HiGHS's tolerances are
 covered by shaving 1e-6 off the value.
 
+Jobs the LP cannot tell apart share one set of columns (:func:`job_classes`: exact,
+by symmetry). Each solve is the dual simplex warm from the last round's basis, under
+``ITERATION_LIMIT``; past it the interior point method solves it and the later
+rounds too (a degenerate LP: many jobs that look alike).
+
 Its size is capped (``MAX_VARS`` columns, ``VARS_PER_JOB`` per job above
 ``MIN_VARS``): the grid is coarsened and each job's configurations merged
 into fewer optimistic ones (lp_configs.py) until it fits. Where a job's
@@ -58,8 +63,9 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
-from hetsched.planning.lp_configs import merge_configs, pareto_configs
+from hetsched.planning.lp_configs import class_of, job_classes, merge_configs, pareto_configs
 from hetsched.planning.lp_grid import activity_grid, columns, windows
+from hetsched.planning.solver import SparseRows, highs_lp
 
 MAX_VARS = 45_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 #: and at most this many per job (few jobs: a finer grid no longer pays for its cuts)
@@ -71,9 +77,15 @@ INTERVALS = 192  # bounded time intervals at most (placed where the jobs run)
 #: after that its tail (a relaxation: no capacity or length limit there)
 WINDOW = 4.0
 TIME_LIMIT_S = 60.0  # per LP solve, a safety net only: the iteration limit ends a solve first
-#: simplex iterations per LP solve: a solve that hits it ends the rounds (counted, not
-#: timed, so the same inputs give the same bound on a quiet and on a busy machine)
-ITERATION_LIMIT = 100_000
+#: simplex iterations per LP solve (the dual simplex, warm from the last round's basis):
+#: a solve that hits it is solved again by the interior point method, which the rounds
+#: then keep. Gavel's traces take at most about 5,000 per solve; a sweep of 30 jobs of
+#: one workload on 16 GPUs, a degenerate LP the simplex pivots around in, took 60,000
+#: and 99,000 (60 s) where the interior point method takes 50 iterations (1 s).
+#: Counted, not timed, so the same inputs give the same bound on any machine's load
+ITERATION_LIMIT = 15_000
+#: interior point iterations per LP solve: a solve that hits it ends the rounds
+IPM_ITERATION_LIMIT = 1_000
 #: lattice points (count vectors over distinct workloads and batches) above which the LP is
 #: not tried: every one is a Pareto candidate
 MAX_LATTICE_POINTS = 400_000
@@ -107,20 +119,28 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
         confs = [pareto_configs(p, i, X) for i, X in enumerate(lattices) if X is not None]
     if any(c is None or len(c[0]) == 0 for c in confs):
         return None
+    # identical jobs (a sweep of one workload) share one set of columns: exact (below)
+    cls = job_classes(p, [c for c in confs if c is not None])
+    reps = np.array([c[0] for c in cls])
+    mult = np.array([len(c) for c in cls], dtype=float)
     # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
     max_vars = min(MAX_VARS, max(VARS_PER_JOB * p.S, MIN_VARS))
-    cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * max(p.S, 1)))))
-    merged = [merge_configs(c[0], c[1], cap) for c in confs if c is not None]
+    cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * len(cls)))))
+    merged = [merge_configs(confs[i][0], confs[i][1], cap)
+              for i in reps]
     Pmin = np.array([float(pt.min()) for _, pt in merged])
-    a = p.arrival.astype(float)
-    t0 = float(a.min())
-    t1 = float(a.max() + Pmin.sum())
-    span = np.maximum(Pmin, (hint - a) if hint is not None else Pmin)
+    a_all = p.arrival.astype(float)
+    t0 = float(a_all.min())
+    t1 = float(a_all.max() + (mult * Pmin).sum())
+    span_all = np.maximum(Pmin[class_of(cls, p.S)], (hint - a_all) if hint is not None
+                          else Pmin[class_of(cls, p.S)])
+    a = a_all[reps]
+    span = np.array([span_all[c].max() for c in cls])  # the class's longest: any is valid
     n_conf = np.array([len(X) for X, _ in merged])
     n = n_intervals
     while True:  # the finest activity grid whose windowed LP fits
-        bnd = activity_grid(a, span, t0, t1, n)
-        first, last = windows(bnd, a, np.full(p.S, t1))  # whole horizon while it fits
+        bnd = activity_grid(a_all, span_all, t0, t1, n)
+        first, last = windows(bnd, a, np.full(len(cls), t1))  # whole horizon while it fits
         if columns(n_conf, first, last) > max_vars:
             first, last = windows(bnd, a, a + WINDOW * span)
         if columns(n_conf, first, last) <= max_vars or n <= MIN_INTERVALS:
@@ -129,16 +149,18 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     if columns(n_conf, first, last) > max_vars:
         return None
     scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
-    lp = _build(p, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first, last)
-    value, rounds = _solve_rounds(lp, p.weight.astype(float), (a - t0) / scale, merged, scale,
-                                  time_limit_s)
+    w = p.weight.astype(float)[reps] * mult
+    lp = _build(p.n_type, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first,
+                last, w, mult)
+    value, rounds = _solve_rounds(lp, w, (a - t0) / scale, merged, scale, time_limit_s)
     if not math.isfinite(value):
         return None
     return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
             "configs": int(n_conf.sum()), "columns": columns(n_conf, first, last),
             "rounds": rounds, "time_s": time.perf_counter() - t_start,
             # each job's completion at the last solve (where the bound's slack is: benches)
-            "completion_s": [float(lp.x[c]) * scale + t0 for c in lp.C]}
+            "classes": len(cls),
+            "completion_s": [float(lp.x[lp.C[k]]) * scale + t0 for k in class_of(cls, p.S)]}
 
 
 @dataclass
@@ -157,32 +179,18 @@ class _LP:
     #: per job: its tail's y columns (the unbounded last interval)
     tail: list[list[int]] = field(default_factory=list)
     #: cuts found this round, added together
-    pending: _Rows = field(default_factory=lambda: _Rows())
+    pending: SparseRows = field(default_factory=lambda: SparseRows())
 
 
-class _Rows:
-    """Sparse rows ``lower <= sum coef * x[col] <= upper`` collected for one passModel."""
-
-    def __init__(self) -> None:
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.idx: list[list[int]] = []
-        self.val: list[list[float]] = []
-
-    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
-        self.lo.append(lo)
-        self.hi.append(hi)
-        self.idx.append([c for c, _ in terms])
-        self.val.append([v for _, v in terms])
-
-
-def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
-           left: np.ndarray, au: np.ndarray, scale: float, first: np.ndarray, last: np.ndarray
-           ) -> _LP:
+def _build(n_type: np.ndarray, confs: list[tuple[np.ndarray, np.ndarray]], Pmin: np.ndarray,
+           left: np.ndarray, au: np.ndarray, scale: float, first: np.ndarray, last: np.ndarray,
+           w: np.ndarray, mult: np.ndarray) -> _LP:
     """The time-indexed LP over each job's configurations (module docstring), in HiGHS.
 
-    Job i has pieces in intervals ``first[i]`` .. ``last[i] - 1`` and an unbounded tail
-    from ``left[last[i]]`` on (no capacity or length limit there: a relaxation).
+    Job (class) i has pieces in intervals ``first[i]`` .. ``last[i] - 1`` and an
+    unbounded tail from ``left[last[i]]`` on (no capacity or length limit there: a
+    relaxation); its objective weight is ``w[i]`` and it uses capacity ``mult[i]``
+    times (:func:`job_classes`).
     """
     import highspy
 
@@ -195,7 +203,7 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         cost.append(c)
         return len(col_lo) - 1
 
-    rows = _Rows()
+    rows = SparseRows()
     cap: dict[tuple[int, int], list[tuple[int, float]]] = {}
     lp = _LP(None, [], [], [])
     for i, (X, pt) in enumerate(confs):
@@ -220,7 +228,8 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
                 mbt.append((v, lo))
                 if k < K:
                     for t in np.nonzero(X[r])[0]:
-                        cap.setdefault((int(t), k), []).append((v, float(ptu[r] * X[r, t])))
+                        cap.setdefault((int(t), k), []).append(
+                            (v, float(ptu[r] * X[r, t] * mult[i])))
             run += row
             if k < K:
                 rows.add(row, -inf, float(hi - lo))
@@ -229,7 +238,7 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
             else:
                 lp.tail.append([v for v, _ in row])
         rows.add(work, 1.0, 1.0)
-        c = col(float(au[i] + Pmin[i] / scale), float(p.weight[i]))
+        c = col(float(au[i] + Pmin[i] / scale), float(w[i]))
         rows.add([(c, 1.0)] + [(v, -q) for v, q in run], float(au[i]), inf)
         lp.MB.append(mbt + [(z, 1.0) for z, _ in zs])
         lp.Z.append(zs)
@@ -238,52 +247,33 @@ def _build(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
         rows.add([(c, 1.0)] + [(v, -q) for v, q in lp.MB[i]], float(Pmin[i] / scale / 2.0), inf)
         lp.C.append(c)
     for (ty, k), terms in cap.items():
-        rows.add(terms, -inf, float(p.n_type[ty]) * float(left[k + 1] - left[k]))
-    lp.h = _highs(rows, col_lo, cost)
+        rows.add(terms, -inf, float(n_type[ty]) * float(left[k + 1] - left[k]))
+    lp.h = highs_lp(rows, col_lo, cost)
     return lp
-
-
-def _highs(rows: _Rows, col_lo: list[float], cost: list[float]) -> Any:
-    """A quiet HiGHS instance holding ``min cost.x`` over ``rows``, ``x >= col_lo``."""
-    import highspy
-
-    from hetsched.planning.solver import quiet_stdout
-
-    model = highspy.HighsLp()
-    n = len(col_lo)
-    model.num_col_, model.num_row_ = n, len(rows.lo)
-    model.col_cost_ = np.array(cost)
-    model.col_lower_ = np.array(col_lo)
-    model.col_upper_ = np.full(n, highspy.kHighsInf)
-    model.row_lower_ = np.array(rows.lo)
-    model.row_upper_ = np.array(rows.hi)
-    model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    model.a_matrix_.start_ = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])]
-                                            ).astype(np.int32)
-    model.a_matrix_.index_ = np.array([c for r in rows.idx for c in r], dtype=np.int32)
-    model.a_matrix_.value_ = np.array([v for r in rows.val for v in r], dtype=float)
-    with quiet_stdout():
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.passModel(model)
-    return h
 
 
 def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
                   confs: list[tuple[np.ndarray, np.ndarray]], scale: float,
                   time_limit_s: float) -> tuple[float, int]:
     """Solve, add violated cuts, re-solve from the last basis: a fixed number of rounds
-    (deterministic)."""
+    (deterministic). A solve past ``ITERATION_LIMIT`` simplex iterations is done again
+    by the interior point method, which the later rounds keep."""
     import highspy
 
     h = lp.h
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("simplex_iteration_limit", ITERATION_LIMIT)
+    h.setOptionValue("ipm_iteration_limit", IPM_ITERATION_LIMIT)
     value = -math.inf
     rounds = 0
+    ipm = False
     while rounds < MAX_ROUNDS:
         rounds += 1
         h.run()
+        if h.getModelStatus() == highspy.HighsModelStatus.kIterationLimit and not ipm:
+            ipm = True
+            h.setOptionValue("solver", "ipm")
+            h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             break
         lp.x = np.asarray(h.getSolution().col_value)
@@ -320,7 +310,7 @@ def _flush_rows(lp: _LP) -> None:
     idx = np.array([c for r in rows.idx for c in r], dtype=np.int32)
     val = np.array([v for r in rows.val for v in r], dtype=float)
     lp.h.addRows(n, np.array(rows.lo), np.full(n, highspy.kHighsInf), len(idx), starts, idx, val)
-    lp.pending = _Rows()
+    lp.pending = SparseRows()
 
 
 def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float) -> bool:

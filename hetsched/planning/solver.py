@@ -1,9 +1,9 @@
 """The one LP solver factory: every pulp LP hetsched solves goes through :func:`lp_solver`.
 
 Two hot LPs talk to HiGHS directly (``highspy``, re-solved warm): the joint
-lower bound (``lp_bound``) and HAS's P3 on large categories
-(``policies.common.TransportLP``); both create their ``Highs`` inside
-:func:`quiet_stdout` with ``output_flag`` off, for the same reason.
+lower bound (``lp_bound``, built by :func:`highs_lp` from :class:`SparseRows`) and
+HAS's P3 on large categories (``policies.common.TransportLP``); both create their
+``Highs`` inside :func:`quiet_stdout` with ``output_flag`` off, for the same reason.
 
 pulp's HiGHS interface lets HiGHS print its banner on stdout when it creates
 the solver, before ``output_flag`` can be switched off, which corrupted
@@ -90,4 +90,45 @@ class _Lazy:
 
 _SilentHiGHS = _Lazy()
 
-__all__ = ["lp_solver", "quiet_stdout"]
+class SparseRows:
+    """Sparse rows ``lower <= sum coef * x[col] <= upper`` collected for one passModel."""
+
+    def __init__(self) -> None:
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.idx: list[list[int]] = []
+        self.val: list[list[float]] = []
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.idx.append([c for c, _ in terms])
+        self.val.append([v for _, v in terms])
+
+
+def highs_lp(rows: SparseRows, col_lo: list[float], cost: list[float]) -> Any:
+    """A quiet HiGHS instance holding ``min cost.x`` over ``rows``, ``x >= col_lo``."""
+    import highspy
+    import numpy as np
+
+    model = highspy.HighsLp()
+    n = len(col_lo)
+    model.num_col_, model.num_row_ = n, len(rows.lo)
+    model.col_cost_ = np.array(cost)
+    model.col_lower_ = np.array(col_lo)
+    model.col_upper_ = np.full(n, highspy.kHighsInf)
+    model.row_lower_ = np.array(rows.lo)
+    model.row_upper_ = np.array(rows.hi)
+    model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    model.a_matrix_.start_ = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])]
+                                            ).astype(np.int32)
+    model.a_matrix_.index_ = np.array([c for r in rows.idx for c in r], dtype=np.int32)
+    model.a_matrix_.value_ = np.array([v for r in rows.val for v in r], dtype=float)
+    with quiet_stdout():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.passModel(model)
+    return h
+
+
+__all__ = ["lp_solver", "quiet_stdout", "SparseRows", "highs_lp"]
