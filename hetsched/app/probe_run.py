@@ -165,18 +165,18 @@ def _cancel_probes(pending: list[ProbeOutcome], client: Any, signum: int) -> Non
 
 def _interrupted_message(outcomes: list[ProbeOutcome], signum: int) -> str:
     """The one line an interrupted profile ends with: what it cancelled, what it kept."""
-    gone = [o for o in outcomes if o.status == NOT_RUN and o.slurm_id is not None
+    gone = [o.slurm_id for o in outcomes if o.status == NOT_RUN and o.slurm_id is not None
             and o.reason.startswith("cancelled: profile")]
-    left = [o for o in outcomes if o.reason.startswith("profile was interrupted and scancel")]
+    left = [o.slurm_id for o in outcomes
+            if o.reason.startswith("profile was interrupted and scancel")]
     done = sum(o.status in ("ok", UNUSABLE) for o in outcomes)
-    text = (f"profile interrupted by {signal.Signals(signum).name}: cancelled "
-            f"{len(gone)} probe job(s)"
-            + (f" (Slurm {', '.join(str(o.slurm_id) for o in gone)})" if gone else "")
-            + f"; {done} finished probe(s) recorded")
+    parts = [f"cancelled {len(gone)} probe job(s) (Slurm {', '.join(map(str, gone))})"] \
+        if gone else []
     if left:
-        text += ("; could not cancel Slurm job(s) "
-                 f"{', '.join(str(o.slurm_id) for o in left)}: scancel them")
-    return text + "; `hetsched profile` again probes the rest"
+        parts.append(f"could not cancel Slurm job(s) {', '.join(map(str, left))}: scancel them")
+    parts.append(f"{done} finished probe(s) recorded")
+    return (f"profile interrupted by {signal.Signals(signum).name}: " + "; ".join(parts)
+            + "; `hetsched profile` again probes the rest")
 
 
 def _collect(o: ProbeOutcome, state: str) -> None:

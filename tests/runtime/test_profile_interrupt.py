@@ -83,8 +83,9 @@ def test_a_signal_while_probes_run_cancels_them_and_keeps_the_finished(
     assert by["v100"].status == by["t4"].status == NOT_RUN
     assert f"interrupted by {signal.Signals(sig).name}" in by["v100"].reason
     msg = str(e.value)
-    assert msg.startswith(f"profile interrupted by {signal.Signals(sig).name}: cancelled 2 "
-                          "probe job(s) (Slurm 2, 3); 1 finished probe(s) recorded")
+    assert msg == (f"profile interrupted by {signal.Signals(sig).name}: cancelled 2 probe "
+                   "job(s) (Slurm 2, 3); 1 finished probe(s) recorded; `hetsched profile` "
+                   "again probes the rest")
 
 
 def test_a_signal_during_the_sbatch_loop_submits_no_more(tmp_path: Path) -> None:
@@ -118,3 +119,23 @@ def test_a_probe_that_wrote_its_results_before_the_signal_still_counts(
         got = {g: s["status"] for (_, g), s in statuses(st).items()}
     assert got == {"a100": "ok", "v100": "ok"}
     assert client.cancelled == [["2", "3"]]
+
+
+def test_a_signal_while_slurm_is_down_names_the_probes_left_queued(tmp_path: Path) -> None:
+    """scancel cannot reach the controller: the message names the jobs to cancel by hand
+    rather than claiming they were cancelled."""
+    from hetsched.slurm.runner import SlurmUnavailable
+
+    class _Down(_Client):
+        def cancel(self, ids: list[str]) -> None:
+            raise SlurmUnavailable(["scancel", *ids], None, "Unable to contact slurm controller")
+
+    client = _Down(("squeue", 2), signal.SIGINT)
+    outs = _probes(tmp_path)
+    with open_store(tmp_path / "s.db") as st:
+        with pytest.raises(ProbesInterrupted) as e:
+            run_probes(outs, client, st, time_limit_s=30, queue_wait_s=30, poll_s=0.01)
+        assert {g for (_, g) in statuses(st)} == {"a100"}
+    assert str(e.value) == ("profile interrupted by SIGINT: could not cancel Slurm job(s) "
+                            "2, 3: scancel them; 1 finished probe(s) recorded; `hetsched "
+                            "profile` again probes the rest")
