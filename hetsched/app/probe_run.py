@@ -107,12 +107,14 @@ def _submit_probes(outcomes: list[ProbeOutcome], client: Any, say: Callable[[str
             continue
         try:
             o.slurm_id = client.submit(str(o.script))
-            o.submitted_at = time.monotonic()
-            say(f"probe {o.spec.workload} on {o.spec.gpu_type}: Slurm job {o.slurm_id}")
         except SlurmUnavailable as e:  # says nothing about the pair
             o.status, o.reason = NOT_RUN, f"Slurm did not answer sbatch: {e}"
+            continue
         except Exception as e:  # noqa: BLE001 - any sbatch failure only loses this pair
             o.status, o.reason = UNUSABLE, f"sbatch failed: {e}"
+            continue
+        o.submitted_at = time.monotonic()
+        say(f"probe {o.spec.workload} on {o.spec.gpu_type}: Slurm job {o.slurm_id}")
 
 
 def _poll_probes(pending: list[ProbeOutcome], client: Any, *, time_limit_s: float,
