@@ -49,10 +49,13 @@ def test_a_dropped_ssh_session_mid_submit_leaves_nothing_queued(
     pf.write_text(plan.to_json())
     state = tmp_path / "s.db"
     pid, fd = pty.fork()  # the command's terminal, as an ssh session gives it
-    if pid == 0:
-        os.execv(sys.executable, [sys.executable, "-c",
-                                  "from hetsched.cli.main import main; main()", "submit",
-                                  str(pf), "--state", str(state), "-p", "gpu"])
+    if pid == 0:  # never return into pytest from the forked child
+        try:
+            os.execv(sys.executable, [sys.executable, "-c",
+                                      "from hetsched.cli.main import main; main()", "submit",
+                                      str(pf), "--state", str(state), "-p", "gpu"])
+        finally:
+            os._exit(127)
     seen, deadline = b"", time.monotonic() + 60
     while seen.count(b"submitted ") < 3 and time.monotonic() < deadline:
         if select.select([fd], [], [], 0.5)[0]:
