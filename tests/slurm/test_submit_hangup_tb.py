@@ -41,19 +41,23 @@ def _tagged(client: CliSlurmClient, pid: str) -> list:
     return [j for j in client.jobs() if j.comment.startswith(f"hetsched:{pid}:")]
 
 
+def _submit_argv(tmp_path: Path, pid: str) -> list[str]:
+    """The real CLI submitting a 30-job plan ``pid`` (state file ``tmp_path/s.db``)."""
+    plan = contract_plan(pid, {f"{pid}-{i:02d}": [[("v100-1", "v100", 4)]] for i in range(30)})
+    pf = tmp_path / "plan.json"
+    pf.write_text(plan.to_json())
+    return [sys.executable, "-c", "from hetsched.cli.main import main; main()", "submit",
+            str(pf), "--state", str(tmp_path / "s.db"), "-p", "gpu"]
+
+
 @pytest.mark.slurm
 def test_a_dropped_ssh_session_mid_submit_leaves_nothing_queued(
         testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
-    plan = contract_plan("hup-tb", {f"h{i:02d}": [[("v100-1", "v100", 4)]] for i in range(30)})
-    pf = tmp_path / "plan.json"
-    pf.write_text(plan.to_json())
-    state = tmp_path / "s.db"
+    argv = _submit_argv(tmp_path, "hup-tb")
     pid, fd = pty.fork()  # the command's terminal, as an ssh session gives it
     if pid == 0:  # never return into pytest from the forked child
         try:
-            os.execv(sys.executable, [sys.executable, "-c",
-                                      "from hetsched.cli.main import main; main()", "submit",
-                                      str(pf), "--state", str(state), "-p", "gpu"])
+            os.execv(sys.executable, argv)
         finally:
             os._exit(127)
     seen, deadline = b"", time.monotonic() + 60
@@ -70,25 +74,20 @@ def test_a_dropped_ssh_session_mid_submit_leaves_nothing_queued(
     assert os.waitstatus_to_exitcode(status) == EXIT_HANGUP, seen
     wait_for(lambda: all(j.finished for j in _tagged(client, "hup-tb")), 20,
              "the submitted jobs to be cancelled")
-    with open_store(state) as st:
+    with open_store(tmp_path / "s.db") as st:
         assert st.submissions() == []
 
 
 @pytest.mark.slurm
 def test_a_reader_gone_mid_submit_loses_the_lines_not_the_batch(
         testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
-    plan = contract_plan("pipe-tb", {f"p{i:02d}": [[("v100-1", "v100", 4)]] for i in range(30)})
-    pf = tmp_path / "plan.json"
-    pf.write_text(plan.to_json())
-    state = tmp_path / "s.db"
-    proc = subprocess.Popen([sys.executable, "-c", "from hetsched.cli.main import main; main()",
-                             "submit", str(pf), "--state", str(state), "-p", "gpu"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_submit_argv(tmp_path, "pipe-tb"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
     assert proc.stderr is not None
     lines = [proc.stderr.readline() for _ in range(2)]  # what `| head -2` reads
     proc.stderr.close()  # ... before it exits
     assert proc.wait(timeout=120) == 0, lines
-    with open_store(state) as st:
+    with open_store(tmp_path / "s.db") as st:
         assert len(st.submissions()) == 30
     assert len([j for j in _tagged(client, "pipe-tb") if not j.finished]) == 30
 
