@@ -126,8 +126,7 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
     max_vars = min(MAX_VARS, max(VARS_PER_JOB * p.S, MIN_VARS))
     cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * len(cls)))))
-    merged = [merge_configs(confs[i][0], confs[i][1], cap)
-              for i in reps]
+    merged = [merge_configs(confs[i][0], confs[i][1], cap) for i in reps]
     Pmin = np.array([float(pt.min()) for _, pt in merged])
     a_all = p.arrival.astype(float)
     t0 = float(a_all.min())

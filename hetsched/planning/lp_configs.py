@@ -86,7 +86,8 @@ def job_classes(p: PlanningProblem, confs: list[tuple[np.ndarray, np.ndarray]]
     configurations with the same times (first-seen order).
 
     One set of columns per class, its capacity use counted ``len(class)`` times and
-    its weight summed, has the same optimum as a set per job: the LP is convex and
+    its weight summed, has the same optimum as a set per job with the class's window
+    (the widest of its members'; any window is valid): the LP is convex and
     symmetric in a class's jobs, so averaging any solution over them is a solution
     of the same value that gives each the same schedule; and every schedule maps
     onto the class LP through that average (each job's own rows and cuts are
