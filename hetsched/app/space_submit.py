@@ -16,10 +16,12 @@ Guarantees (see docs/slurm.md):
   segment; a job that takes GPUs another job frees gets
   ``--dependency=afterany:<that job>`` (app/order.py), so Slurm starts what
   the plan starts, when the plan starts it.
-* **Interrupt-safe.** SIGINT/SIGTERM during the sbatch loop are held until
-  the sbatch in flight is recorded; then the jobs this call submitted are
-  cancelled and their records removed (exit 130 for SIGINT, 143 for SIGTERM):
-  all or nothing.
+* **Interrupt-safe.** SIGINT/SIGTERM/SIGHUP during the sbatch loop are held
+  until the sbatch in flight is recorded; then the jobs this call submitted are
+  cancelled and their records removed (exit 130 for SIGINT, 143 for SIGTERM,
+  129 for SIGHUP: an ssh session that drops): all or nothing. Under ``nohup``
+  (SIGHUP ignored from the start) a hangup stays ignored. Anything else that
+  stops the loop between two sbatches rolls back too.
 * **Runnable.** A job with no command, no entrypoint and no built-in
   workload (or a built-in with an absurd dataset) is refused before anything
   is sent, naming each such job and why (``--skip-unplaceable``: the rest).

@@ -228,16 +228,18 @@ def deferred_signals() -> Iterator[list[int]]:
     The yielded list receives the signals caught; the submit loop checks it
     after each job and rolls the batch back, so an interrupt never leaves a
     partial batch. Outside the main thread (where Python cannot install
-    handlers) signals are left alone, and so is a signal the process was started
-    ignoring (``nohup`` ignores SIGHUP, a background job of a script SIGINT): the
-    user asked that it not stop the command.
+    handlers) signals are left alone, and so is a hangup the process was started
+    ignoring: ``nohup`` asked that it not stop the command. (SIGINT and SIGTERM are
+    held whatever their handler: a shell's ``&`` ignores SIGINT in a script's
+    background jobs, and an explicit ``kill -INT`` there still rolls back.)
     """
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
     old = {s: signal.getsignal(s) for s in HELD_SIGNALS}
-    old = {s: h for s, h in old.items() if h is not signal.SIG_IGN}
+    old = {s: h for s, h in old.items()
+           if not (s == signal.SIGHUP and h is signal.SIG_IGN)}
     for s in old:
         signal.signal(s, lambda num, _frame: caught.append(num))
     try:

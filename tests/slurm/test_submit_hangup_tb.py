@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,15 @@ from hetsched.slurm.client import CliSlurmClient
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.slurm.testbed import Testbed
 from hetsched.state.store import open_store
+
+
+@pytest.fixture(autouse=True)
+def _hangups_delivered() -> Iterator[None]:
+    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
+    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, old)
 
 
 def _tagged(client: CliSlurmClient, pid: str) -> list:
@@ -57,6 +67,7 @@ def test_a_dropped_ssh_session_mid_submit_leaves_nothing_queued(
     pid, fd = pty.fork()  # the command's terminal, as an ssh session gives it
     if pid == 0:  # never return into pytest from the forked child
         try:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a login shell's, not nohup's
             os.execv(sys.executable, argv)
         finally:
             os._exit(127)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,15 @@ from hetsched.app.submit import SubmitInterrupted, submit
 from hetsched.errors import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_TERMINATED
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
+
+
+@pytest.fixture(autouse=True)
+def _hangups_delivered() -> Iterator[None]:
+    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
+    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, old)
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, EXIT_TERMINATED),
