@@ -6,7 +6,8 @@ modules can import them for ``@given``; the fixtures here wrap them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ settings.register_profile("default", max_examples=40, deadline=None, derandomize
 settings.register_profile("thorough", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def hangups_delivered() -> Iterator[None]:
+    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
+    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored
+    (tests that send themselves SIGHUP use this)."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, old)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,8 @@ from hetsched.slurm.client import JobInfo
 from hetsched.state.history import statuses
 from hetsched.state.store import open_store
 
-
-@pytest.fixture(autouse=True)
-def _hangups_delivered() -> Iterator[None]:
-    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
-    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored."""
-    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGHUP, old)
+# SIGHUP reaches these tests as a terminal sends it (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("hangups_delivered")
 
 
 CSV = "workload,gpu_type,local_batch,step_time_s\nmlp,a100,8,0.02\nmlp,a100,16,0.03\n"

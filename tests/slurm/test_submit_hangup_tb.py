@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,8 @@ from hetsched.slurm.memory import MemorySlurm
 from hetsched.slurm.testbed import Testbed
 from hetsched.state.store import open_store
 
-
-@pytest.fixture(autouse=True)
-def _hangups_delivered() -> Iterator[None]:
-    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
-    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored."""
-    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGHUP, old)
+# SIGHUP reaches these tests as a terminal sends it (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("hangups_delivered")
 
 
 def _tagged(client: CliSlurmClient, pid: str) -> list:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,8 @@ from hetsched.errors import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_TERMINATED
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import open_store
 
-
-@pytest.fixture(autouse=True)
-def _hangups_delivered() -> Iterator[None]:
-    """SIGHUP as a terminal sends it to a command not started under ``nohup``: a CI
-    runner may start pytest ignoring it, and hetsched keeps an ignored hangup ignored."""
-    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGHUP, old)
+# SIGHUP reaches these tests as a terminal sends it (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("hangups_delivered")
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, EXIT_TERMINATED),
