@@ -20,16 +20,16 @@ file unusable (docs/reliability.md), 75 another replan holds the lock.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hetsched.app.batch_lock import ReplanLocked, lock_path, replan_lock  # noqa: F401
 from hetsched.app.replan_pass import (  # noqa: F401 - the names callers use
     FAILED_STATES,
     RUNNING_STATES,
@@ -37,12 +37,10 @@ from hetsched.app.replan_pass import (  # noqa: F401 - the names callers use
     latest_rows,
 )
 from hetsched.app.submission import files_dir
-from hetsched.errors import HetschedError
 from hetsched.io.files import private_dir
-from hetsched.io.jobfiles import replan_lock as replan_lock_path
 from hetsched.io.jobfiles import replan_log
 from hetsched.slurm.client import SlurmClient
-from hetsched.state.store import Store, no_locks
+from hetsched.state.store import Store
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
 EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
@@ -50,43 +48,8 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 _log = logging.getLogger("hetsched.replan")
 
 
-class ReplanLocked(HetschedError):
-    """Another replan holds the lock."""
-
-    exit_code = EXIT_LOCKED
-
-
-@contextlib.contextmanager
-def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (filelock: ``flock``, created 0600) or raise
-    ReplanLocked after ``wait_s`` seconds. The holder's pid is kept beside it for the message;
-    the kernel drops the lock when the holder dies, so a crash never leaves it stuck."""
-    from filelock import FileLock, Timeout
-
-    p = Path(path)
-    private_dir(p.parent)
-    pidfile = p.with_name(p.name + ".pid")
-    lock = FileLock(str(p), mode=0o600)
-    try:
-        lock.acquire(timeout=wait_s, poll_interval=0.2)
-    except Timeout:
-        try:
-            holder = pidfile.read_text().strip() or "?"
-        except OSError:
-            holder = "?"
-        raise ReplanLocked(f"another replan is running (lock {p}, pid {holder}); skipped"
-                           ) from None
-    except OSError as e:  # ENOLCK and the like: the file system has no working flock
-        raise no_locks(p, e.strerror or str(e)) from None
-    try:
-        pidfile.write_text(f"{os.getpid()}\n")
-        yield
-    finally:
-        lock.release()
-
-
 def default_lock(store: Store) -> Path:
-    return replan_lock_path(files_dir(store))
+    return lock_path(store)
 
 
 def default_log(store: Store) -> Path:
