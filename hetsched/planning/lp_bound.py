@@ -131,8 +131,8 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     a_all = p.arrival.astype(float)
     t0 = float(a_all.min())
     t1 = float(a_all.max() + (mult * Pmin).sum())
-    span_all = np.maximum(Pmin[class_of(cls, p.S)], (hint - a_all) if hint is not None
-                          else Pmin[class_of(cls, p.S)])
+    of = class_of(cls, p.S)  # each job's class
+    span_all = np.maximum(Pmin[of], (hint - a_all) if hint is not None else Pmin[of])
     a = a_all[reps]
     span = np.array([span_all[c].max() for c in cls])  # the class's longest: any is valid
     n_conf = np.array([len(X) for X, _ in merged])
@@ -159,7 +159,7 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
             "rounds": rounds, "time_s": time.perf_counter() - t_start,
             # each job's completion at the last solve (where the bound's slack is: benches)
             "classes": len(cls),
-            "completion_s": [float(lp.x[lp.C[k]]) * scale + t0 for k in class_of(cls, p.S)]}
+            "completion_s": [float(lp.x[lp.C[k]]) * scale + t0 for k in of]}
 
 
 @dataclass

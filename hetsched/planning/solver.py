@@ -124,6 +124,14 @@ def highs_lp(rows: SparseRows, col_lo: list[float], cost: list[float]) -> Any:
                                             ).astype(np.int32)
     model.a_matrix_.index_ = np.array([c for r in rows.idx for c in r], dtype=np.int32)
     model.a_matrix_.value_ = np.array([v for r in rows.val for v in r], dtype=float)
+    return quiet_highs(model)
+
+
+def quiet_highs(model: Any) -> Any:
+    """A HiGHS instance holding ``model`` (a ``highspy.HighsLp``), created and loaded
+    with its banner and log kept off stdout."""
+    import highspy
+
     with quiet_stdout():
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
@@ -131,4 +139,4 @@ def highs_lp(rows: SparseRows, col_lo: list[float], cost: list[float]) -> Any:
     return h
 
 
-__all__ = ["lp_solver", "quiet_stdout", "SparseRows", "highs_lp"]
+__all__ = ["lp_solver", "quiet_stdout", "quiet_highs", "SparseRows", "highs_lp"]

@@ -194,7 +194,7 @@ class TransportLP:
     def __init__(self, allowed: np.ndarray, free: np.ndarray) -> None:
         import highspy
 
-        from hetsched.planning.solver import quiet_stdout
+        from hetsched.planning.solver import quiet_highs
 
         J, T = allowed.shape
         self.J, self.T = J, T
@@ -211,10 +211,7 @@ class TransportLP:
         lp.a_matrix_.start_ = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
         lp.a_matrix_.index_ = np.column_stack([self.jj, J + self.tt]).reshape(-1).astype(np.int32)
         lp.a_matrix_.value_ = np.ones(2 * n)
-        with quiet_stdout():
-            self.h = highspy.Highs()
-            self.h.setOptionValue("output_flag", False)
-            self.h.passModel(lp)
+        self.h = quiet_highs(lp)
         self.cols = np.arange(n, dtype=np.int32)
         self.rows = np.arange(J, dtype=np.int32)
         self.free = np.asarray(free, dtype=int)
@@ -231,7 +228,7 @@ class TransportLP:
         b = sizes.astype(float)
         h = self.h
         h.changeColsCost(len(self.cols), self.cols, cost)
-        h.changeRowsBounds(self.J, self.rows, b, b)  # type: ignore[attr-defined]
+        h.changeRowsBounds(self.J, self.rows, b, b)
         h.run()
         if h.getModelStatus() != self.ok:
             return None
