@@ -62,7 +62,11 @@ def _acquire(path: Path, wait_s: float) -> Any:
                            f"{_holder(path)}); skipped") from None
     except OSError as e:  # ENOLCK and the like: the file system has no working flock
         raise no_locks(path, e.strerror or str(e)) from None
-    path.with_name(path.name + ".pid").write_text(f"{os.getpid()}\n")
+    try:
+        path.with_name(path.name + ".pid").write_text(f"{os.getpid()}\n")
+    except BaseException:  # not held by anyone who will release it
+        lock.release()
+        raise
     return lock
 
 
