@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hetsched.app.profile import NOT_RUN, ProbeOutcome, plausible_rows
-from hetsched.app.submission import deferred_signals
+from hetsched.app.submission import Interrupted, deferred_signals
 from hetsched.core.report import NULL_REPORTER, BaseReporter
-from hetsched.errors import HetschedError, InputError
+from hetsched.errors import InputError
 from hetsched.io.jobfiles import log_cause, log_of
 from hetsched.io.profiles import parse_csv
 from hetsched.slurm.runner import SlurmUnavailable
@@ -25,13 +25,9 @@ from hetsched.state.store import Store
 __all__ = ["ProbesInterrupted", "run_probes"]
 
 
-class ProbesInterrupted(HetschedError):
+class ProbesInterrupted(Interrupted):
     """SIGINT/SIGTERM/SIGHUP while probes were queued or running: those were cancelled,
-    the finished ones recorded. Exit 128 + the signal: 130, 143, 129."""
-
-    def __init__(self, message: str, signum: int) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + int(signum)
+    the finished ones recorded."""
 
 
 def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
@@ -67,14 +63,18 @@ def run_probes(outcomes: list[ProbeOutcome], client: Any, store: Store, *,
             if not caught:
                 _poll_probes(pending, client, time_limit_s=time_limit_s,
                              queue_wait_s=queue_wait_s, grace_s=grace_s)
+        cancelled: list[str] = []
+        left: list[str] = []
         if caught:
-            _cancel_probes(pending, client, caught[0])
+            cancelled, left = _cancel_probes(pending, client, caught[0])
         # recorded with the signals still held: a second Ctrl-C loses no finished probe
         if not caught:
             rep.probes(0, 0, len(outcomes), len(outcomes))
         _record(outcomes, store, say, interrupted=bool(caught))
     if caught:
-        raise ProbesInterrupted(_interrupted_message(outcomes, caught[0]), caught[0])
+        done = sum(o.status in ("ok", UNUSABLE) for o in outcomes)
+        raise ProbesInterrupted(_interrupted_message(caught[0], cancelled, left, done),
+                                caught[0])
     return outcomes
 
 
@@ -145,16 +145,20 @@ def _poll_probes(pending: list[ProbeOutcome], client: Any, *, time_limit_s: floa
         _collect(o, j.state if j is not None else "GONE")
 
 
-def _cancel_probes(pending: list[ProbeOutcome], client: Any, signum: int) -> None:
+def _cancel_probes(pending: list[ProbeOutcome], client: Any, signum: int
+                   ) -> tuple[list[str], list[str]]:
     """After a signal: cancel every probe not yet seen to finish, in one scancel. One
-    whose results are already written (it ended since the last poll) still counts."""
+    whose results are already written (it ended since the last poll) still counts.
+    Returns the Slurm ids cancelled, and those left queued (scancel failed)."""
+    ids = [str(o.slurm_id) for o in pending]
     try:
-        client.cancel([str(o.slurm_id) for o in pending])
+        client.cancel(ids)
     except Exception as e:  # noqa: BLE001 - say which are left rather than hide them
         for o in pending:
             o.status = NOT_RUN
             o.reason = f"profile was interrupted and scancel failed ({e}): still queued"
-        return
+        return [], ids
+    cancelled = []
     for o in pending:
         if o.out is not None and o.out.exists():
             _collect(o, "COMPLETED")
@@ -163,19 +167,17 @@ def _cancel_probes(pending: list[ProbeOutcome], client: Any, signum: int) -> Non
         o.status = NOT_RUN
         o.reason = (f"cancelled: profile was interrupted by {signal.Signals(signum).name}; "
                     "nothing recorded")
+        cancelled.append(str(o.slurm_id))
+    return cancelled, []
 
 
-def _interrupted_message(outcomes: list[ProbeOutcome], signum: int) -> str:
+def _interrupted_message(signum: int, cancelled: list[str], left: list[str], done: int
+                         ) -> str:
     """The one line an interrupted profile ends with: what it cancelled, what it kept."""
-    gone = [o.slurm_id for o in outcomes if o.status == NOT_RUN and o.slurm_id is not None
-            and o.reason.startswith("cancelled: profile")]
-    left = [o.slurm_id for o in outcomes
-            if o.reason.startswith("profile was interrupted and scancel")]
-    done = sum(o.status in ("ok", UNUSABLE) for o in outcomes)
-    parts = [f"cancelled {len(gone)} probe job(s) (Slurm {', '.join(map(str, gone))})"] \
-        if gone else []
+    parts = [f"cancelled {len(cancelled)} probe job(s) (Slurm {', '.join(cancelled)})"] \
+        if cancelled else []
     if left:
-        parts.append(f"could not cancel Slurm job(s) {', '.join(map(str, left))}: scancel them")
+        parts.append(f"could not cancel Slurm job(s) {', '.join(left)}: scancel them")
     parts.append(f"{done} finished probe(s) recorded")
     return (f"profile interrupted by {signal.Signals(signum).name}: " + "; ".join(parts)
             + "; `hetsched profile` again probes the rest")

@@ -39,8 +39,8 @@ class SubmitError(HetschedError):
     exit_code = 3
 
 
-class SubmitInterrupted(HetschedError):
-    """SIGINT/SIGTERM/SIGHUP during submit; what this call had submitted was cancelled.
+class Interrupted(HetschedError):
+    """A signal held by :func:`deferred_signals` stopped the command after it cleaned up.
     Exit 128 + the signal: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
 
     exit_code = 130
@@ -48,6 +48,10 @@ class SubmitInterrupted(HetschedError):
     def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.exit_code = 128 + int(signum)
+
+
+class SubmitInterrupted(Interrupted):
+    """SIGINT/SIGTERM/SIGHUP during submit; what this call had submitted was cancelled."""
 
 
 @dataclass
