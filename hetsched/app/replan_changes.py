@@ -41,6 +41,7 @@ from hetsched.app.order import dependency_expr, waits_for
 from hetsched.app.replan_inplace import component_order
 from hetsched.core.plan import Plan, Worker
 from hetsched.slurm.client import JobInfo, SlurmClient
+from hetsched.slurm.runner import CommandError
 from hetsched.state.store import Submission
 
 
@@ -171,6 +172,25 @@ def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequenc
                                   "in place: runs where it was")
 
 
+def ended_meanwhile(d: Decision, client: SlurmClient) -> list[str]:
+    """The jobs ``d`` would cancel and move that Slurm shows ended since this pass read
+    the batch (one squeue): a user's ``scancel``, or the job finished, while the pass
+    planned. Each is left out of ``d`` (not cancelled, not submitted again), so its end
+    stands for the monitor to record: a cancel stays final, a finished job does not run
+    again. The change rows say so."""
+    if not d.to_cancel:
+        return []
+    live = {j.leader for j in client.jobs() if not j.finished}
+    gone = {r.job for r in d.to_cancel if r.slurm_id and r.slurm_id not in live}
+    if gone:
+        d.to_cancel[:] = [r for r in d.to_cancel if r.job not in gone]
+        d.to_submit -= gone
+        d.changes[:] = [Change(c.job, c.was, "-", "ended while this replan planned (Slurm "
+                            "shows it gone): left as it is, for the monitor to record")
+                     if c.job in gone else c for c in d.changes]
+    return sorted(gone)
+
+
 def whole_groups(d: Decision, new_plan: Plan, rows: Mapping[str, Submission]) -> None:
     """Move co-location groups whole (module doc): old groups are rows sharing a Slurm
     id, new ones the new plan's first segments with the same group id."""
@@ -239,7 +259,14 @@ def update_dependencies(new_plan: Plan, kept: Sequence[str], ids: Mapping[str, s
         have = _dep_ids(info)
         if set(want.split(":")[1:]) == have:
             continue
-        client.update_dependency(jid, want)
+        try:
+            client.update_dependency(jid, want)
+        except CommandError as e:
+            # Slurm started it (or it ended: a user's scancel) since the squeue above: what
+            # it waits for no longer matters, and the monitor records where it went
+            if e.not_pending:
+                continue
+            raise
         names = lambda s: ", ".join(sorted(by_id.get(i, i) for i in s)) or "-"  # noqa: E731
         out.append(Change(name, f"after {names(have)}", f"after {names(set(want.split(':')[1:]))}",
                           "plan order changed: dependency updated in place (id kept)"))

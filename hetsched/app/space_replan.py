@@ -47,6 +47,7 @@ from hetsched.app.replan_changes import (
     Decision,
     after_in_place,
     decide_changes,
+    ended_meanwhile,
     update_dependencies,
 )
 from hetsched.app.replan_inplace import update_in_place
@@ -408,6 +409,7 @@ def _bring_in_line(store: Store, client: SlurmClient, new_plan: Plan, dec: Decis
     In-place updates come first: one Slurm refuses is resubmitted in the same
     pass, and the plan they point at is stored before any row names it.
     """
+    ended_meanwhile(dec, client)  # a user's scancel while this pass planned stays final
     store.add_plan(new_plan.to_dict(), source="replan")
     ip = update_in_place(store, client, new_plan,
                          [(r, new_plan.job(r.job)) for r in dec.to_update])

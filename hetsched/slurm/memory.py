@@ -136,9 +136,14 @@ class MemorySlurm:
         """``scontrol update jobid=ID dependency=...`` of a pending job."""
         self.calls.append(("scontrol update", (job_id, f"dependency={dependency}")))
         self._answer()
-        j = self.jobs_by_id[job_id]
-        if j.state != "PENDING":
-            raise CommandError(["scontrol", "update"], 1, "Job is no longer pending execution")
+        j = self.jobs_by_id.get(job_id)
+        if j is None:
+            raise CommandError(["scontrol", "update"], 1,
+                               f"Invalid job id specified for job {job_id}")
+        if j.state != "PENDING":  # Slurm 22.05's words (the testbed)
+            why = "has already finished" if j.state in FINISHED_STATES else \
+                "is no longer pending execution"
+            raise CommandError(["scontrol", "update"], 1, f"Job {why} for job {job_id}")
         j.after = _after(dependency)
 
     def update_job(self, job_id: str, fields: Sequence[str]) -> None:

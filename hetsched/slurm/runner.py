@@ -63,6 +63,13 @@ def hint(argv: Sequence[str], output: str) -> str:
     return ""
 
 
+#: scontrol's answer when the job it would change no longer waits: it started ("Job is
+#: no longer pending execution for job N"), ended ("Job has already finished for job N")
+#: or is gone ("Invalid job id specified for job N"); Slurm 22.05 on the testbed
+NOT_PENDING = re.compile(r"no longer pending|already finished|invalid job id specified",
+                         re.IGNORECASE)
+
+
 class CommandError(HetschedError):
     """An external command failed; the message quotes its stderr."""
 
@@ -92,6 +99,11 @@ class CommandError(HetschedError):
     @property
     def transient(self) -> bool:
         return self.returncode is None or bool(TRANSIENT.search(self.stderr))
+
+    @property
+    def not_pending(self) -> bool:
+        """scontrol refused to change a job because it no longer waits (NOT_PENDING)."""
+        return bool(NOT_PENDING.search(self.stderr))
 
 
 class _Transient(Exception):
