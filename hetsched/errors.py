@@ -21,7 +21,7 @@ EXIT_STATE_PERMISSION = 8  #: the state file or its directory cannot be read or 
 EXIT_STATE_EMPTY = 9  #: the state file is empty (0 bytes: truncated)
 EXIT_STATE_INCOMPLETE = 10  #: the state file lacks tables (damaged by hand)
 EXIT_UNSAFE_FILE = 11  #: a layout, plan, checkpoint or key file another user could write
-EXIT_LOCKED = 75  #: a replan or a submit holds the batch's lock (EX_TEMPFAIL: try later)
+EXIT_LOCKED = 75  #: a replan, submit or cancel holds the batch's lock (EX_TEMPFAIL: try later)
 EXIT_HANGUP = 129  #: SIGHUP (128 + 1): the login session's terminal went away
 EXIT_INTERRUPTED = 130  #: SIGINT (128 + 2)
 EXIT_TERMINATED = 143  #: SIGTERM (128 + 15)
@@ -39,7 +39,7 @@ EXIT_CODES = {
     EXIT_STATE_EMPTY: "state file empty (0 bytes, truncated)",
     EXIT_STATE_INCOMPLETE: "state file lacks tables (damaged by hand)",
     EXIT_UNSAFE_FILE: "a layout, plan, checkpoint or key file another user could have written",
-    EXIT_LOCKED: "another replan or a submit holds the batch's lock; try again later",
+    EXIT_LOCKED: "another replan, submit or cancel holds the batch's lock; try again later",
     EXIT_HANGUP: "hung up (SIGHUP: the login session ended)",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
     EXIT_TERMINATED: "terminated (SIGTERM)",

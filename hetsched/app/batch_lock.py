@@ -1,15 +1,20 @@
-"""One writer of a batch at a time: ``hetsched replan`` and ``hetsched submit`` take turns.
+"""One writer of a batch at a time: ``replan``, ``submit`` and ``cancel`` take turns.
 
-Both change the batch in the state file and in Slurm. A cron replan that ran in the
-middle of a submit saw the batch half submitted (its first jobs queued, the rest not
-yet recorded) and decided on that. So both hold the same lock, an ``flock`` on
-``STATE.files/replan.lock`` (filelock; the kernel drops it when its holder dies, so a
-crash never leaves it stuck):
+Each changes the batch in the state file and in Slurm, and decides on what it read
+first. A cron replan that ran in the middle of a submit saw the batch half submitted
+(its first jobs queued, the rest not yet recorded) and decided on that; a user's cancel
+that landed while a replan planned was undone when the replan moved that job (it
+submitted the job again on the GPUs it had chosen); a ``cancel --all`` in the middle of
+a submit missed the jobs not yet submitted. So all three hold the same lock, an
+``flock`` on ``STATE.files/replan.lock`` (filelock; the kernel drops it when its holder
+dies, so a crash never leaves it stuck):
 
 * a replan that finds it held exits 75 at once (``--wait`` seconds first), and cron
   runs it again next time;
-* a submit that finds it held says so and waits for the replan to end, up to
-  :data:`SUBMIT_WAIT_S`, then exits 75.
+* a user's submit or cancel that finds it held says who holds it and waits for it to
+  end, up to :data:`SUBMIT_WAIT_S`, then exits 75 having changed nothing.
+
+The holder's pid and command are written beside the lock, for those messages.
 """
 
 from __future__ import annotations
@@ -26,13 +31,13 @@ from hetsched.io.jobfiles import files_root
 from hetsched.io.jobfiles import replan_lock as replan_lock_path
 from hetsched.state.store import Store, no_locks
 
-#: how long a submit waits for a replan that holds the lock (a replan pass plans: seconds
-#: to a minute on large batches)
+#: how long a submit or cancel waits for the command that holds the lock (a replan pass
+#: plans: seconds to a minute on large batches)
 SUBMIT_WAIT_S = 300.0
 
 
 class ReplanLocked(HetschedError):
-    """Another replan, or a submit, holds the batch's lock."""
+    """Another replan, submit or cancel holds the batch's lock."""
 
     exit_code = EXIT_LOCKED
 
@@ -43,13 +48,15 @@ def lock_path(store: Store) -> Path:
 
 
 def _holder(path: Path) -> str:
+    """Who holds the lock, from the file beside it: "a replan (pid 12)"."""
     try:
-        return path.with_name(path.name + ".pid").read_text().strip() or "?"
+        pid, _, role = path.with_name(path.name + ".pid").read_text().strip().partition(" ")
     except OSError:
-        return "?"
+        pid, role = "", ""
+    return f"{'a ' + role if role else 'another hetsched command'} (pid {pid or '?'})"
 
 
-def _acquire(path: Path, wait_s: float) -> Any:
+def _acquire(path: Path, wait_s: float, role: str) -> Any:
     """The held FileLock, or ReplanLocked after ``wait_s`` seconds."""
     from filelock import FileLock, Timeout
 
@@ -58,12 +65,12 @@ def _acquire(path: Path, wait_s: float) -> Any:
     try:
         lock.acquire(timeout=wait_s, poll_interval=0.2)
     except Timeout:
-        raise ReplanLocked(f"another replan or submit is running (lock {path}, pid "
-                           f"{_holder(path)}); skipped") from None
+        raise ReplanLocked(f"another replan, submit or cancel is running: "
+                           f"{_holder(path)} holds the batch's lock {path}; skipped") from None
     except OSError as e:  # ENOLCK and the like: the file system has no working flock
         raise no_locks(path, e.strerror or str(e)) from None
     try:
-        path.with_name(path.name + ".pid").write_text(f"{os.getpid()}\n")
+        path.with_name(path.name + ".pid").write_text(f"{os.getpid()} {role}\n")
     except BaseException:  # not held by anyone who will release it
         lock.release()
         raise
@@ -71,10 +78,11 @@ def _acquire(path: Path, wait_s: float) -> Any:
 
 
 @contextlib.contextmanager
-def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
+def replan_lock(path: str | Path, wait_s: float = 0.0, role: str = "replan"
+                ) -> Iterator[None]:
     """Hold the lock on ``path`` (created 0600) or raise ReplanLocked after ``wait_s``
-    seconds. The holder's pid is kept beside it for the message."""
-    lock = _acquire(Path(path), wait_s)
+    seconds. The holder's pid and ``role`` are kept beside it for the messages."""
+    lock = _acquire(Path(path), wait_s, role)
     try:
         yield
     finally:
@@ -82,26 +90,35 @@ def replan_lock(path: str | Path, wait_s: float = 0.0) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def submit_lock(store: Store, say: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold the batch's lock for a submit: at once, or after the replan holding it ends
-    (saying so first), for at most :data:`SUBMIT_WAIT_S` seconds."""
+def batch_turn(store: Store, role: str, say: Callable[[str], None] | None = None
+               ) -> Iterator[None]:
+    """Hold the batch's lock for a user's ``role`` ("submit", "cancel"): at once, or after
+    the command holding it ends (saying so first), for at most :data:`SUBMIT_WAIT_S`
+    seconds; past that ReplanLocked, and nothing was done."""
     path = lock_path(store)
     try:
-        lock = _acquire(path, 0.0)
+        lock = _acquire(path, 0.0, role)
     except ReplanLocked:
         if say is not None:
-            say(f"waiting for the replan running now (pid {_holder(path)}) to finish")
+            say(f"waiting for {_holder(path)}, which holds the batch's lock, to finish")
         try:
-            lock = _acquire(path, SUBMIT_WAIT_S)
+            lock = _acquire(path, SUBMIT_WAIT_S, role)
         except ReplanLocked:
+            done = {"submit": "submitted", "cancel": "cancelled"}.get(role, "done")
             raise ReplanLocked(
-                f"a replan (pid {_holder(path)}) has held the batch's lock {path} for "
-                f"{SUBMIT_WAIT_S:g} s; nothing was submitted: submit again when it has "
-                "finished") from None
+                f"{_holder(path)} has held the batch's lock {path} for {SUBMIT_WAIT_S:g} s; "
+                f"nothing was {done}: {role} again when it has finished") from None
     try:
         yield
     finally:
         lock.release()
 
 
-__all__ = ["ReplanLocked", "replan_lock", "submit_lock", "lock_path", "SUBMIT_WAIT_S"]
+def submit_lock(store: Store, say: Callable[[str], None] | None = None
+                ) -> contextlib.AbstractContextManager[None]:
+    """The batch's lock for a user's submit (:func:`batch_turn`)."""
+    return batch_turn(store, "submit", say)
+
+
+__all__ = ["ReplanLocked", "replan_lock", "batch_turn", "submit_lock", "lock_path",
+           "SUBMIT_WAIT_S"]

@@ -18,15 +18,18 @@ A job Slurm shows ended (one ``squeue`` first) is left as it is, even when the
 state file still has it running: its end stands for the monitor to record.
 
 Cancelling here records why (``--reason``) in a ``job-cancelled`` event, which
-is also a reset event: the next replan gives the freed GPUs to the rest.
+is also a reset event: the next replan gives the freed GPUs to the rest. A cancel
+waits for a replan or submit acting on the batch to end (app/batch_lock.py).
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hetsched.app.batch_lock import batch_turn
 from hetsched.app.replan_pass import latest_rows
 from hetsched.errors import InputError
 from hetsched.slurm.client import JobInfo, SlurmClient
@@ -47,8 +50,20 @@ class CancelResult:
 
 
 def cancel_jobs(store: Store, client: SlurmClient, jobs: list[str] | None, *,
-                reason: str = "", user: str | None = None) -> CancelResult:
-    """Cancel ``jobs`` (None = every active job of the batch) and record why."""
+                reason: str = "", user: str | None = None,
+                say: Callable[[str], None] | None = None) -> CancelResult:
+    """Cancel ``jobs`` (None = every active job of the batch) and record why.
+
+    In the batch's turn (app/batch_lock.py): a replan that is planning would otherwise
+    submit a job cancelled meanwhile again, wherever it moved it; a submit in progress
+    would go on submitting jobs a ``--all`` had not seen. ``say`` hears that it waits.
+    """
+    with batch_turn(store, "cancel", say):
+        return _cancel(store, client, jobs, reason=reason, user=user)
+
+
+def _cancel(store: Store, client: SlurmClient, jobs: list[str] | None, *,
+            reason: str, user: str | None) -> CancelResult:
     rows = latest_rows(store)
     if jobs is not None:
         unknown = sorted(set(jobs) - set(rows))

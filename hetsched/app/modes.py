@@ -57,7 +57,8 @@ class Mode(Protocol):
         ...
 
     def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
-               reason: str = "", user: str | None = None) -> CancelResult:
+               reason: str = "", user: str | None = None,
+               say: Callable[[str], None] | None = None) -> CancelResult:
         """A user's cancel of ``jobs`` (None: every active job), final and recorded."""
         ...
 
@@ -81,12 +82,13 @@ class SpaceMode:
         return None  # Slurm's view and the job reports say it all (app/status.py)
 
     def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
-               reason: str = "", user: str | None = None) -> CancelResult:
+               reason: str = "", user: str | None = None,
+               say: Callable[[str], None] | None = None) -> CancelResult:
         """Each job is its own Slurm job, but a co-location group's are one (cancelled
         together or not at all: app/cancel.py)."""
         from hetsched.app.cancel import cancel_jobs
 
-        return cancel_jobs(store, client, jobs, reason=reason, user=user)
+        return cancel_jobs(store, client, jobs, reason=reason, user=user, say=say)
 
 
 class PoolMode:
@@ -119,13 +121,14 @@ class PoolMode:
         return active_pool_progress(store)
 
     def cancel(self, store: Store, client: SlurmClient, jobs: list[str] | None, *,
-               reason: str = "", user: str | None = None) -> CancelResult:
+               reason: str = "", user: str | None = None,
+               say: Callable[[str], None] | None = None) -> CancelResult:
         """The pool's jobs run in one hetjob: one job is dropped (marked cancelled; the
         pool's Slurm job goes on and the next replan restarts the pool without it), and
         the Slurm job is cancelled once every live job of the pool is (app/cancel.py)."""
         from hetsched.app.cancel import cancel_jobs
 
-        return cancel_jobs(store, client, jobs, reason=reason, user=user)
+        return cancel_jobs(store, client, jobs, reason=reason, user=user, say=say)
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (SpaceMode(), PoolMode())}

@@ -44,7 +44,7 @@ def replan_cmd(state_path: str | None, throughputs: str | None, policy: str | No
     Quiet unless something changed, a job was given up, or a spooled jobs file
     needs you (a job left out, rejected, kept waiting). Exit codes: 0 ok,
     1 unexpected error, 2 bad input, 3 a Slurm command failed, 4 Slurm unreachable, 6-10 state file
-    unusable, 75 another replan or a submit holds the lock (skipped). Example crontab:
+    unusable, 75 another replan, a submit or a cancel holds the lock (skipped). Example crontab:
 
     \b
         * * * * * eval "$(hetsched testbed env --dir D)"; hetsched replan --throughputs p.csv

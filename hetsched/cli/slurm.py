@@ -356,9 +356,11 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
 
     A cancelled job is never resubmitted by `hetsched replan`; neither is one
     cancelled with `scancel` (Slurm's CANCELLED state tells it from a failure).
-    The freed GPUs go to the rest at the next replan. Exit codes: 0 ok, 2 bad
-    input (unknown job), 3 scancel failed, 4 Slurm did not answer (nothing
-    changed), 6-10 state file unusable (`hetsched --help` lists every code).
+    The freed GPUs go to the rest at the next replan. A replan or submit acting
+    on the batch is let finish first (said; at most 5 minutes). Exit codes: 0
+    ok, 2 bad input (unknown job), 3 scancel failed, 4 Slurm did not answer
+    (nothing changed), 6-10 state file unusable, 75 the batch stayed busy
+    (nothing cancelled; `hetsched --help` lists every code).
     """
     from hetsched.app.modes import active_mode
 
@@ -366,7 +368,7 @@ def cancel_cmd(jobs: tuple[str, ...], all_jobs: bool, reason: str,
         raise InputError("hetsched cancel", "give job names or --all (not both)", "JOB")
     with _store(state_path) as st:
         res = active_mode(st).cancel(st, _client(), None if all_jobs else list(jobs),
-                                     reason=reason)
+                                     reason=reason, say=logs.say)
     for name, state in res.not_active:
         click.echo(f"{name}: not queued or running ({state}); left as is", err=True)
     for name, jid in res.cancelled:

@@ -56,7 +56,7 @@ def test_a_replan_in_the_middle_of_a_submit_is_turned_away(tmp_path: Path) -> No
         assert len(res.submitted) == 6
         [got] = seen
         assert isinstance(got, ReplanLocked) and got.exit_code == EXIT_LOCKED
-        assert "another replan or submit is running" in str(got)
+        assert "another replan, submit or cancel is running: a submit (pid " in str(got)
         slurm.on_submit = None
         with replan_lock(default_lock(st)):  # next time round, the whole batch
             r = replan(st, slurm, table)
@@ -83,7 +83,7 @@ def test_a_submit_waits_for_the_replan_that_holds_the_lock(
         res = submit(make_testbed_plan(slurm, _jobs("c", 2)), st, slurm, progress=said.append)
         t.join()
         assert len(res.submitted) == 2 and time.monotonic() - t0 > 0.3
-        assert said[0].startswith("waiting for the replan running now (pid ")
+        assert said[0].startswith("waiting for a replan (pid "), said
         # one that never ends: the submit gives up, nothing sent
         monkeypatch.setattr(batch_lock, "SUBMIT_WAIT_S", 0.3)
         before = slurm.count("sbatch")

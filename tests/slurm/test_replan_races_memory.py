@@ -9,7 +9,10 @@ checked on the testbed):
 
 * before, the replan stopped on that answer, half applied, exit 3;
 * before, a job that ended while the replan planned (a plain ``scancel``, or its own
-  end) was submitted again when the replan moved it.
+  end) was submitted again when the replan moved it;
+* before, a ``hetsched cancel`` that landed while the replan planned was undone when
+  the replan moved the job, and a ``cancel --all`` in the middle of a submit missed
+  the jobs not yet submitted; now the cancel waits its turn (app/batch_lock.py).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from typing import Any
 import pytest
 from slurm_helpers import make_testbed_plan, throughput_rows
 
-from hetsched.app import space_replan
+from hetsched.app import batch_lock, space_replan
+from hetsched.app.cancel import cancel_jobs
 from hetsched.app.monitor import Monitor
-from hetsched.app.replan import default_lock, latest_rows, replan, replan_lock
+from hetsched.app.replan import ReplanLocked, default_lock, latest_rows, replan, replan_lock
 from hetsched.app.submit import submit
 from hetsched.core.throughput import ThroughputTable
+from hetsched.errors import EXIT_LOCKED
 from hetsched.slurm.memory import MemorySlurm
 from hetsched.state.store import CANCELLED, Store, open_store
 
@@ -121,6 +126,35 @@ def _still_queued(slurm: MemorySlurm, job: str) -> list[str]:
     return [i for i in slurm.active() if slurm.jobs_by_id[i].name == job]
 
 
+def test_a_cancel_while_a_replan_plans_waits_for_it_and_stays_final(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    said: list[str] = []
+    done: list[Any] = []
+    with open_store(tmp_path / "s.db") as st:
+        _a_job_ends(st, slurm)
+
+        def user() -> None:  # `hetsched cancel a5`: another process, its own connection
+            with open_store(tmp_path / "s.db") as st2:
+                done.append(cancel_jobs(st2, slurm, ["a5"], reason="wrong data",
+                                        say=said.append))
+
+        r, [t] = _replan_while(st, slurm, monkeypatch, user)
+        assert "a5" in {n for n, _ in r.submitted}  # the pass moved it
+        assert not done  # the cancel waited for the pass (before: it went first, and the
+        t.join(20)  # pass submitted a5 again on its new GPUs: the cancel undone)
+        assert said and said[0].startswith("waiting for a replan (pid "), said
+        [res] = done
+        assert [n for n, _ in res.cancelled] == ["a5"]
+        Monitor(st, slurm).poll()
+        assert latest_rows(st)["a5"].state == CANCELLED
+        assert not _still_queued(slurm, "a5")
+        with replan_lock(default_lock(st)):  # and the next replan leaves it cancelled
+            again = replan(st, slurm, ThroughputTable(throughput_rows()), force=True)
+        assert "a5" in again.user_cancelled
+        assert "a5" not in {n for n, _ in again.submitted}
+
+
 @pytest.mark.parametrize("end", ["CANCELLED", "COMPLETED"])
 def test_a_job_that_ends_while_a_replan_plans_is_not_run_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: str) -> None:
@@ -150,3 +184,41 @@ def test_a_job_that_ends_while_a_replan_plans_is_not_run_again(
         assert not _still_queued(slurm, "a5")
 
 
+def test_a_cancel_that_waits_too_long_cancels_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    monkeypatch.setattr(batch_lock, "SUBMIT_WAIT_S", 0.3)
+    with open_store(tmp_path / "s.db") as st:
+        submit(make_testbed_plan(slurm, _jobs(2)), st, slurm)
+        with replan_lock(default_lock(st)), pytest.raises(ReplanLocked) as e:
+            cancel_jobs(st, slurm, None)
+        assert e.value.exit_code == EXIT_LOCKED
+        assert "a replan (pid " in str(e.value) and "nothing was cancelled" in str(e.value)
+        assert len(slurm.active()) == 2 and slurm.count("scancel") == 0
+        assert {w.state for w in latest_rows(st).values()} != {CANCELLED}
+
+
+def test_a_cancel_all_in_the_middle_of_a_submit_cancels_the_whole_batch(
+        tmp_path: Path) -> None:
+    slurm = MemorySlurm(nodes_spec=NODES)
+    done: list[Any] = []
+    threads: list[threading.Thread] = []
+
+    def user() -> None:  # `hetsched cancel --all` as the third sbatch goes in
+        with open_store(tmp_path / "s.db") as st2:
+            done.append(cancel_jobs(st2, slurm, None))
+
+    def third(_jid: str) -> None:
+        if slurm.count("sbatch") == 3 and not threads:
+            threads.append(threading.Thread(target=user))
+            threads[0].start()
+            threads[0].join(1.0)
+
+    with open_store(tmp_path / "s.db") as st:
+        slurm.on_submit = third
+        res = submit(make_testbed_plan(slurm, _jobs(6)), st, slurm)
+        assert len(res.submitted) == 6 and not done  # before: 3 cancelled, 3 went on
+        threads[0].join(20)
+        [out] = done
+        assert len(out.cancelled) == 6 and slurm.active() == []
+        assert {w.state for w in latest_rows(st).values()} == {CANCELLED}
