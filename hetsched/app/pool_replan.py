@@ -113,6 +113,11 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
         result.submitted = [(j.name, "(dry-run)") for j in jobs]
         result.cancelled = [(s.job, s.slurm_id or "?") for s in cancel]
         return result
+    ended = _ended_meanwhile(client, cancel)
+    if ended:  # a user's scancel, or the pool's end, while this pass planned: it stands
+        return ReplanResult("unchanged", f"{reason}; pool job {ended} ended while this "
+                            "replan planned: left as it is, for the monitor to record",
+                            spool_untaken=untaken)
     rid = store.begin_replan(reason, pid)
     try:
         carry_checkpoints(dirs.checkpoint_dir, pid, result.new_plan_id,
@@ -133,6 +138,18 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     store.mark_handled([e["id"] for e in events])
     log(f"pool replan {pid} -> {result.new_plan_id}: resume {json.dumps(offsets)}")
     return result
+
+
+def _ended_meanwhile(client: SlurmClient, live: list[Submission]) -> str:
+    """The pool's Slurm job, if it was live when this pass read the batch and Slurm now
+    shows it ended (one squeue); else "". Replacing it then would undo a user's
+    ``scancel`` or run finished work again. Its events stay unhandled: the next pass
+    sees its end, recorded by the monitor."""
+    ids = {s.slurm_id for s in live if s.slurm_id}
+    if not ids:
+        return ""
+    gone = ids - {j.leader for j in client.jobs() if not j.finished}
+    return ", ".join(sorted(gone))
 
 
 def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool

@@ -143,3 +143,35 @@ def test_once_a_pool_has_ended_the_spool_starts_a_space_plan(tmp_path: Path) -> 
         active = st.active_plan()
         assert active is not None and active["mode"] == "space"
         assert {j.name for j in plan.jobs} <= set(r.done)
+
+
+def test_a_pool_scancelled_while_a_replan_plans_is_not_submitted_again(
+        tmp_path: Path, monkeypatch) -> None:
+    """The user drops one job, then, while the replan that restarts the pool without it
+    plans, cancels the whole pool with a plain ``scancel``: it stays cancelled (before,
+    the replan submitted the pool again)."""
+    from hetsched.app import pool_replan
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="ps", task_iterations=5)
+    a, b, c = (j.name for j in plan.jobs)
+    real = pool_replan._new_plan
+    with open_store(tmp_path / "s.db") as st:
+        pool_id = submit_pool(plan, st, slurm, partition="gpu").slurm_id
+        slurm.schedule()
+        cancel_jobs(st, slurm, [b], reason="wrong data")
+
+        def planning(*args, **kw):  # the user gives up on the whole pool meanwhile
+            slurm.cancel([pool_id])
+            return real(*args, **kw)
+
+        monkeypatch.setattr(pool_replan, "_new_plan", planning)
+        r = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        monkeypatch.setattr(pool_replan, "_new_plan", real)
+        assert r.status == "unchanged" and "ended while this replan planned" in r.reason
+        assert r.submitted == [] and slurm.active() == []
+        r2 = replan(st, slurm, ThroughputTable(emulated_rows()), partition="gpu")
+        assert r2.submitted == [] and slurm.active() == []
+        rows = latest_rows(st)
+        assert {rows[n].state for n in (a, b, c)} == {CANCELLED}
