@@ -288,7 +288,9 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
             click.echo(line)
         pending = st.events(unhandled_only=True)
         if pending and replan_has_work(jobs):  # not after the last job ended or was cancelled
-            click.echo(f"{len(pending)} reset events wait for `hetsched replan`")
+            n = len(pending)
+            click.echo(f"{n} reset event{'s wait' if n != 1 else ' waits'} for "
+                       "`hetsched replan`")
 
 
 @click.command("watch")
