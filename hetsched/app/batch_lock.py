@@ -42,9 +42,9 @@ class ReplanLocked(HetschedError):
     exit_code = EXIT_LOCKED
 
 
-def lock_path(store: Store) -> Path:
-    """The batch's lock file, beside the state file."""
-    return replan_lock_path(files_root(store.path))
+def lock_path(state: Store | Path) -> Path:
+    """The batch's lock file, beside the state file (a store, or the state file's path)."""
+    return replan_lock_path(files_root(state.path if isinstance(state, Store) else state))
 
 
 def _holder(path: Path) -> str:
@@ -90,12 +90,12 @@ def replan_lock(path: str | Path, wait_s: float = 0.0, role: str = "replan"
 
 
 @contextlib.contextmanager
-def batch_turn(store: Store, role: str, say: Callable[[str], None] | None = None
+def batch_turn(state: Store | Path, role: str, say: Callable[[str], None] | None = None
                ) -> Iterator[None]:
-    """Hold the batch's lock for a user's ``role`` ("submit", "cancel"): at once, or after
-    the command holding it ends (saying so first), for at most :data:`SUBMIT_WAIT_S`
-    seconds; past that ReplanLocked, and nothing was done."""
-    path = lock_path(store)
+    """Hold the batch's lock for a user's ``role`` ("submit", "cancel", "restore"): at
+    once, or after the command holding it ends (saying so first), for at most
+    :data:`SUBMIT_WAIT_S` seconds; past that ReplanLocked, and nothing was done."""
+    path = lock_path(state)
     try:
         lock = _acquire(path, 0.0, role)
     except ReplanLocked:
@@ -104,7 +104,8 @@ def batch_turn(store: Store, role: str, say: Callable[[str], None] | None = None
         try:
             lock = _acquire(path, SUBMIT_WAIT_S, role)
         except ReplanLocked:
-            done = {"submit": "submitted", "cancel": "cancelled"}.get(role, "done")
+            done = {"submit": "submitted", "cancel": "cancelled",
+                    "restore": "restored"}.get(role, "done")
             raise ReplanLocked(
                 f"{_holder(path)} has held the batch's lock {path} for {SUBMIT_WAIT_S:g} s; "
                 f"nothing was {done}: {role} again when it has finished") from None

@@ -79,7 +79,12 @@ def backup_cmd(state: str | None, dest: str | None) -> None:
               help="Restore even though the current state file is healthy (its changes since "
                    "the backup are lost from the store; the file is kept aside).")
 def restore_cmd(state: str | None, source: str | None, force: bool) -> None:
-    """Put a backup in place of the state file; the old file is kept as <state>.damaged-*."""
+    """Put a backup in place of the state file; the old file is kept as <state>.damaged-*.
+
+    A replan, submit or cancel acting on the batch is let finish first (said; at most
+    5 minutes, then exit 75 with nothing restored): it would go on writing to the file
+    set aside.
+    """
     p = _path(state)
     src = Path(source) if source else guard.backup_path(p)
     if p.exists() and not force:
@@ -95,8 +100,13 @@ def restore_cmd(state: str | None, source: str | None, force: bool) -> None:
             raise InputError("hetsched state restore", f"state file {p} is healthy; restoring "
                              f"{src} would drop what was recorded since; pass --force to "
                              "restore anyway")
-    aside = guard.restore_backup(p, src, Store._check)
-    with open_store(p):
-        pass  # the normal checks, WAL mode and any migration
+    from hetsched.app.batch_lock import batch_turn
+    from hetsched.cli import logs
+
+    # not under a replan, submit or cancel: they would go on writing to the file set aside
+    with batch_turn(p, "restore", logs.say):
+        aside = guard.restore_backup(p, src, Store._check)
+        with open_store(p):
+            pass  # the normal checks, WAL mode and any migration
     kept = f"; the previous file is kept as {aside}" if aside else ""
     click.echo(f"restored {p} from {src}{kept}")
