@@ -3,11 +3,17 @@ replan, and a replan after one completion changes only what it must."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from slurm_helpers import invoke, make_testbed_plan, throughput_rows, wait_for
 
+from hetsched.app.batch_lock import lock_path, replan_lock
 from hetsched.app.monitor import Monitor
 from hetsched.app.replan import latest_rows, replan
 from hetsched.app.submit import submit
@@ -114,3 +120,35 @@ def test_replan_after_one_completion_changes_only_what_it_must(
         for n in running:
             assert _state(client, ids[n]) == "RUNNING"
             assert latest_rows(st)[n].slurm_id == ids[n]
+
+
+def test_a_cancel_typed_while_a_replan_holds_the_batch_waits_and_says_so(
+        testbed: Testbed, client: CliSlurmClient, clean_queue: None, tmp_path: Path) -> None:
+    """The real CLI: `hetsched cancel --all` while a replan holds the batch's lock waits
+    for it, saying who it waits for, then cancels (tests/slurm/test_replan_races_memory.py:
+    why)."""
+    plan = make_testbed_plan(client, TWO)
+    state = tmp_path / "s.db"
+    with open_store(state) as st:
+        ids = dict(submit(plan, st, client, partition="gpu").submitted)
+    held = threading.Event()
+
+    def a_replan() -> None:
+        with replan_lock(lock_path(state)):
+            held.set()
+            time.sleep(3)
+
+    t = threading.Thread(target=a_replan)
+    t.start()
+    held.wait(5)
+    r = subprocess.run([sys.executable, "-m", "hetsched", "cancel", "--all"],
+                       env={**os.environ, "HETSCHED_STATE": str(state)},
+                       capture_output=True, text=True, timeout=120)
+    t.join()
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith(f"waiting for a replan (pid {os.getpid()}), which holds the "
+                               "batch's lock, to finish"), r.stderr
+    for name in ("P", "Q"):
+        assert f"cancelled {name} (Slurm job {ids[name]})" in r.stdout
+    wait_for(lambda: all(_state(client, i) in ("CANCELLED", "?") for i in ids.values()), 20,
+             "both to be cancelled")
