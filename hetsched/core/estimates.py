@@ -60,6 +60,9 @@ class Estimates:
     model_key: dict[int, tuple] = field(default_factory=dict)
     #: the lower bound, computed once per problem (space mode; see planning.bounds)
     bound: Bound | None = None
+    #: whether that bound may solve the joint LP (pool mode plans its space seed with it
+    #: off: that plan's bound is only reported there, and the LP was most of its time)
+    joint_lp: bool = True
     #: anything else a policy wants to keep per problem, under a name it owns
     extra: dict[str, Any] = field(default_factory=dict)
 

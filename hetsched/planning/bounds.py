@@ -147,7 +147,7 @@ def lower_bound(p: PlanningProblem) -> float:
     pooled, completion = pooled_bound(p.weight.astype(float), p.arrival.astype(float), sb.P,
                                       sb.E_pool, p.n_type.astype(float), sb.pool_prices)
     vals["pooled"] = pooled
-    if p.S <= LP_MAX_JOBS:
+    if p.S <= LP_MAX_JOBS and p.estimates.joint_lp:
         lp = lp_lower_bound(p, sb.lattices, confs=sb.confs, hint=completion)
         if lp is not None:
             vals["lp"] = float(lp["weighted_jct_s"])
@@ -234,7 +234,8 @@ def _simple_bounds(p: PlanningProblem) -> _Simple:
     lattices: list[np.ndarray | None] = []
     confs: list[tuple[np.ndarray, np.ndarray] | None] = []
     budget = TOTAL_LATTICE_MAX
-    pareto_budget = MAX_LATTICE_POINTS if S <= LP_MAX_JOBS else 0
+    # Pareto configurations are the joint LP's columns: none where it will not run
+    pareto_budget = MAX_LATTICE_POINTS if S <= LP_MAX_JOBS and p.estimates.joint_lp else 0
     for i in range(S):
         key = (p.model_key(i), int(p.lo[i]), int(p.hi[i]), p.jobs[i].elastic)
         if key not in memo:

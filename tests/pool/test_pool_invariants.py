@@ -71,6 +71,40 @@ def test_pool_mode_is_never_worse_than_space_mode(p, n) -> None:  # type: ignore
 
 
 @SETTINGS
+@given(p=instances())
+def test_pool_mode_alone_skips_the_space_seeds_joint_lp_and_plans_the_same(
+        p) -> None:  # type: ignore[no-untyped-def]
+    """``--mode pool`` plans its space seed without the joint LP bound (only reported
+    there; a task plan is bounded by the pool relaxation and each job alone): the same
+    plan, bound and seed as with the LP solved first, as ``--mode auto`` does."""
+    import copy
+
+    from hetsched.planning import bounds
+    from hetsched.planning.planner import plan_problem
+
+    q = copy.deepcopy(p)
+    solved: list[int] = []
+    real = bounds.lp_lower_bound
+
+    def counted(*a, **k):  # type: ignore[no-untyped-def]
+        solved.append(1)
+        return real(*a, **k)
+
+    bounds.lp_lower_bound = counted
+    try:
+        alone = plan_pool(p, "hare")
+        assert solved == [] and p.estimates.joint_lp is False
+        space = plan_problem(q, "auto")
+        with_lp = plan_pool(q, "hare", space_plan=space)
+    finally:
+        bounds.lp_lower_bound = real
+    assert alone.weighted_jct_s == with_lp.weighted_jct_s
+    assert alone.lower_bound_s == with_lp.lower_bound_s
+    assert alone.notes.pool_vs_space == with_lp.notes.pool_vs_space
+    assert alone.to_dict()["tasks"] == with_lp.to_dict()["tasks"]
+
+
+@SETTINGS
 @given(p=instances(max_jobs=4))
 def test_auto_is_never_worse_than_a_candidate(p) -> None:  # type: ignore[no-untyped-def]
     auto = plan_pool(p, "auto")

@@ -65,6 +65,10 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         names = (cls.name,)
         pols = {cls.name: cls.build(params)}
     pp = PoolProblem(problem, task_iterations=task_iterations)
+    if space_plan is None and problem.estimates.bound is None:
+        # pool mode alone: a task plan is bounded by the pool relaxation and each job
+        # alone, so the space seed's joint LP bound would only be reported
+        problem.estimates.joint_lp = False
     rep.planning_started("pool", policy, names)
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
