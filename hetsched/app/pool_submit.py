@@ -29,6 +29,7 @@ from pathlib import Path
 from hetsched.app.runnable import (
     BUILTIN_SAMPLE_BYTES,
     UnrunnableError,
+    check_nodes_known,
     host_local_files,
     listing,
     unavailable_nodes,
@@ -172,6 +173,7 @@ def _site(client: SlurmClient, partition: str | None, limit: int, source: str,
     nodes cannot read them, or when a node it is pinned to (``pinned``) is down or
     drained now."""
     nodes = client.nodes(partition)
+    check_nodes_known(sorted(pinned), nodes, partition, "tasks", source)
     down = sorted(f"{n} ({state})" for n, state in unavailable_nodes(nodes).items()
                   if n in pinned)
     if down:

@@ -11,9 +11,11 @@
   dataset fits in memory. A converted Gavel job (workload ``resnet-50``, no
   command) would fail on its nodes; a converted ``transformer`` with a
   2.7e9-sample dataset would exhaust the node's memory building it.
-* **On the right nodes** (:func:`check_node_types`): each pinned worker's GPU
-  type is its node's, checked against one ``sinfo`` (the scripts ask for
-  untyped GPUs on pinned nodes, so Slurm would not refuse it).
+* **On the right nodes** (:func:`check_node_types`): each pinned worker's node
+  is the partition's and its GPU type is that node's, checked against one ``sinfo``
+  (the scripts ask for untyped GPUs on pinned nodes, so Slurm would not refuse a
+  wrong type; a node it does not have it refuses only at sbatch, "Invalid node name
+  specified", which does not say why: a plan made with another cluster file).
 """
 
 from __future__ import annotations
@@ -130,27 +132,49 @@ def plan_placeable(jobs: list[Job], cluster: Cluster, table: ThroughputTable, *,
 
 
 def check_node_types(plan: Plan, nodes: Iterable[NodeInfo], names: set[str],
-                     pinned: bool = True) -> None:
-    """Each pinned worker's GPU type is its node's (``nodes``: sinfo's), before any sbatch.
+                     pinned: bool = True, partition: str | None = None,
+                     source: str = "plan") -> None:
+    """Each pinned worker's node is one of ``nodes`` (sinfo's, of ``partition``) and its
+    GPU type is that node's, before any sbatch.
 
     Pinned components ask Slurm for untyped GPUs on their node (templates.py: so
     a replan can move a pending job to another type's node in place), so Slurm
     no longer refuses a plan that names the wrong type for a node: this does.
-    Nodes Slurm does not list are left to sbatch's own error. Unpinned: nothing to check.
+    Unpinned: nothing to check.
     """
     if not pinned:
         return
+    nodes = list(nodes)
     have = {n.name: n.gres for n in nodes}
     for j in plan.jobs:
         if j.name not in names or not j.segments:
             continue
+        check_nodes_known([w.node for w in j.segments[0].workers], nodes, partition,
+                          f"job {j.name!r}", source)
         for w in j.segments[0].workers:
             types = have.get(w.node)
             if types and w.gpu_type not in types:
-                raise InputError("plan", f"it has {w.gpu_type} GPUs on node "
+                raise InputError(source, f"it has {w.gpu_type} GPUs on node "
                                  f"{w.node}, which Slurm says has "
                                  f"{', '.join(sorted(types))} GPUs; plan again on this "
                                  "partition", f"job {j.name!r}")
+
+
+def check_nodes_known(used: Iterable[str], nodes: Sequence[NodeInfo], partition: str | None,
+                      field: str, source: str = "plan") -> None:
+    """InputError naming the first of ``used`` that Slurm's ``nodes`` (of ``partition``)
+    lack: the plan was made for another cluster (a cluster file), and sbatch would say
+    only "Invalid node name specified". Nothing listed: nothing to compare with."""
+    have = {n.name for n in nodes}
+    missing = [n for n in dict.fromkeys(used) if n not in have]
+    if have and missing:
+        where = f"partition {partition}" if partition else "Slurm"
+        names = sorted(have)
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        raise InputError(source, f"it runs on node {missing[0]}, which {where} does not have "
+                         f"(its nodes: {shown}); plan again "
+                         "on this cluster: without --cluster, or with a cluster file that "
+                         "names its nodes", field)
 
 
 def unavailable_nodes(nodes: Iterable[NodeInfo]) -> dict[str, str]:

@@ -189,7 +189,7 @@ def submit_space(plan: Plan, store: Store | None, client: SlurmClient | None, *,
         plan, pid, plan_path=plan_path, log_dir=logs, partition=partition,
         pin_nodes=pin_nodes, only=only, segment_of=segment_of, sbatch=sbatch, source=source,
         site=site)
-    check_node_types(plan, nodes, set(unit_of), pin_nodes)
+    check_node_types(plan, nodes, set(unit_of), pin_nodes, partition, source)
     for note in [unavailable_node_note(plan, nodes, set(unit_of), pin_nodes),
                  host_local_files(base, nodes), site.capped_note(), *node_fit_notes(
             plan, units, _unit_cpus(plan, units, sbatch), site.node_cpus, site.exclusive,

@@ -168,3 +168,27 @@ def test_submit_refuses_a_gpu_type_its_node_lacks(tmp_path: Path) -> None:
     assert "job 'bad': it has h100 GPUs on node a100-1, which Slurm says has a100 GPUs" \
         in str(ei.value) and "\n" not in str(ei.value)
     assert slurm.count("sbatch") == 0
+
+
+def test_submit_refuses_a_plan_made_for_another_clusters_nodes(tmp_path: Path) -> None:
+    """A plan made with a cluster file whose node names the partition lacks: before,
+    sbatch said only "Invalid node name specified", at the first job; now one line names
+    the job, the node and the partition's nodes, before anything reaches Slurm."""
+    import pytest
+    from pool_slurm_helpers import pool_plan
+
+    from hetsched.app.pool_submit import submit_pool
+    from hetsched.errors import InputError
+
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = contract_plan("nd1", {"ok": [_w("t4-1", "t4", 8)], "far": [_w("gpu-7", "v100", 8)]})
+    with open_store(tmp_path / "s.db") as st, pytest.raises(InputError) as ei:
+        submit(plan, st, slurm)
+    msg = str(ei.value)
+    assert "job 'far': it runs on node gpu-7, which Slurm does not have (its nodes: " \
+        "a100-1, t4-1, v100-1, v100-2)" in msg and "\n" not in msg, msg
+    pool = pool_plan([("gpu-1", "a100", 1), ("gpu-2", "v100", 1)], prefix="nd")
+    with open_store(tmp_path / "s.db") as st, pytest.raises(InputError) as ei:
+        submit_pool(pool, st, slurm, partition="gpu")
+    assert "tasks: it runs on node gpu-1, which partition gpu does not have" in str(ei.value)
+    assert slurm.count("sbatch") == 0

@@ -85,7 +85,8 @@ def test_status_shows_the_current_batch_unless_all(tmp_path: Path) -> None:
 
 def test_status_also_shows_earlier_batches_still_in_the_queue(tmp_path: Path) -> None:
     """A second batch submitted while the first still runs hides neither."""
-    slurm = MemorySlurm()
+    slurm = MemorySlurm(nodes_spec=(("a100-1", "a100", 2), ("t4-1", "t4", 4), ("v100-1", "v100", 4),
+                                    ("v100-2", "v100", 4)))
     with open_store(tmp_path / "s.db") as st:
         first = dict(submit(contract_plan("old", {"o1": [[("v100-1", "v100", 4)]],
                                                   "o2": [[("v100-2", "v100", 4)]]}),
