@@ -28,7 +28,8 @@ EXIT_TERMINATED = 143  #: SIGTERM (128 + 15)
 
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_FAILURE: "failure: a run or a rank failed; a missing extra (pip install named)",
+    EXIT_FAILURE: "failure: a run, a rank or a probe's job code failed; a missing extra "
+                  "(pip install named)",
     EXIT_INPUT: "bad input (file, field or flag); the message names it",
     EXIT_COMMAND: "an external command failed (sbatch, scancel, ...); a submit was rolled back",
     EXIT_SLURM_DOWN: "Slurm did not answer (after retries); nothing was acted on",

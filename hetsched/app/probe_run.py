@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hetsched.app.profile import NOT_RUN, ProbeOutcome, plausible_rows
+from hetsched.app.profile import NOT_LOADED, NOT_RUN, ProbeOutcome, plausible_rows
 from hetsched.app.submission import Interrupted, deferred_signals
 from hetsched.core.report import NULL_REPORTER, BaseReporter
-from hetsched.errors import InputError
+from hetsched.errors import EXIT_INPUT, InputError
 from hetsched.io.jobfiles import log_cause, log_of
 from hetsched.io.profiles import parse_csv
 from hetsched.slurm.runner import SlurmUnavailable
@@ -142,7 +142,8 @@ def _poll_probes(pending: list[ProbeOutcome], client: Any, *, time_limit_s: floa
             continue
         pending.remove(o)  # finished, or gone from squeue: the output file tells
         o.seconds = now - (o.started_at or o.submitted_at)
-        _collect(o, j.state if j is not None else "GONE")
+        _collect(o, j.state if j is not None else "GONE",
+                 j.exit_code if j is not None else None)
 
 
 def _cancel_probes(pending: list[ProbeOutcome], client: Any, signum: int
@@ -183,15 +184,23 @@ def _interrupted_message(signum: int, cancelled: list[str], left: list[str], don
             + "; `hetsched profile` again probes the rest")
 
 
-def _collect(o: ProbeOutcome, state: str) -> None:
+def _collect(o: ProbeOutcome, state: str, exit_code: int | None = None) -> None:
+    """The probe's rows (ok), or why it has none: unusable, or, when `hetsched probe`
+    exited 2 (``exit_code``: bad input, the job's code or data did not load), NOT_LOADED."""
     assert o.out is not None
     try:
         text = o.out.read_text()
         rows = parse_csv(text, str(o.out))
     except (OSError, InputError) as e:
-        o.status = UNUSABLE
         log = log_of(o.logs, o.slurm_id) if o.logs is not None else None
         cause = log_cause(log) if log is not None else ""
+        if exit_code == EXIT_INPUT:
+            o.status = NOT_LOADED
+            o.reason = (f"exit {exit_code}, the job's code or data; last line of its log: "
+                        f"{cause or '-'}; nothing recorded for the pair: fix it and profile "
+                        f"again; log {log}")
+            return
+        o.status = UNUSABLE
         o.reason = (f"probe job ended {state} (last line of its log: {cause}); log {log}"
                     if cause else f"probe job ended {state} without results ({e})")
         return

@@ -58,12 +58,17 @@ class ProbeSpec:
 #: next `hetsched profile` probes it again (marking it unusable made `plan` leave the
 #: GPU type out for that workload, on any busy cluster)
 NOT_RUN = "not run"
+#: a probe whose ``hetsched probe`` exited 2 (bad input: its entrypoint, command or
+#: data did not load). That fails the same on every GPU type and says nothing about
+#: the pair, so nothing is recorded (marking the pair unusable made the next `profile`
+#: skip it after the user had fixed the code, and `plan` refuse the workload)
+NOT_LOADED = "did not load"
 
 
 @dataclass
 class ProbeOutcome:
     spec: ProbeSpec
-    status: str = "pending"  # pending | ok | unusable | not run (NOT_RUN)
+    status: str = "pending"  # pending | ok | unusable | not run | did not load
     slurm_id: str | None = None
     reason: str = ""
     rows: list[ProfileRow] = field(default_factory=list)

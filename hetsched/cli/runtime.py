@@ -21,7 +21,7 @@ import click
 from hetsched import config
 from hetsched.cli.options import format_option, partition_option, state_option
 from hetsched.cli.profiles import profiles
-from hetsched.errors import InputError
+from hetsched.errors import EXIT_FAILURE, InputError
 
 # ---------------------------------------------------------------------------
 # run
@@ -262,7 +262,9 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     One short probe job per pair, submitted through Slurm to that GPU type;
     they run concurrently. A failed or timed-out probe marks its pair
     unusable (the planner leaves that GPU type out for that workload) and
-    does not fail the others. Results go into the state store's profile
+    does not fail the others. A probe whose job code or data did not load
+    (`hetsched probe` exited 2: an entrypoint that does not import, ...) says
+    nothing about the GPU type: nothing is recorded, and profile exits 1. Results go into the state store's profile
     history, which `hetsched profiles list|export|forget` manage.
 
     Ctrl-C (SIGINT), SIGTERM or SIGHUP (a dropped ssh session) cancels the probes
@@ -330,8 +332,12 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
 
 
 def _say_probes(outs: list[Any], wall: float, fmt: str) -> None:
-    """What ``profile`` prints at the end: each probe's outcome (json), or one line."""
+    """What ``profile`` prints at the end: each probe's outcome (json), or one line.
+    Exit 1 when a probe did not load the job's code or data: the user must fix it."""
+    from hetsched.app.profile import NOT_LOADED, NOT_RUN
+
     ok = sum(o.status == "ok" for o in outs)
+    broken = sum(o.status == NOT_LOADED for o in outs)
     if fmt == "json":
         click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
             {"workload": o.spec.workload, "gpu_type": o.spec.gpu_type, "status": o.status,
@@ -339,13 +345,15 @@ def _say_probes(outs: list[Any], wall: float, fmt: str) -> None:
              "seconds": None if o.seconds is None else round(o.seconds, 3)} for o in outs]},
             indent=2))
     else:
-        from hetsched.app.profile import NOT_RUN
-
         not_run = sum(o.status == NOT_RUN for o in outs)
         click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
-                   f"{len(outs) - ok - not_run} pairs marked unusable"
+                   f"{len(outs) - ok - not_run - broken} pairs marked unusable"
                    + (f"; {not_run} not run (nothing recorded: profile again later)"
-                      if not_run else ""))
+                      if not_run else "")
+                   + (f"; {broken} did not load the job's code or data (nothing recorded: "
+                      "fix it, then profile again)" if broken else ""))
+    if broken:
+        raise SystemExit(EXIT_FAILURE)
 
 
 def _warn(message: str) -> None:

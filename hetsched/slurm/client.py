@@ -289,6 +289,13 @@ def parse_gres(text: str) -> dict[str, int]:
     return out
 
 
+def _wait_status(v: int | None) -> int | None:
+    """A raw wait status as a shell reports it: the exit code, or 128 + the signal."""
+    if v is None or v < 0:
+        return v
+    return 128 + (v & 0x7F) if v & 0x7F else (v >> 8) & 0xFF
+
+
 def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
     """One element of ``squeue --json``'s ``jobs`` list, either layout."""
     states = _states(j.get("job_state"))
@@ -297,8 +304,8 @@ def parse_job_json(j: Mapping[str, Any]) -> JobInfo:
     exit_code = j.get("exit_code")
     if isinstance(exit_code, Mapping):  # 23.02: {"status": [..], "return_code": {...}}
         exit_code = _num(exit_code.get("return_code"))
-    else:
-        exit_code = _num(exit_code)
+    else:  # 21.08-22.05: the raw wait status (exit 2 is 512; `scontrol` says "2:0")
+        exit_code = _wait_status(_num(exit_code))
     gres = _str(j.get("tres_per_node")) or _str(j.get("gres_detail"))
     return JobInfo(
         job_id=str(_num(j.get("job_id")) or ""),

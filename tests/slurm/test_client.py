@@ -31,6 +31,11 @@ def test_parse_job_both_layouts() -> None:
     a, b = parse_job_json(old), parse_job_json(new)
     assert a == b
     assert a.leader == "7" and a.het_offset == 1 and a.exit_code == 0
+    # 22.05 gives the raw wait status (`scontrol` says ExitCode=2:0 for 512)
+    for raw, code in ((512, 2), (256, 1), (9, 137), (0, 0)):
+        assert parse_job_json({**old, "exit_code": raw}).exit_code == code
+    two = {**new, "exit_code": {"status": ["ERROR"], "return_code": {"set": True, "number": 2}}}
+    assert parse_job_json(two).exit_code == 2
     plain = parse_job_json({"job_id": 9, "het_job_id": 0, "job_state": "RUNNING"})
     assert plain.leader == "9" and plain.het_offset is None
 
