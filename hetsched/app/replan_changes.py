@@ -173,17 +173,19 @@ def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequenc
 
 
 def ended_meanwhile(d: Decision, client: SlurmClient) -> list[str]:
-    """The jobs ``d`` would cancel and move that Slurm shows ended since this pass read
-    the batch (one squeue): a user's ``scancel``, or the job finished, while the pass
-    planned. Each is left out of ``d`` (not cancelled, not submitted again), so its end
-    stands for the monitor to record: a cancel stays final, a finished job does not run
-    again. The change rows say so."""
-    if not d.to_cancel:
+    """The jobs ``d`` would move (cancel and submit again, or change in place) that Slurm
+    shows ended since this pass read the batch (one squeue): a user's ``scancel``, or the
+    job finished, while the pass planned. Each is left out of ``d`` (not cancelled, not
+    submitted again, not updated), so its end stands for the monitor to record: a cancel
+    stays final, a finished job does not run again. The change rows say so."""
+    rows = d.to_cancel + d.to_update
+    if not rows:
         return []
     live = {j.leader for j in client.jobs() if not j.finished}
-    gone = {r.job for r in d.to_cancel if r.slurm_id and r.slurm_id not in live}
+    gone = {r.job for r in rows if r.slurm_id and r.slurm_id not in live}
     if gone:
         d.to_cancel[:] = [r for r in d.to_cancel if r.job not in gone]
+        d.to_update[:] = [r for r in d.to_update if r.job not in gone]
         d.to_submit -= gone
         d.changes[:] = [Change(c.job, c.was, "-", "ended while this replan planned (Slurm "
                             "shows it gone): left as it is, for the monitor to record")

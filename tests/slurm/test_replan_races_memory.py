@@ -184,6 +184,27 @@ def test_a_job_that_ends_while_a_replan_plans_is_not_run_again(
         assert not _still_queued(slurm, "a5")
 
 
+def test_a_pending_job_scancelled_while_a_replan_plans_is_not_changed_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass would change a19 in place (scontrol update: id kept); the user scancels
+    it meanwhile. Left out, said so (before: "started before it could be changed in
+    place: runs where it was", of a job that no longer exists)."""
+    slurm = MemorySlurm(nodes_spec=NODES)
+    with open_store(tmp_path / "s.db") as st:
+        _a_node_fails(st, slurm)
+        jid = latest_rows(st)["a19"].slurm_id or ""
+        r, _ = _replan_while(st, slurm, monkeypatch, lambda: slurm.cancel([jid]))
+        assert r.status == "replanned"
+        assert "a19" not in {n for n, _ in r.updated + r.submitted}
+        assert len(r.updated) > 1  # the others were changed in place
+        assert [c.why for c in r.changes if c.job == "a19"] == [
+            "ended while this replan planned (Slurm shows it gone): left as it is, for the "
+            "monitor to record"]
+        Monitor(st, slurm).poll()
+        assert latest_rows(st)["a19"].state == CANCELLED
+        assert not _still_queued(slurm, "a19")
+
+
 def test_a_cancel_that_waits_too_long_cancels_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slurm = MemorySlurm(nodes_spec=NODES)
