@@ -160,6 +160,19 @@ def plan_probes(jobs: Sequence[Job], gpu_types: Sequence[str], store: Store | No
     return specs, skipped
 
 
+def probes_summary(outs: Sequence[ProbeOutcome], wall_s: float) -> str:
+    """The line a ``profile`` ends with: how many probes were ok, marked their pair
+    unusable, did not run, or did not load the job's code (nothing recorded)."""
+    ok, not_run, broken = (sum(o.status == s for o in outs) for s in ("ok", NOT_RUN,
+                                                                       NOT_LOADED))
+    return (f"{ok}/{len(outs)} probes ok in {wall_s:.1f} s; "
+            f"{len(outs) - ok - not_run - broken} pairs marked unusable"
+            + (f"; {not_run} not run (nothing recorded: profile again later)"
+               if not_run else "")
+            + (f"; {broken} did not load the job's code or data (nothing recorded: fix "
+               "it, then profile again)" if broken else ""))
+
+
 def nothing_to_probe(skipped: Mapping[str, str]) -> str:
     """The line for a ``profile`` that has no probe to run, by why each pair is skipped."""
     if not skipped:

@@ -334,10 +334,8 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
 def _say_probes(outs: list[Any], wall: float, fmt: str) -> None:
     """What ``profile`` prints at the end: each probe's outcome (json), or one line.
     Exit 1 when a probe did not load the job's code or data: the user must fix it."""
-    from hetsched.app.profile import NOT_LOADED, NOT_RUN
+    from hetsched.app.profile import NOT_LOADED, probes_summary
 
-    ok = sum(o.status == "ok" for o in outs)
-    broken = sum(o.status == NOT_LOADED for o in outs)
     if fmt == "json":
         click.echo(json.dumps({"wall_s": round(wall, 3), "probes": [
             {"workload": o.spec.workload, "gpu_type": o.spec.gpu_type, "status": o.status,
@@ -345,14 +343,8 @@ def _say_probes(outs: list[Any], wall: float, fmt: str) -> None:
              "seconds": None if o.seconds is None else round(o.seconds, 3)} for o in outs]},
             indent=2))
     else:
-        not_run = sum(o.status == NOT_RUN for o in outs)
-        click.echo(f"{ok}/{len(outs)} probes ok in {wall:.1f} s; "
-                   f"{len(outs) - ok - not_run - broken} pairs marked unusable"
-                   + (f"; {not_run} not run (nothing recorded: profile again later)"
-                      if not_run else "")
-                   + (f"; {broken} did not load the job's code or data (nothing recorded: "
-                      "fix it, then profile again)" if broken else ""))
-    if broken:
+        click.echo(probes_summary(outs, wall))
+    if any(o.status == NOT_LOADED for o in outs):
         raise SystemExit(EXIT_FAILURE)
 
 
