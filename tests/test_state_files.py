@@ -208,26 +208,15 @@ def test_a_folder_named_like_a_uri_part_is_read_as_a_folder(tmp_path: Path) -> N
 def test_restore_waits_for_a_replan_that_holds_the_batch(state: Path, tmp_path: Path) -> None:
     """A replan (or submit, or cancel) writing to the batch would go on writing to the
     file the restore sets aside: the restore waits for it, saying so."""
-    import threading
     import time
 
-    from hetsched.app.batch_lock import lock_path, replan_lock
+    from lock_helpers import a_replan_holding
 
     r = cli(state, "state", "backup", "--to", str(tmp_path / "copy.db"))
     assert r.returncode == 0, r.stderr
-    held = threading.Event()
-
-    def a_replan() -> None:
-        with replan_lock(lock_path(state)):
-            held.set()
-            time.sleep(3)
-
-    t = threading.Thread(target=a_replan)
-    t.start()
-    held.wait(5)
     t0 = time.monotonic()
-    r = cli(state, "state", "restore", "--from", str(tmp_path / "copy.db"), "--force")
-    t.join()
+    with a_replan_holding(state, 3):
+        r = cli(state, "state", "restore", "--from", str(tmp_path / "copy.db"), "--force")
     assert r.returncode == 0, r.stderr
     assert f"waiting for a replan (pid {os.getpid()}), which holds the batch's lock" \
         in r.stderr

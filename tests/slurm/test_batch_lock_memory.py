@@ -7,11 +7,11 @@ recorded that) and could change jobs whose followers were still to be submitted.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from lock_helpers import a_replan_holding
 from slurm_helpers import make_testbed_plan, throughput_rows
 
 from hetsched.app import batch_lock
@@ -69,19 +69,10 @@ def test_a_submit_waits_for_the_replan_that_holds_the_lock(
     slurm = MemorySlurm(nodes_spec=NODES)
     said: list[str] = []
     with open_store(tmp_path / "s.db") as st:
-        held = threading.Event()
-
-        def a_replan() -> None:
-            with replan_lock(default_lock(st)):
-                held.set()
-                time.sleep(0.6)
-
-        t = threading.Thread(target=a_replan)
-        t.start()
-        held.wait(5)
         t0 = time.monotonic()
-        res = submit(make_testbed_plan(slurm, _jobs("c", 2)), st, slurm, progress=said.append)
-        t.join()
+        with a_replan_holding(st, 0.6):
+            res = submit(make_testbed_plan(slurm, _jobs("c", 2)), st, slurm,
+                         progress=said.append)
         assert len(res.submitted) == 2 and time.monotonic() - t0 > 0.3
         assert said[0].startswith("waiting for a replan (pid "), said
         # one that never ends: the submit gives up, nothing sent

@@ -6,14 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from lock_helpers import a_replan_holding
 from slurm_helpers import invoke, make_testbed_plan, throughput_rows, wait_for
 
-from hetsched.app.batch_lock import lock_path, replan_lock
 from hetsched.app.monitor import Monitor
 from hetsched.app.replan import latest_rows, replan
 from hetsched.app.submit import submit
@@ -131,20 +129,10 @@ def test_a_cancel_typed_while_a_replan_holds_the_batch_waits_and_says_so(
     state = tmp_path / "s.db"
     with open_store(state) as st:
         ids = dict(submit(plan, st, client, partition="gpu").submitted)
-    held = threading.Event()
-
-    def a_replan() -> None:
-        with replan_lock(lock_path(state)):
-            held.set()
-            time.sleep(3)
-
-    t = threading.Thread(target=a_replan)
-    t.start()
-    held.wait(5)
-    r = subprocess.run([sys.executable, "-m", "hetsched", "cancel", "--all"],
-                       env={**os.environ, "HETSCHED_STATE": str(state)},
-                       capture_output=True, text=True, timeout=120)
-    t.join()
+    with a_replan_holding(state, 3):
+        r = subprocess.run([sys.executable, "-m", "hetsched", "cancel", "--all"],
+                           env={**os.environ, "HETSCHED_STATE": str(state)},
+                           capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith(f"waiting for a replan (pid {os.getpid()}), which holds the "
                                "batch's lock, to finish"), r.stderr
