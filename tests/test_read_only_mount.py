@@ -46,7 +46,8 @@ def test_a_read_only_mount_is_named_and_status_still_reads(ro: tuple[Path, Path]
     finally:
         reader.close()
     env = {**os.environ, "HETSCHED_STATE": str(mnt / "state.db")}
-    for args in (["state", "check"], ["profiles", "list"]):
+    # a restore takes the batch's lock first: its folder cannot be made there either
+    for args in (["state", "check"], ["profiles", "list"], ["state", "restore", "--force"]):
         out = subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True,
                              text=True, env=env, timeout=60)
         lines = out.stderr.strip().splitlines()

@@ -20,6 +20,7 @@ The holder's pid and command are written beside the lock, for those messages.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from hetsched.errors import EXIT_LOCKED, HetschedError
 from hetsched.io.files import private_dir
 from hetsched.io.jobfiles import files_root
 from hetsched.io.jobfiles import replan_lock as replan_lock_path
+from hetsched.state.guard import StateAccessError, StateReadOnly
 from hetsched.state.store import Store, no_locks
 
 #: how long a submit or cancel waits for the command that holds the lock (a replan pass
@@ -56,11 +58,26 @@ def _holder(path: Path) -> str:
     return f"{'a ' + role if role else 'another hetsched command'} (pid {pid or '?'})"
 
 
+def _cannot_write(path: Path, e: OSError) -> StateAccessError:
+    """One line for a lock file that cannot be made (a read-only mount, no permission,
+    a full disk): nothing was changed."""
+    if e.errno == errno.EROFS:
+        return StateReadOnly(f"cannot write the batch's lock {path}: it is on a read-only "
+                             "file system; nothing was changed: point HETSCHED_STATE at a "
+                             "writable copy of the state file")
+    return StateAccessError(f"cannot write the batch's lock {path} ({e.strerror or e}); "
+                            "nothing was changed: free space there, make its folder "
+                            "writable, or point HETSCHED_STATE elsewhere")
+
+
 def _acquire(path: Path, wait_s: float, role: str) -> Any:
     """The held FileLock, or ReplanLocked after ``wait_s`` seconds."""
     from filelock import FileLock, Timeout
 
-    private_dir(path.parent)
+    try:
+        private_dir(path.parent)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
     lock = FileLock(str(path), mode=0o600)
     try:
         lock.acquire(timeout=wait_s, poll_interval=0.2)
@@ -68,10 +85,15 @@ def _acquire(path: Path, wait_s: float, role: str) -> Any:
         raise ReplanLocked(f"another replan, submit or cancel is running: "
                            f"{_holder(path)} holds the batch's lock {path}; skipped") from None
     except OSError as e:  # ENOLCK and the like: the file system has no working flock
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
+            raise _cannot_write(path, e) from None
         raise no_locks(path, e.strerror or str(e)) from None
     try:
         path.with_name(path.name + ".pid").write_text(f"{os.getpid()} {role}\n")
-    except BaseException:  # not held by anyone who will release it
+    except OSError as e:  # not held by anyone who will release it
+        lock.release()
+        raise _cannot_write(path.with_name(path.name + ".pid"), e) from None
+    except BaseException:
         lock.release()
         raise
     return lock
