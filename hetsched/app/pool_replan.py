@@ -46,6 +46,7 @@ from typing import Any
 
 from hetsched.app.plan import how_planned
 from hetsched.app.pool_submit import PoolDirs, pool_dirs, submit_pool
+from hetsched.app.replan_changes import ended_now
 from hetsched.app.replan_pass import (
     FAILED_STATES,
     ReplanResult,
@@ -113,7 +114,10 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
         result.submitted = [(j.name, "(dry-run)") for j in jobs]
         result.cancelled = [(s.job, s.slurm_id or "?") for s in cancel]
         return result
-    ended = _ended_meanwhile(client, cancel)
+    # the pool's Slurm job, live when this pass read the batch, ended since: replacing it
+    # would undo a user's scancel or run finished work again. Its events stay unhandled:
+    # the next pass sees its end, recorded by the monitor
+    ended = ", ".join(sorted(ended_now(client, {s.slurm_id for s in cancel if s.slurm_id})))
     if ended:  # a user's scancel, or the pool's end, while this pass planned: it stands
         return ReplanResult("unchanged", f"{reason}; pool job {ended} ended while this "
                             "replan planned: left as it is, for the monitor to record",
@@ -138,18 +142,6 @@ def pool_replan(store: Store, client: SlurmClient, table: Any, *, policy: str | 
     store.mark_handled([e["id"] for e in events])
     log(f"pool replan {pid} -> {result.new_plan_id}: resume {json.dumps(offsets)}")
     return result
-
-
-def _ended_meanwhile(client: SlurmClient, live: list[Submission]) -> str:
-    """The pool's Slurm job, if it was live when this pass read the batch and Slurm now
-    shows it ended (one squeue); else "". Replacing it then would undo a user's
-    ``scancel`` or run finished work again. Its events stay unhandled: the next pass
-    sees its end, recorded by the monitor."""
-    ids = {s.slurm_id for s in live if s.slurm_id}
-    if not ids:
-        return ""
-    gone = ids - {j.leader for j in client.jobs() if not j.finished}
-    return ", ".join(sorted(gone))
 
 
 def _leave_alone(rows: list[Submission], pid: str, force: bool, node_event: bool

@@ -172,6 +172,14 @@ def after_in_place(d: Decision, rows: Mapping[str, Submission], started: Sequenc
                                   "in place: runs where it was")
 
 
+def ended_now(client: SlurmClient, ids: set[str]) -> set[str]:
+    """The Slurm jobs among ``ids`` (each live when a replan pass read the batch) that
+    Slurm shows ended now: one squeue, none when ``ids`` is empty."""
+    if not ids:
+        return set()
+    return ids - {j.leader for j in client.jobs() if not j.finished}
+
+
 def ended_meanwhile(d: Decision, client: SlurmClient) -> list[str]:
     """The jobs ``d`` would move (cancel and submit again, or change in place) that Slurm
     shows ended since this pass read the batch (one squeue): a user's ``scancel``, or the
@@ -179,10 +187,8 @@ def ended_meanwhile(d: Decision, client: SlurmClient) -> list[str]:
     submitted again, not updated), so its end stands for the monitor to record: a cancel
     stays final, a finished job does not run again. The change rows say so."""
     rows = d.to_cancel + d.to_update
-    if not rows:
-        return []
-    live = {j.leader for j in client.jobs() if not j.finished}
-    gone = {r.job for r in rows if r.slurm_id and r.slurm_id not in live}
+    ended = ended_now(client, {r.slurm_id for r in rows if r.slurm_id})
+    gone = {r.job for r in rows if r.slurm_id in ended}
     if gone:
         d.to_cancel[:] = [r for r in d.to_cancel if r.job not in gone]
         d.to_update[:] = [r for r in d.to_update if r.job not in gone]
