@@ -137,11 +137,4 @@ def batch_turn(state: Store | Path, role: str, say: Callable[[str], None] | None
         lock.release()
 
 
-def submit_lock(store: Store, say: Callable[[str], None] | None = None
-                ) -> contextlib.AbstractContextManager[None]:
-    """The batch's lock for a user's submit (:func:`batch_turn`)."""
-    return batch_turn(store, "submit", say)
-
-
-__all__ = ["ReplanLocked", "replan_lock", "batch_turn", "submit_lock", "lock_path",
-           "SUBMIT_WAIT_S"]
+__all__ = ["ReplanLocked", "replan_lock", "batch_turn", "lock_path", "SUBMIT_WAIT_S"]

@@ -7,12 +7,11 @@ What every mode shares: app/submission.py.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hetsched.app.batch_lock import submit_lock
+from hetsched.app.batch_lock import batch_turn
 from hetsched.app.modes import mode_named
 from hetsched.app.submission import (  # noqa: F401 - the names callers use
     SubmitError,
@@ -47,21 +46,22 @@ def submit(plan: Plan, store: Store | None, client: SlurmClient | None, *,
     Jobs that would fail where they run (app/runnable.py) are refused, or left
     out with ``skip_unrunnable`` (space mode).
     """
-    user = not dry_run and store is not None and client is not None and only is None \
-        and segment_of is None
-    # a user's submit and a replan take turns on the batch (app/batch_lock.py)
-    with submit_lock(store, progress) if user and store is not None \
-            else contextlib.nullcontext():
-        if user and store is not None and client is not None:
-            pid = check_plan(plan, source)
-            rid = run_id(plan, pid, store, client)
-            if rid != pid and progress is not None:
-                progress(f"plan {pid} ran to its end before: submitting its jobs again "
-                         f"as plan {rid}")
-            plan = dataclasses.replace(plan, plan_id=rid)  # the id named: not hashed again
+    def by_mode(plan: Plan) -> SubmitResult:
         return mode_named(plan.mode).submit(
             plan, store, client, dry_run=dry_run, partition=partition, pin_nodes=pin_nodes,
             only=only, segment_of=segment_of, source=source,
             allow_active_elsewhere=allow_active_elsewhere, progress=progress, sbatch=sbatch,
             check_runnable=check_runnable, skip_unrunnable=skip_unrunnable,
             files_base=files_base)
+
+    if dry_run or store is None or client is None or only is not None \
+            or segment_of is not None:
+        return by_mode(plan)  # a dry run, no store, or a replan's part (it holds the lock)
+    # a user's submit takes its turn on the batch (app/batch_lock.py)
+    with batch_turn(store, "submit", progress):
+        pid = check_plan(plan, source)
+        rid = run_id(plan, pid, store, client)
+        if rid != pid and progress is not None:
+            progress(f"plan {pid} ran to its end before: submitting its jobs again "
+                     f"as plan {rid}")
+        return by_mode(dataclasses.replace(plan, plan_id=rid))  # the id named: not hashed
