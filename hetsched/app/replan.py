@@ -37,13 +37,13 @@ from hetsched.app.replan_pass import (  # noqa: F401 - the names callers use
     latest_rows,
 )
 from hetsched.app.submission import files_dir
+from hetsched.errors import EXIT_LOCKED  # noqa: F401 - EX_TEMPFAIL: "try again later"
 from hetsched.io.files import private_dir
 from hetsched.io.jobfiles import replan_log
 from hetsched.slurm.client import SlurmClient
 from hetsched.state.store import Store
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_SLURM, EXIT_UNREACHABLE, EXIT_STATE = 0, 1, 2, 3, 4, 6
-EXIT_LOCKED = 75  # EX_TEMPFAIL: "try again later"
 
 _log = logging.getLogger("hetsched.replan")
 

@@ -264,8 +264,9 @@ def profile_cmd(jobs_file: str, partition: str | None, cluster_file: str | None,
     unusable (the planner leaves that GPU type out for that workload) and
     does not fail the others. A probe whose job code or data did not load
     (`hetsched probe` exited 2: an entrypoint that does not import, ...) says
-    nothing about the GPU type: nothing is recorded, and profile exits 1. Results go into the state store's profile
-    history, which `hetsched profiles list|export|forget` manage.
+    nothing about the GPU type: nothing is recorded, and profile exits 1.
+    Results go into the state store's profile history, which `hetsched
+    profiles list|export|forget` manage.
 
     Ctrl-C (SIGINT), SIGTERM or SIGHUP (a dropped ssh session) cancels the probes
     still queued or running and records those that finished; exit 130, 143 or

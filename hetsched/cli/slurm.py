@@ -156,11 +156,11 @@ def submit_cmd(plan_file: str, dry_run: bool, state_path: str | None, partition:
     sets is not passed to sbatch (a warning names it), nor are the SLURM_*
     variables of a job this command runs in.
     SIGINT/SIGTERM/SIGHUP cancel what it submitted (exit 130/143/129; nohup: a hangup
-    is ignored). It waits for a running replan to end (up to 5 minutes).
+    is ignored). It waits for a replan, submit or cancel acting on the batch (up to 5 min).
 
     Exit codes: 0 ok, 2 bad input, 3 sbatch/scancel failed (nothing left
     queued), 4 Slurm did not answer, 6-10 state file unusable (`hetsched --help`),
-    11 a file another user could write, 75 a replan held the lock 5 minutes,
+    11 a file another user could write, 75 another command held the batch 5 minutes,
     130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (nothing left queued).
     """
     from hetsched.app.plan import parse_params, plan_settings
