@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from group_helpers import group_job, group_plan, write_plan  # noqa: E402
 
 from hetsched.core.colocation import group_iteration_s  # noqa: E402
+from hetsched.core.spec import Job  # noqa: E402
 from hetsched.io.reports import iter_records  # noqa: E402
 from hetsched.runtime.job import (  # noqa: E402
     _local_group_main,
@@ -54,8 +55,8 @@ def _alone(tmp: Path, name: str, workload: str, batch: int, steps: int) -> dict[
     d = tmp / f"alone-{name}"
     d.mkdir()
     workers = [{"gpu_type": "v100", "node": n, "local_batch": batch} for n in ("n1", "n2")]
-    spec = {"workload": workload, "dataset_size": steps * 2 * batch, "epochs": 1,
-            "global_batch": 2 * batch}
+    spec = Job(name=name, workload=workload, dataset_size=steps * 2 * batch, epochs=1,
+               global_batch=2 * batch)
     cfg = build_config(spec, workers, 2, name, {}, {
         "device": "cpu", "checkpoint": str(d / "ck.pt"), "report": str(d / "r.jsonl"),
         "report_every": 1, "checkpoint_every": 10_000})
@@ -75,7 +76,7 @@ def _group(tmp: Path, tag: str, plan: Path, budget: float | None) -> dict[str, A
                              {"device": "cpu", "checkpoint_every": 10_000,
                               "memory_budget_mb": budget})
     assert spawn_local(2, _local_group_main, (cfg,), timeout_s=600) == [0, 0]
-    recs = list(iter_records(d / "rep" / "comp.jsonl"))
+    recs = list(iter_records(next((d / "rep").rglob("comp.jsonl"))))
     g = [r for r in recs if r["kind"] == "group"][0]
     done = [r for r in recs if r["kind"] == "done"][0]
     return {"wall_s": float(done["time_s"]), "round_median_s": g["iteration_median_s"],

@@ -9,15 +9,19 @@
    (the device's idle time between two computes) for ResNet-50- and
    BERT-base-sized models, with and without residency (``bench_switch.py``);
    on a GPU beside the pinned host-to-device floor of the model's bytes;
-   target overhead p50 <= max(3 ms, 1.5x that floor);
+   target overhead p50 <= max(3 ms, 1.5x that floor); split by task: a round's
+   first task (waits for the previous round's update) and its second (the version
+   is there already), with the host parameter server's update timed alone;
 3. **zeroing**: after a ResNet-50 task, freed device memory reads zero with
    the executor's scrub (and non-zero without it: the control) -- GPU only;
 4. **pool plan**: a pool plan of the built-ins (step times probed here) predicted
    vs measured weighted JCT, and the executor's wall / compute (target <= 1.05);
 5. **co-location**: a group of two built-in jobs on the device against each job
-   alone: parameters (max difference) and wall.
+   alone: parameters (max difference, with torch's deterministic kernels in both)
+   and wall.
 
-It prints one table (check, measured, target or reference, verdict). On CPU
+It prints one table (check, measured, target or reference, verdict), and streams
+each row to stderr as it is measured. On CPU
 (``--device cpu``) the same checks run at small sizes; the zeroing row says
 "unmeasured (CPU)". Meant to finish within 5 minutes on one GPU.
 
@@ -49,6 +53,13 @@ def verdict(ok: bool | None) -> str:
     return "unmeasured" if ok is None else ("ok" if ok else "MISSED")
 
 
+def emit(rows: list[Row]) -> None:
+    """Each row to stderr as soon as it is measured: a check cut off by a time limit
+    still leaves what it measured."""
+    for r in rows:
+        print("row:", " | ".join(r), file=sys.stderr, flush=True)
+
+
 def probe_vs_run(dev: str) -> list[Row]:
     from bench_probe_vs_run import one
 
@@ -63,6 +74,7 @@ def probe_vs_run(dev: str) -> list[Row]:
                      f"probe {r['probe'] * 1e3:.3g} ms, run {r['run'] * 1e3:.3g} ms, "
                      f"ratio {r['ratio']:.3f}", "run/probe 0.90-1.10",
                      verdict(0.9 <= r["ratio"] <= 1.1)))
+        emit(rows[-1:])
     return rows
 
 
@@ -97,10 +109,59 @@ def switch(dev: str, tmp: Path) -> list[Row]:
                          f"overhead <= {target:.3g} ms" if target is not None else
                          "overhead: GPU target (max(3 ms, 1.5x H2D floor))",
                          verdict(ov <= target if target is not None else None)))
+            rows.append(split_row(m, res, recs))
+        rows.append(host_update_row(m, build(1, 0)))
         if floor is not None:
             rows.append((f"H2D floor: {m}", f"{floor['floor_ms']:.3g} ms at "
                          f"{floor['pinned_GBps']:.1f} GB/s pinned", "", ""))
     return rows
+
+
+def split_row(model: str, residency: bool, recs: list[dict]) -> Row:
+    """Where a switch's overhead goes: M's first task of a round needs the version the
+    previous round's update made (its wait holds the gradient push, the parameter
+    server's update and the pull); its second task needs the version already there."""
+    from bench_switch import pct
+
+    def part(rs: list[dict], key: str) -> str:
+        return f"{pct([r[key] for r in rs], 50) * 1e3:.3g}" if rs else "-"
+
+    new = [r for r in recs if r["task"] == 0]
+    same = [r for r in recs if r["task"] != 0]
+    return (f"  split: {model}, {'residency' if residency else 'no residency'}",
+            f"new version: overhead p50 {part(new, 'overhead_s')} ms (wait {part(new, 'wait_s')}"
+            f"); same version: overhead p50 {part(same, 'overhead_s')} ms (wait "
+            f"{part(same, 'wait_s')})", "where the overhead goes (no target)", "")
+
+
+def host_update_row(model: str, wl: object) -> Row:
+    """The parameter server's work per round on this host, timed alone: check and add one
+    contribution, the optimizer's step, clear the sum (what a round's last task waits for)."""
+    import torch
+
+    from hetsched.runtime.executor import state
+
+    m = wl.model  # type: ignore[attr-defined]
+    flat, _ = state.flatten_params(m)
+    grad = torch.zeros_like(flat)
+    state.attach_grads(m, grad)
+    opt = wl.optimizer(m.parameters())  # type: ignore[attr-defined]
+    c = torch.full_like(flat, 1e-6)
+
+    def once() -> None:
+        float(c.sum())
+        grad.add_(c)
+        opt.step()
+        grad.zero_()
+
+    once()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        once()
+    ms = (time.perf_counter() - t0) / 5 * 1e3
+    return (f"  host update: {model}", f"{ms:.3g} ms per round (torch threads "
+            f"{torch.get_num_threads()}, {flat.numel() * 4 / 2**20:.0f} MB)", "the server's part of a new "
+            "version's wait (no target)", "")
 
 
 def zeroing(dev: str) -> list[Row]:
@@ -144,10 +205,22 @@ def pool_plan(dev: str, tmp: Path) -> list[Row]:
              f"{woc:.3f} (overhead p50 {ov:.3g} ms)", "<= 1.05", verdict(woc <= 1.05))]
 
 
+def deterministic(target: Callable[..., object], *args: object) -> object:
+    """``target(*args)`` with torch's deterministic kernels (a spawned process's entry):
+    on a GPU, cuDNN's and cuBLAS's fastest kernels may add in any order, so two runs of
+    the same job differ in the last bits, which 40 steps of SGD make visible."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    return target(*args)
+
+
 def colocation(dev: str, tmp: Path) -> list[Row]:
     import torch
     from group_helpers import group_job, group_plan, write_plan
 
+    from hetsched.core.spec import Job
     from hetsched.io.reports import iter_records
     from hetsched.runtime.job import (
         _local_group_main,
@@ -157,19 +230,20 @@ def colocation(dev: str, tmp: Path) -> list[Row]:
     )
     from hetsched.runtime.launcher import spawn_local
 
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's deterministic mode
     steps = 40 if dev == "cuda" else 15
     jobs = (("a", "cnn", 64 if dev == "cuda" else 16), ("b", "mlp", 128 if dev == "cuda" else 16))
     d = tmp / "group"
     d.mkdir()
     walls: dict[str, float] = {}
     for name, w, b in jobs:
-        spec = {"workload": w, "dataset_size": steps * b, "epochs": 1, "global_batch": b}
+        spec = Job(name=name, workload=w, dataset_size=steps * b, epochs=1, global_batch=b)
         cfg = build_config(spec, [{"gpu_type": "v100", "node": "n1", "local_batch": b}], 1,
                            name, {}, {"device": dev, "checkpoint": str(d / f"{name}.pt"),
                                       "report": str(d / f"{name}.jsonl"),
                                       "save_params": str(d / f"alone-{name}.pt"),
                                       "checkpoint_every": 10_000})
-        if spawn_local(1, _local_rank_main, (cfg,), timeout_s=600) != [0]:
+        if spawn_local(1, deterministic, (_local_rank_main, cfg), timeout_s=600) != [0]:
             raise RuntimeError(f"alone run of {name} failed")
         walls[name] = float(next(iter_records(d / f"{name}.jsonl", "done"))["time_s"])
     plan = write_plan(group_plan([group_job(n, w, (b,), dataset_size=steps * b,
@@ -181,17 +255,18 @@ def colocation(dev: str, tmp: Path) -> list[Row]:
                               {"device": dev, "checkpoint_every": 10_000,
                                "save_params_dir": str(d / "gp")})
     (d / "gp").mkdir()
-    if spawn_local(1, _local_group_main, (gcfg,), timeout_s=600) != [0]:
+    if spawn_local(1, deterministic, (_local_group_main, gcfg), timeout_s=600) != [0]:
         raise RuntimeError("group run failed")
     gwall = max(float(r["time_s"]) for n, _, _ in jobs
-                for r in iter_records(d / "grep" / f"{n}.jsonl", "done"))
+                for r in iter_records(next((d / "grep").rglob(f"{n}.jsonl")), "done"))
     diff = 0.0
     for n, _, _ in jobs:
         a = torch.load(d / f"alone-{n}.pt", weights_only=True)
         g = torch.load(d / "gp" / f"{n}.pt", weights_only=True)
         diff = max(diff, max(float((a[k] - g[k]).abs().max()) for k in a))
     serial = sum(walls.values())
-    return [("co-location: parameters vs each job alone", f"max |difference| {diff:.3g}",
+    return [("co-location: parameters vs each job alone (deterministic kernels)",
+             f"max |difference| {diff:.3g}",
              "<= 1e-5", verdict(diff <= 1e-5)),
             ("co-location: group wall vs jobs alone one after the other",
              f"group {gwall:.3g} s, alone {' + '.join(f'{v:.3g}' for v in walls.values())} = "
@@ -230,7 +305,10 @@ def main() -> None:
         for key in a.only.split(","):
             t0 = time.perf_counter()
             try:
-                rows += checks[key]()
+                got = checks[key]()
+                rows += got
+                if key != "probe":  # the probe's rows are emitted as they come
+                    emit(got)
             except Exception as e:  # noqa: BLE001  (one failed check is one row)
                 traceback.print_exc(file=sys.stderr)
                 rows.append((key, f"failed: {type(e).__name__}: {e}", "", "FAILED"))
