@@ -50,14 +50,16 @@ if dev.type == "cuda":
     torch.cuda.set_device(dev)
 # at least ~1 s of steady state per measurement: a scheduler hiccup of a shared
 # machine is then a few per cent of it, not the whole measurement
-t = probe(w, "bench", [b], steps=5, device=device, sync=False).rows[0].step_time_s
+# max_batch=b: on a GPU the probe otherwise doubles the batch up to 4,096 looking for the
+# memory limit, at the same number of steps (most of a GPU case's time)
+t = probe(w, "bench", [b], steps=5, device=device, sync=False, max_batch=b).rows[0].step_time_s
 steps = int(min(4000, max(steps, 1.0 / max(t, 1e-6))))
 pr, rn, firsts = [], [], []
 with tempfile.TemporaryDirectory() as tmp:
     for k in range(repeats):
         # the same number of timed steps as the run's steady state
         res = probe(w, "bench", [b], steps=steps - WARMUP_STEPS, device=device, sync=False,
-                    dataset_size=b * steps)  # the run's data set: gathers read as much memory
+                    dataset_size=b * steps, max_batch=b)  # the run's data set: gathers read as much memory
         pr.append(res.rows[0].step_time_s)
         rep = f"{tmp}/r{k}.jsonl"
         cfg = TrainConfig(job="j", workload=w, dataset_size=b * steps, epochs=1,
