@@ -198,7 +198,8 @@ def exec_cmd(plan_path: str, gpu: str | None, local: bool, report_dir: str | Non
               "(the job's workdir; `hetsched profile` passes it).")
 @click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=5, show_default=True,
-              help="Timed steps per batch size (their mean is kept).")
+              help="Timed steps per batch size, at least; more where they take under "
+              "0.2 s together (their mean is kept).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds; stop the sweep with what was measured so far.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)

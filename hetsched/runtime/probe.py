@@ -1,8 +1,9 @@
 """The probe job's body: measure one workload's step time on this GPU type.
 
 For each local batch of the sweep (ascending): a few warm-up steps, then timed
-steps of **the job's own step** (``runtime/step.py``: the sampler's indices,
-the batch fed as a run feeds it, forward, the share-weighted backward, the
+steps (at least ``steps``, and at least 0.2 s of them: ``MIN_TIMED_S``) of
+**the job's own step** (``runtime/step.py``: the sampler's indices, the batch
+fed as a run feeds it, forward, the share-weighted backward, the
 gradient reduction, the optimizer, the step's bookkeeping), as a one-rank job
 of that local batch; on a GPU the timed steps run back to back between two
 synchronisations, as a run's steady state does. On a GPU, the largest batch that fits
@@ -55,15 +56,25 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
+#: a batch's timed steps last at least this long: 5 steps of a 1.5 ms step (7.5 ms) are at
+#: the mercy of a GPU's clocks, which idle low, and of the host's kernel launches
+MIN_TIMED_S = 0.2
+#: at most this many timed steps per batch, however fast the step
+MAX_TIMED_STEPS = 5000
+
+
 def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int,
-                gpu_type: str, feeder: Feeder | None = None) -> tuple[float, float]:
+                gpu_type: str, feeder: Feeder | None = None, min_time_s: float = 0.0
+                ) -> tuple[float, float]:
     """Seconds per training step at local batch ``b`` and the optimizer step's share of
     it: the job's own step (:class:`~hetsched.runtime.step.TrainStep`, fed by the
     sampler as a one-rank job of local batch ``b``), ``warmup`` steps first as a run's
     steady state starts after them, then the mean over the timed steps between two
     synchronisations (a step is not synchronised on its own, as in a run: its
-    steady-state mean is measured the same way); the optimizer's share is the mean of
-    the same steps' phase timer (``StepClock.optimizer_s``)."""
+    steady-state mean is measured the same way); when those steps take less than
+    ``min_time_s`` together, as many as fill it are timed again instead; the
+    optimizer's share is the mean of the same steps' phase timer
+    (``StepClock.optimizer_s``)."""
     run_step = build_step(wl, dev, emulation=emulation_for(gpu_type), model=wl.model,
                           feeder=feeder)
     size = len(wl.dataset)  # type: ignore[arg-type]
@@ -75,17 +86,26 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
         idx = idx % size
         run_step(idx, n, counts=[n], next_idx=(sampler.peek()[0][0] % size) if nxt else None)
 
+    def timed(n: int) -> float:
+        t0 = time.perf_counter()
+        for k in range(n):
+            one(k + 1 < n)
+        sync_device(dev)
+        wall = time.perf_counter() - t0
+        run_step.clock.flush()
+        return wall
+
     for _ in range(warmup):
         one(True)
     sync_device(dev)
     run_step.clock.flush()  # the warm-up's phase times are not the timed steps'
-    t0 = time.perf_counter()
-    for k in range(steps):
-        one(k + 1 < steps)
-    sync_device(dev)
-    wall = time.perf_counter() - t0
-    run_step.clock.flush()
     n = max(1, steps)
+    wall = timed(n)
+    if wall < min_time_s:
+        # too short to time (a GPU's clocks and launches, a host's timer): time again, as
+        # many steps as fill ``min_time_s`` at this pace; the short block was a warm-up
+        n = min(MAX_TIMED_STEPS, max(n + 1, math.ceil(min_time_s * n / max(wall, 1e-9))))
+        wall = timed(n)
     return wall / n, min(run_step.clock.optimizer_s / n, wall / n)
 
 
@@ -138,11 +158,11 @@ def _sync_times(model: torch.nn.Module, sync_gpus: Sequence[int]) -> dict[int, f
 def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: str | None = None,
           warmup: int = WARMUP_STEPS, steps: int = 5, device: str | None = None,
           time_limit_s: float | None = None, max_batch: int = 4096, sync: bool = True,
-          seed: int = 0, sync_gpus: Sequence[int] = (2, 4),
-          dataset_size: int | None = None, workdir: str | None = None) -> ProbeResult:
-    """Sweep ``batches`` (see the module docstring); rows in the planner's CSV format.
-    ``dataset_size``: build the workload's data set at the job's size (default 256);
-    ``workdir``: where the entrypoint's module is imported from first."""
+          seed: int = 0, sync_gpus: Sequence[int] = (2, 4), dataset_size: int | None = None,
+          workdir: str | None = None, min_time_s: float = MIN_TIMED_S) -> ProbeResult:
+    """Sweep ``batches`` (module docstring; ``steps``, and ``min_time_s`` of them, at least):
+    rows in the planner's CSV format. ``dataset_size``: build the workload's data set at the
+    job's size (default 256); ``workdir``: where the entrypoint's module is imported from."""
     t_start = time.perf_counter()
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     dev = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
@@ -170,7 +190,7 @@ def probe(workload: str, gpu_type: str, batches: Sequence[int], *, entrypoint: s
         nonlocal oom_at
         try:
             measured[b], optimizer[b] = _time_steps(wl, b, dev, warmup, steps, gpu_type,
-                                                    feeder)
+                                                    feeder, min_time_s)
             return True
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
             if not (use_cuda and _is_oom(e)):

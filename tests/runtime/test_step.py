@@ -75,7 +75,8 @@ def test_probe_and_run_call_the_same_step(tmp_path: Path, monkeypatch: pytest.Mo
     from hetsched.runtime.probe import probe
 
     c = Counter(monkeypatch)
-    res = probe(workload, "cpu", [4, 8], warmup=2, steps=3, device="cpu", sync=False)
+    res = probe(workload, "cpu", [4, 8], warmup=2, steps=3, device="cpu", sync=False,
+                min_time_s=0.0)
     assert {r.local_batch for r in res.rows} == {4, 8}
     # every probe step (warm-up and timed) is one call of the job's step, nothing else runs
     assert c.calls == 2 * (2 + 3) == c.forwards
@@ -156,3 +157,15 @@ def test_run_process_does_not_import_what_it_does_not_use(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=300).stdout.strip().splitlines()
     assert out[-1] == "imported:", f"a training rank {out[-1]}"
+
+
+def test_probe_times_a_fast_step_for_long_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two steps of a 4-sample MLP last well under 50 ms: the probe times again, as many
+    steps as fill ``min_time_s``, and keeps that block's mean."""
+    from hetsched.runtime.probe import probe
+
+    c = Counter(monkeypatch)
+    res = probe("mlp", "cpu", [4], warmup=1, steps=2, device="cpu", sync=False, min_time_s=0.05)
+    again = c.calls - 1 - 2  # the steps timed after the short block
+    assert again > 2
+    assert res.rows[0].step_time_s * again >= 0.05 * 0.5  # they filled about min_time_s
