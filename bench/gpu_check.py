@@ -20,14 +20,18 @@
    alone: parameters (max difference, with torch's deterministic kernels in both)
    and wall.
 
-It prints one table (check, measured, target or reference, verdict), and streams
-each row to stderr as it is measured. On CPU
+Each check runs in a process (and process group) of its own with a time limit
+(``LIMITS``, 60-240 s; ``--limit-s`` sets one for all): a check that hangs or
+overruns is killed, its row says so, and the next one runs. It prints one table
+(check, measured, target or reference, verdict), and streams each row to stderr
+(``row: [JSON]``) as it is measured, so a log keeps what a cut-off run measured. On CPU
 (``--device cpu``) the same checks run at small sizes; the zeroing row says
 "unmeasured (CPU)". Meant to finish within 5 minutes on one GPU.
 
 Usage::
 
-    python bench/gpu_check.py [--device cuda|cpu] [--json]
+    python bench/gpu_check.py [--device cuda|cpu] [--only probe,switch,...] [--limit-s S]
+                              [--json]
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -54,10 +61,10 @@ def verdict(ok: bool | None) -> str:
 
 
 def emit(rows: list[Row]) -> None:
-    """Each row to stderr as soon as it is measured: a check cut off by a time limit
-    still leaves what it measured."""
+    """Each row to stderr (``row: [JSON]``) as soon as it is measured: a check cut off by
+    its time limit still leaves what it measured."""
     for r in rows:
-        print("row:", " | ".join(r), file=sys.stderr, flush=True)
+        print("row:", json.dumps(list(r)), file=sys.stderr, flush=True)
 
 
 def probe_vs_run(dev: str) -> list[Row]:
@@ -273,28 +280,59 @@ def colocation(dev: str, tmp: Path) -> list[Row]:
              f"{serial:.3g} s ({gwall / serial:.2f}x)", "reference (no target)", "")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", choices=["cuda", "cpu"], default=None,
-                    help="default: cuda when torch sees a GPU")
-    ap.add_argument("--only", default="probe,switch,zeroing,pool,group")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
+#: seconds each check may run, in a process of its own (sized for one GPU; --limit-s)
+LIMITS = {"probe": 240.0, "switch": 120.0, "zeroing": 60.0, "pool": 120.0, "group": 120.0}
+
+
+def run_check(key: str, dev: str, limit: float) -> list[Row]:
+    """One check in a process (and process group) of its own, killed after ``limit``
+    seconds: its stderr is relayed as it comes and its rows are read from it, so a check
+    that hangs or overruns costs its own time only and keeps the rows it measured."""
+    proc = subprocess.Popen([sys.executable, __file__, "--device", dev, "--only", key,
+                             "--in-process"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cut: list[bool] = []
+
+    def stop() -> None:
+        cut.append(True)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(limit, stop)
+    timer.start()
+    rows: list[Row] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # relayed, rows too: a caller's log keeps them
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        if line.startswith("row: "):
+            got = json.loads(line[5:])
+            rows.append((str(got[0]), str(got[1]), str(got[2]), str(got[3])))
+    rc = proc.wait()
+    timer.cancel()
+    end: list[Row] = []
+    if cut:
+        end = [(key, f"cut off at its time limit ({limit:g} s), {len(rows)} rows before",
+                "", "unmeasured")]
+    elif rc != 0 and not rows:
+        end = [(key, f"its process exited {rc}", "", "FAILED")]
+    emit(end)
+    return rows + end
+
+
+def in_process(keys: list[str], dev: str) -> list[Row]:
+    """The checks ``keys`` in this process, one after another (each failure one row)."""
     import torch
 
-    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dev == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("gpu_check: --device cuda, but torch sees no GPU")
         torch.cuda.set_device(0)
-        name = torch.cuda.get_device_name(0)
     else:
         # the probe, the runs and the executors size their threads by cpu_threads(),
         # which honours it (two OpenMP threads on a shared two-core VM stall at barriers)
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
-        name = "CPU"
-    t_start = time.perf_counter()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -302,7 +340,7 @@ def main() -> None:
             "probe": lambda: probe_vs_run(dev), "switch": lambda: switch(dev, tmp),
             "zeroing": lambda: zeroing(dev), "pool": lambda: pool_plan(dev, tmp),
             "group": lambda: colocation(dev, tmp)}
-        for key in a.only.split(","):
+        for key in keys:
             t0 = time.perf_counter()
             try:
                 got = checks[key]()
@@ -312,7 +350,39 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001  (one failed check is one row)
                 traceback.print_exc(file=sys.stderr)
                 rows.append((key, f"failed: {type(e).__name__}: {e}", "", "FAILED"))
+                emit(rows[-1:])
             print(f"[{key}: {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                    help="default: cuda when torch sees a GPU")
+    ap.add_argument("--only", default="probe,switch,zeroing,pool,group")
+    ap.add_argument("--limit-s", type=float, default=None,
+                    help="every check's time limit (default: per check, 60-240 s)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the checks in this process, without time limits")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: --device cuda, but torch sees no GPU")
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else "CPU"
+    keys = a.only.split(",")
+    unknown = [k for k in keys if k not in LIMITS]
+    if unknown:
+        raise SystemExit(f"gpu_check: --only: unknown check {unknown[0]!r}; "
+                         f"valid: {', '.join(LIMITS)}")
+    t_start = time.perf_counter()
+    if a.in_process:
+        rows = in_process(keys, dev)
+    else:
+        rows = [r for key in keys
+                for r in run_check(key, dev, a.limit_s or LIMITS[key])]
     total = time.perf_counter() - t_start
     if a.json:
         print(json.dumps({"device": name, "torch": torch.__version__, "seconds": total,

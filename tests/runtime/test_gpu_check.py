@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,32 @@ def test_gpu_check_runs_on_cpu() -> None:
     assert colo[1] == "max |difference| 0", colo
     # each row was also streamed to stderr as it was measured (a time limit keeps them)
     assert sum(line.startswith("row: ") for line in r.stderr.splitlines()) == len(rows)
+
+
+def _running(mark: str) -> list[int]:
+    """Pids of processes whose environment holds ``mark`` (every process the run started)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark.encode() in env:
+            out.append(int(d.name))
+    return out
+
+
+def test_a_check_past_its_time_limit_is_cut_off_and_leaves_nothing_running() -> None:
+    """A check that overruns costs its own limit only: its process group is killed (the
+    check's process and the ranks it spawned), the table says so, and the next check runs."""
+    mark = f"GPU_CHECK_TEST_{uuid.uuid4().hex}"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu",
+                        "--only", "group,zeroing", "--limit-s", "3", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", mark: "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert rows[0] == ["group", "cut off at its time limit (3 s), 0 rows before", "",
+                       "unmeasured"], rows
+    assert rows[1][0] == "zeroing after a ResNet-50 task"  # the next check ran
+    assert not _running(mark)
