@@ -17,7 +17,7 @@ this compute's start). Target: wall / compute <= 1.05 pipelined.
 
 Usage::
 
-    python bench/bench_exec_overhead.py [--device cpu|cuda] [--gpus 1] [--repeats 2]
+    python bench/bench_exec_overhead.py [--device cpu|cuda] [--gpus 1] [--tasks 1] [--repeats 2]
         [--task-iterations N] [--scale 8] [--transports tcp,shm] [--json]
 """
 
@@ -40,16 +40,18 @@ MAIN = "import sys; from hetsched.cli.main import main; sys.argv[0] = 'hetsched'
 
 
 def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
-              device: str = "cpu", state: Path | None = None, rows_from: str = "probe"
-              ) -> Path:
+              device: str = "cpu", state: Path | None = None, rows_from: str = "probe",
+              tasks: int = 1) -> Path:
+    """The pool plan of the three built-in jobs, each with ``tasks`` tasks per round (with
+    more than one, the probe also measures that many workers' synchronisation)."""
     jobs = (
         "jobs:\n"
         f"  - {{name: m, workload: mlp, dataset_size: {2048 * scale}, epochs: 1, "
-        "global_batch: 64, requested_gpus: 1, memory_gb: 1}\n"
+        f"global_batch: 64, requested_gpus: {tasks}, memory_gb: 1}}\n"
         f"  - {{name: c, workload: cnn, dataset_size: {1024 * scale}, epochs: 1, "
-        "global_batch: 32, requested_gpus: 1, memory_gb: 1}\n"
+        f"global_batch: 32, requested_gpus: {tasks}, memory_gb: 1}}\n"
         f"  - {{name: t, workload: transformer, dataset_size: {1024 * scale}, epochs: 1, "
-        "global_batch: 32, requested_gpus: 1, memory_gb: 1}\n")
+        f"global_batch: 32, requested_gpus: {tasks}, memory_gb: 1}}\n")
     (tmp / "jobs.yaml").write_text(jobs)
     nodes = "\n".join(f"  - {{names: n{k + 1}, gpu_type: v100, gpus: 1, gpu_memory_gb: 16}}"
                       for k in range(gpus))
@@ -76,9 +78,11 @@ def make_plan(tmp: Path, gpus: int, task_iterations: int | None, scale: int,
             if rows_from == "executor":
                 from hetsched.runtime.executor.iteration import iteration_time
 
-                rows.append(f"{w},v100,{b},{iteration_time(w, b, device):.6f}")
+                rows.append(f"{w},v100,{b // tasks},"
+                            f"{iteration_time(w, b // tasks, device):.6f}")
                 continue
-            probed += probe(w, "v100", [b], device=device, sync=False).rows
+            probed += probe(w, "v100", [b // tasks], device=device, sync=tasks > 1,
+                            sync_gpus=(tasks,)).rows
         if probed:
             with open(csv, "w") as f:
                 write_csv(probed, f)
@@ -116,16 +120,25 @@ def predicted_vs_measured(plan: Path, rep: Path) -> dict[str, Any]:
     meas = sum(weights.get(n, 1.0) * (float(jp.end or 0.0) - t0)
                for n, jp in prog.jobs.items() if jp.done)
     planned: dict[str, list[float]] = {}
+    sync: dict[str, list[float]] = {}
     for g in d["tasks"]["gpus"]:
         for run in g["runs"]:
             for row in run["tasks"] * int(run["repeat"]):
                 planned.setdefault(str(row[0]), []).append(float(row[4]) - float(row[3]))
-    tasks = [t for f in sorted((rep / str(p.plan_id)).glob("gpu-*.jsonl"))
-             for t in iter_records(f, "task")]
+                sync.setdefault(str(row[0]), []).append(float(row[5]) - float(row[4]))
+    files = sorted((rep / str(p.plan_id)).glob("gpu-*.jsonl"))
+    tasks = [t for f in files for t in iter_records(f, "task")]
+    ends = {str(r["job"]): float(r["end"]) for f in files for r in iter_records(f, "job_done")}
     jobs = {}
     for name in sorted(planned):
         ts = [t for t in tasks if t["job"] == name]
+        last = max(int(t["round"]) for t in ts)
+        last_end = max(float(t["end"]) for t in ts if int(t["round"]) == last)
         jobs[name] = {
+            # after a task's compute: the plan's synchronisation, and the job's last round
+            # as run (its end, all gradients in and stepped, less its last task's end)
+            "planned_sync_s": statistics.median(sync[name]),
+            "measured_last_sync_s": ends[name] - last_end if name in ends else None,
             "planned_task_s": statistics.median(planned[name]),
             "compute_s": statistics.median(float(t["compute_s"]) for t in ts),
             "overhead_s": statistics.median(float(t["overhead_s"]) for t in ts),
@@ -153,11 +166,13 @@ def predict_loop(tmp: Path, a: Any) -> None:
     workloads = {"m": "mlp", "c": "cnn", "t": "transformer"}
     plans: dict[str, Path] = {}
     plans["executor iteration rows"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale,
-                                                 a.device, rows_from="executor")
-    plans["probe only"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device)
+                                                 a.device, rows_from="executor",
+                                                 tasks=a.tasks)
+    plans["probe only"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device,
+                                    tasks=a.tasks)
     # the same probe rows, their optimizer share not taken off (the planner before)
     plans["probe, whole step"] = make_plan(tmp, a.gpus, a.task_iterations, a.scale,
-                                           a.device, rows_from="probe-whole")
+                                           a.device, rows_from="probe-whole", tasks=a.tasks)
     state = tmp / "state.db"
     with open_store(state) as st:
         tab = load_throughputs(tmp / "tp.csv")
@@ -168,7 +183,8 @@ def predict_loop(tmp: Path, a: Any) -> None:
         run_once(last, rep, False, a.device)
         with open_store(state) as st:
             ingest_reports(st, sorted(rep.rglob("gpu-*.jsonl")), workloads=workloads)
-        last = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state)
+        last = make_plan(tmp, a.gpus, a.task_iterations, a.scale, a.device, state=state,
+                         tasks=a.tasks)
         dest = tmp / f"pool-history-{k}.json"
         last.replace(dest)
         plans[f"history after {k} run(s)"] = last = dest
@@ -188,9 +204,14 @@ def predict_loop(tmp: Path, a: Any) -> None:
         for job, j in res[0]["jobs"].items():
             comp = statistics.median(r["jobs"][job]["compute_s"] for r in res)
             ov = statistics.median(r["jobs"][job]["overhead_s"] for r in res)
+            done = [r["jobs"][job]["measured_last_sync_s"] for r in res]
+            msync = statistics.median(x for x in done if x is not None) if any(
+                x is not None for x in done) else float("nan")
             print(f"    job {job} ({workloads[job]}): {j['rounds']} rounds of "
                   f"{j['iterations']} iterations; planned task {j['planned_task_s'] * 1e3:.1f}"
-                  f" ms, measured compute {comp * 1e3:.1f} ms + overhead {ov * 1e3:.2f} ms")
+                  f" ms, measured compute {comp * 1e3:.1f} ms + overhead {ov * 1e3:.2f} ms; "
+                  f"sync after a task planned {j['planned_sync_s'] * 1e3:.1f} ms, "
+                  f"the last round's measured {msync * 1e3:.1f} ms")
 
 
 def run_once(plan: Path, rep: Path, in_line: bool, device: str, transport: str = "auto"
@@ -221,6 +242,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--tasks", type=int, default=1,
+                    help="tasks per round of each job (--predict; at most --gpus)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--task-iterations", type=int, default=None,
                     help="default: the planner's (a task lasts >= 0.5 s on its profile)")

@@ -180,7 +180,8 @@ def write_output(path: str, text: str) -> None:
                    "weighted JCT than space.")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
               help="Pool mode: iterations per task (default: per job, so a 5 ms task switch "
-                   "costs < 1% of a task).")
+                   "costs < 1% of a task). A round's tasks accumulate their iterations' "
+                   "gradients into one optimizer step: N global batches per step.")
 @click.option("--skip-unplaceable", is_flag=True,
               help="Plan the jobs that fit this cluster; list the others (stderr and the "
                    "plan JSON's skipped_unplaceable) instead of refusing the batch.")

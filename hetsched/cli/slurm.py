@@ -109,7 +109,8 @@ def _cli_sbatch(**opts: object) -> SbatchOptions:
               help="Planning a jobs.yaml: seconds a running job loses when its GPUs change "
               "(default: the restart_cost_s setting).")
 @click.option("--task-iterations", type=click.IntRange(min=1), default=None,
-              help="Planning a jobs.yaml in pool mode: iterations per task.")
+              help="Planning a jobs.yaml in pool mode: iterations per task (a round's "
+              "tasks accumulate them into one optimizer step).")
 @click.option("--cluster", "cluster_file", default=None, type=click.Path(dir_okay=False),
               help="Cluster YAML for planning a jobs.yaml (default: the Slurm partition).")
 @click.option("--time", "-t", "time_", default=None, help="Time limit for every job (Slurm format); "

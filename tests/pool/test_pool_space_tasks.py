@@ -1,5 +1,6 @@
 """Pool plans contain space plans: a space plan is a task plan with uneven tasks, the
-evaluator gives it the space plan's weighted JCT, and Hare starts from it."""
+evaluator gives it the space plan's weighted JCT (less the synchronisation its rounds
+do not repeat every iteration), and Hare starts from it."""
 
 from __future__ import annotations
 
@@ -45,10 +46,16 @@ def test_a_space_plan_is_a_pool_plan_with_its_weighted_jct(p, n, rc) -> None:  #
     ev = evaluate(pp, s)
     assert (np.asarray(s.start) >= release - 1e-9).all()
     one_segment = all(len([g for g in j.segments if g.iterations > 0]) == 1 for j in space.jobs)
+    alone = all(len(g.workers) == 1 for j in space.jobs for g in j.segments)
     if one_segment and np.allclose(p.iters, np.round(p.iters)):
-        assert ev.objective == pytest.approx(space.weighted_jct_s, rel=1e-9, abs=1e-9)
+        if alone:  # no synchronisation: the same times exactly
+            assert ev.objective == pytest.approx(space.weighted_jct_s, rel=1e-9, abs=1e-9)
+        else:  # a round synchronises once where the space plan does every iteration
+            assert ev.objective <= space.weighted_jct_s * (1 + 1e-9) + 1e-9
     else:
-        assert abs(ev.objective - space.weighted_jct_s) <= rounding(space, p)
+        assert ev.objective <= space.weighted_jct_s + rounding(space, p)
+        if alone:
+            assert abs(ev.objective - space.weighted_jct_s) <= rounding(space, p)
     # each GPU serves the job the space plan gave it, back to back
     gpus = {(w.node, w.gpu) for j in space.jobs for g in j.segments for w in g.workers}
     assert len(set(np.asarray(s.gpu).tolist())) == len(gpus)

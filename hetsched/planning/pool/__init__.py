@@ -106,13 +106,13 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         if sel.not_run():
             plan.notes.skipped = sel.not_run()
     if space_plan is not None and "keep" in uses:
-        plan = _or_space(plan, space_plan, _alone_bound(problem))
+        plan = _or_space(plan, space_plan, _alone_bound(problem, pp))
     elif space_plan is not None:  # seeded only: say how the task plan compares
         plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
                                     "space_weighted_jct_s": float(space_plan.weighted_jct_s),
                                     "pool_weighted_jct_s": float(plan.weighted_jct_s),
                                     "kept": "pool plan (space=seed)"}
-        _union_bound(plan, _alone_bound(problem))
+        _union_bound(plan, _alone_bound(problem, pp))
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -159,14 +159,24 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
         return None
 
 
-def _alone_bound(problem: PlanningProblem) -> float:
-    """The space bound that also bounds task plans: every job alone on the cluster at its
-    best worker set (bounds.py, "alone"). The space LP and fluid bounds charge each job's
-    GPUs through its synchronisation; a task plan overlaps sync with other tasks, so they
-    do not bound it."""
-    from hetsched.planning.bounds import lower_bound_info
+def _alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
+    """Each job alone on the cluster, computing only: a bound of task and space plans alike.
 
-    return float(lower_bound_info(problem)["bounds"].get("alone", 0.0))
+    Space mode's own "alone" bound (bounds.py) charges every iteration's
+    synchronisation; a task synchronises once, after its iterations have accumulated
+    their gradients, and its iteration leaves the optimizer step to the round. So per
+    job: its fastest conceivable step (all its allowed GPUs up to its cap, no
+    communication: ``best_iteration_time``) less the largest optimizer share of its GPU
+    types, times its iterations. A space plan's iterations take at least that too."""
+    from hetsched.planning.bounds import best_iteration_time
+
+    total = 0.0
+    for i in range(problem.S):
+        ok = pp.ok[i]
+        opt = float(pp.optimizer_s[i][ok].max()) if ok.any() else 0.0
+        it = max(0.0, best_iteration_time(problem, i) - opt)
+        total += float(problem.weight[i]) * float(problem.iters[i]) * it
+    return total
 
 
 def _union_bound(plan: Plan, alone: float) -> None:

@@ -195,7 +195,8 @@ def _shares(pp: PoolProblem, j: int, types: list[int]) -> list[int] | None:
 def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old: list[int],
             shares_new: list[int]) -> bool:
     """Whether job j's iteration on GPUs ``new`` at ``shares_new`` is shorter than on ``old``
-    (slowest step plus the worker set's sync; the node layout taken as it is now)."""
+    (slowest step plus the worker set's sync, one per round of N iterations; the node
+    layout taken as it is now)."""
     from hetsched.planning.pool.parallelism import sync_s
     from hetsched.planning.pool.uneven import gpu_nodes, iteration_at
 
@@ -206,7 +207,7 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
         typ = pp.gpu_type[g]
         step = iteration_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
         sync = sync_s(pp.base, j, typ.tolist(), len(g), len(set(nodes[g].tolist())) == 1)
-        return float(step.max()) + sync
+        return float(step.max()) + sync / float(pp.N[j])
 
     return it(new, shares_new) < it(old, shares_old) * (1 - 1e-6)
 

@@ -76,10 +76,11 @@ class Evaluation:
 
 def task_times(pp: PoolProblem, job: np.ndarray, rnd: np.ndarray,
                gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Compute and sync durations of tasks on the given GPUs (inf where not allowed)."""
+    """Compute and sync durations of tasks on the given GPUs (inf where not allowed): a
+    task's iterations at the executor's step, then one exchange of its gradients."""
     typ = pp.gpu_type[gpu]
     n = pp.round_iters_array(job, rnd)
-    return n * pp.t_it[job, typ], n * pp.s_it[job, typ]
+    return n * pp.t_it[job, typ], pp.s_task[job, typ]
 
 
 def by_gpu(K: int, start: np.ndarray, end: np.ndarray, gpu: np.ndarray

@@ -97,7 +97,7 @@ def priority_order(pp: PoolProblem, size: str = "path") -> tuple[list[int], list
     for h in heaps:
         heapq.heapify(h)
     ok = [[t for t in range(T) if pp.ok[i, t] and heaps[t]] for i in range(pp.S)]
-    t_it, s_it = pp.t_it.tolist(), pp.s_it.tolist()
+    t_it, s_task = pp.t_it.tolist(), pp.s_task.tolist()
     P, N, R, last = pp.P.tolist(), pp.N.tolist(), pp.R.tolist(), pp.last.tolist()
     w = pp.weight.tolist()
     total = pp.total_iters.tolist()
@@ -130,7 +130,7 @@ def priority_order(pp: PoolProblem, size: str = "path") -> tuple[list[int], list
                 if v < best_v:
                     best_t, best_v = t, v
             heapq.heapreplace(heaps[best_t], best_v)
-            done = max(done, best_v + n * s_it[i][best_t])
+            done = max(done, best_v + s_task[i][best_t])
         out_j.append(i)
         out_r.append(r)
         nxt_round[i] = r + 1
@@ -167,7 +167,7 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
         heapq.heapify(h)
     ok = [[t for t in range(T) if pp.ok[i, t] and heaps[t]] for i in range(pp.S)]
     t_it = pp.t_it.tolist()
-    s_it = pp.s_it.tolist()
+    s_task = pp.s_task.tolist()
     arrival = pp.arrival.tolist()
     P = pp.P.tolist()
     N = pp.N.tolist()
@@ -197,7 +197,7 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
         rdy = ready[i]
         types = ok[i]
         ti = t_it[i]
-        si = s_it[i]
+        si = s_task[i]
         done = rdy
         hm = home[i]
         for k in range(P[i]):
@@ -226,7 +226,7 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
             phi_of[g] = e
             heapq.heappush(heaps[best_t], (e, g))
             hm[k] = g
-            se = e + n * si[best_t]
+            se = e + si[best_t]
             if se > done:
                 done = se
             out_j[pos], out_r[pos], out_k[pos], out_g[pos], out_s[pos] = i, r, k, g, x

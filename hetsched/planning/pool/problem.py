@@ -11,13 +11,17 @@ job's arrival (4).
 
 Task granularity. Real jobs run 10^4-10^6 iterations, so a task stands for
 ``N_i`` iterations of its slice (``--task-iterations``): its compute time on
-GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model) and its
-synchronisation time ``N_i * s_it``, where ``s_it`` is the comm model's time
-per iteration for ``P_i`` workers (the sync calibrated from multi-GPU
-measurements where the profile has them, else the ring all-reduce of
-``model_size_mb`` over the inter-node bandwidth, or the profiled sync time
-when no model size is given). The last round takes the remaining iterations. ``N_i = 1`` is exactly
-the paper's model. The default picks, per job, the smallest N for which a
+GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model). A task
+accumulates its iterations' gradients and exchanges them once, as the executor
+does (one push, one optimizer step per round, one pull: docs/executor.md), so
+its synchronisation time is one exchange, ``s_task``: the comm model's time of
+one synchronisation of ``P_i`` workers (calibrated from multi-GPU measurements
+where the profile has them, else the ring all-reduce of ``model_size_mb`` over
+the inter-node bandwidth, or the profiled sync time when no model size is
+given), whatever the task's iterations. ``s_it = s_task / N_i`` is that
+exchange spread over a full round's iterations, for the models that count per
+iteration (the gang baselines, the relaxation). The last round takes the
+remaining iterations. ``N_i = 1`` is exactly the paper's model. The default picks, per job, the smallest N for which a
 task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
 the job's fastest GPU type, raised if needed so that no job has more than
 ``max_rounds`` rounds (keeps planning time and plan size bounded).
@@ -32,8 +36,7 @@ the task's compute, from the executors' reports folded into the profile
 history; 0 until measured), paid once per task and spread over its ``N_i``
 iterations. The coordinator's optimizer step is in that measured overhead
 (the next round's tasks wait for it); until an overhead is measured it is
-added to the round's synchronisation instead, once per round (spread over the
-round's ``N_i`` iterations as the overhead is).
+added to the round's synchronisation instead, once per round.
 
 Synchronisation does not occupy the GPU: it overlaps the next task on that
 GPU (Algorithm 1, line 16); it only delays the job's next round.
@@ -113,7 +116,10 @@ class PoolProblem:
     #: (S, T) the optimizer step's share of a profiled step (0 where not profiled)
     optimizer_s: np.ndarray = field(init=False)
     round_optimizer_s: np.ndarray = field(init=False)
-    s_it: np.ndarray = field(init=False)  # (S, T) sync s/iteration
+    #: (S, T) one task's synchronisation: one exchange of P workers (plus the round's
+    #: optimizer step where no executor overhead was measured), whatever its iterations
+    s_task: np.ndarray = field(init=False)
+    s_it: np.ndarray = field(init=False)  # (S, T) s_task spread over a full round: / N
     ok: np.ndarray = field(init=False)  # (S, T) task may run on type t
     gpu_type: np.ndarray = field(init=False)  # (K,) type index of each GPU
     mem_gb: np.ndarray = field(init=False)  # (S,) resident model state
@@ -156,10 +162,10 @@ class PoolProblem:
                                       else 0.0 for t in p.types] for j in p.jobs]).reshape(S, T)
         self.t_it = np.where(self.ok, pool_iteration_times(steps, self.optimizer_s), np.inf)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
-        self.s_it = np.zeros((S, T))
+        self.s_task = np.zeros((S, T))
         for i in range(S):
             for t in range(T):
-                self.s_it[i, t] = sync_s(p, i, [t], int(self.P[i]), single_node) \
+                self.s_task[i, t] = sync_s(p, i, [t], int(self.P[i]), single_node) \
                     if self.ok[i, t] else np.inf
         self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
         if self.task_iterations is not None:
@@ -203,8 +209,9 @@ class PoolProblem:
         #: (S, T) the coordinator's optimizer step once per round where no overhead was
         #: measured (uneven rounds add it per round: planning/pool/uneven.py)
         self.round_optimizer_s = np.where(self.ok & unmeasured, self.optimizer_s, 0.0)
-        self.s_it = np.where(self.ok & unmeasured, self.s_it + self.optimizer_s / self.N[:, None],
-                             self.s_it)
+        self.s_task = np.where(self.ok & unmeasured, self.s_task + self.optimizer_s,
+                               self.s_task)
+        self.s_it = self.s_task / self.N[:, None]
 
     def _task_overhead(self, workload: str, gpu_type: str) -> float:
         """Measured per-task executor overhead of (workload, type); 0 when never measured."""

@@ -183,8 +183,7 @@ def _recreate(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, j: int,
             ends.append((ends_at, row))
         used = sorted(own)
         types = sorted({int(pp.gpu_type[g]) for g in used})
-        n_it = float(np.asarray(s.iters)[rows[0]])
-        sync = n_it * sync_s(pp.base, j, types, len(rows), len(set(nodes[used].tolist())) == 1)
+        sync = sync_s(pp.base, j, types, len(rows), len(set(nodes[used].tolist())) == 1)
         ready = max(e + sync + float(pp.round_optimizer_s[j, int(pp.gpu_type[gpu[r]])])
                     for e, r in ends)
         if ready >= old_end - 1e-9 * max(1.0, old_end):

@@ -14,15 +14,17 @@ say, and this module checks and times them:
   its local batch (the profile's affine line or piecewise curve: the space
   planner's model), plus the executor's measured per-task overhead as in the
   equal model;
-- the round synchronises the gradients of its ``k_r`` workers:
-  ``n_r`` times the communication the space planner charges that worker set
+- the round synchronises the gradients of its ``k_r`` workers once, as the
+  executor does (its tasks accumulate their iterations' gradients): one time
+  the communication the space planner charges that worker set per iteration
   (calibrated from multi-GPU measurements of the types used, else the ring
   all-reduce over the bandwidth of its placement: intra-node when all its tasks
   ran on one node), paid after each task's compute as in the equal model.
 
 So a space plan's segment (its workers, their balanced shares, ``n``
-iterations) is a chain of rounds here with exactly the space plan's time
-per iteration, ``max_k step_k + comm`` (:mod:`.from_space`).
+iterations) is a chain of rounds here with the space plan's compute per
+iteration, ``max_k step_k``, and one synchronisation per round where the space
+plan synchronises every iteration (:mod:`.from_space`).
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
                             int(u[1:-1].sum()), bool(u[-1])) for u in sig[first]])
     s_round = vals[np.asarray(inv).reshape(-1)]
     # the coordinator's optimizer step, once per round where no overhead was measured
-    return tc, iters * s_round[rid] + pp.round_optimizer_s[job, typ]
+    return tc, s_round[rid] + pp.round_optimizer_s[job, typ]
 
 
 __all__ = ["step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes",
