@@ -14,7 +14,8 @@ GPU's memory cap); then hand out one more task-slot at a time to the job whose
     gain_i(P) = w_i / (iters_i * T_i(P + 1)) - w_i / (iters_i * T_i(P)),
 
 where ``T_i(P)`` is job i's iteration time alone on its P fastest pool GPUs
-(balanced slices, and pool mode's synchronisation for P workers). Stop when the
+(balanced slices, and pool mode's synchronisation for P workers, once per
+task: spread over the iterations a task at that size would run). Stop when the
 P's add up to the pool (so nothing need idle while work waits), or when no job
 gains any more at a per-GPU efficiency ``T(1) / (P T(P))`` of at least 50%
 (every round runs P slices, so an inefficient P wastes GPU time other jobs
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -73,12 +74,15 @@ def _fastest_counts(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
     return N
 
 
-def iteration_times(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
+def iteration_times(p: PlanningProblem, i: int, kmax: int,
+                    task_iters: Callable[[int, float], float] | None = None) -> np.ndarray:
     """``T[k]`` = job i's iteration time alone on its k fastest pool GPUs, k = 0..kmax (T[0] = inf).
 
     Compute with balanced slices (the space-mode water-filling) plus pool
     mode's synchronisation for k workers (pool/problem.py: the ring estimate
-    over the pool's bandwidth, or the calibrated / profiled sync).
+    over the pool's bandwidth, or the calibrated / profiled sync), which a task
+    pays once for its iterations: ``task_iters(i, step)``, the iterations of a
+    task whose iteration takes ``step`` (None: every iteration synchronises).
     """
     N = _fastest_counts(p, i, kmax)
     out = np.full(kmax + 1, math.inf)
@@ -88,12 +92,14 @@ def iteration_times(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
     single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
     for k in range(1, len(N) + 1):
         used = [t for t in range(p.T) if N[k - 1, t]]
-        out[k] = float(comp[k - 1]) + sync_s(p, i, used, k, single_node)
+        n = 1.0 if task_iters is None else max(1.0, task_iters(i, float(comp[k - 1])))
+        out[k] = float(comp[k - 1]) + sync_s(p, i, used, k, single_node) / n
     return out
 
 
-def choose_parallelism(p: PlanningProblem, floor: np.ndarray,
-                       fixed: np.ndarray) -> tuple[np.ndarray, dict[str, str]]:
+def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
+                       task_iters: Callable[[int, float], float] | None = None
+                       ) -> tuple[np.ndarray, dict[str, str]]:
     """Tasks per round for every job (module docstring).
 
     ``floor[i]``: the least P job i may have; ``fixed[i]``: True when the job
@@ -118,7 +124,7 @@ def choose_parallelism(p: PlanningProblem, floor: np.ndarray,
         if hi <= cur:
             return -1.0, cur
         if i not in T or len(T[i]) <= hi:
-            T[i] = iteration_times(p, i, hi)
+            T[i] = iteration_times(p, i, hi, task_iters)
         Ti = T[i]
         ks = np.arange(cur + 1, hi + 1)
         ok = (Ti[ks] * MIN_SPEEDUP <= Ti[cur]) & (Ti[1] / (ks * Ti[ks]) >= MIN_EFFICIENCY)

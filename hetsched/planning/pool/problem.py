@@ -145,7 +145,8 @@ class PoolProblem:
         if self.choose_parallelism and not fixed.all():
             from hetsched.planning.pool.parallelism import choose_parallelism
 
-            floor, self.parallelism_notes = choose_parallelism(p, floor, fixed)
+            floor, self.parallelism_notes = choose_parallelism(p, floor, fixed,
+                                                               self._task_iterations)
         for i, job in enumerate(p.jobs):
             P = int(floor[i])
             b = math.ceil(int(p.B[i]) / P)
@@ -189,6 +190,16 @@ class PoolProblem:
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
         self.gpu_mem_gb = gpu_memory_gb(p.cluster)
         self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
+
+    def _task_iterations(self, i: int, step_s: float) -> float:
+        """Iterations of job i's task whose iteration takes ``step_s`` (the rule for N
+        below, before the task's size is known: it sets how far the sync spreads)."""
+        total = max(1.0, math.ceil(float(self.base.iters[i]) - 1e-9))
+        if self.task_iterations is not None:
+            return float(min(self.task_iterations, total))
+        n = max(math.ceil(self.switch_s / SWITCH_SHARE / max(step_s, 1e-12)),
+                math.ceil(total / self.max_rounds), 1)
+        return float(min(n, total))
 
     def _executor_costs(self) -> None:
         """Task and round times get what the executor costs beside the step."""
