@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from hetsched.cli.main import main
@@ -80,3 +81,25 @@ def test_mode_auto_keeps_the_better_mode(runner, examples) -> None:
     assert d["mode"] == want
     assert d["objective"]["weighted_jct_s"] == pytest.approx(cands[want], rel=1e-6)
     assert d["settings"]["mode"] == "auto"  # replan re-chooses
+
+
+def test_a_task_pays_its_sync_once_so_more_workers_pay() -> None:
+    """Sync of 60 ms a step against a 98 ms step: synchronising every iteration, a second
+    worker is slower than one (50 + 60 ms); a task exchanges once for its iterations
+    (about 10 of them at a 0.5 s task: 50 + 6 ms), so the job grows."""
+    from hetsched.planning.pool.parallelism import choose_parallelism, iteration_times
+
+    rows = [ProfileRow("w", "v100", b, 0.002 + 0.0015 * b, 0.06) for b in (8, 64)]
+    p = PlanningProblem([Job(name="j", workload="w", dataset_size=64 * 400, epochs=1,
+                             global_batch=64)],
+                        Cluster(nodes=(Node("n1", "v100", 4),)), ThroughputTable(rows, "t"))
+    floor, fixed = np.ones(1, dtype=int), np.zeros(1, dtype=bool)
+    per_iteration, _ = choose_parallelism(p, floor, fixed)
+    assert per_iteration[0] == 1  # every iteration synchronising: a worker more never pays
+    pp = PoolProblem(p)
+    assert pp.P[0] > 1
+    T = iteration_times(p, 0, 2, pp._task_iterations)
+    assert T[2] < T[1] < iteration_times(p, 0, 2)[2]
+    # the plan's task pays the exchange once, whatever its iterations
+    assert pp.s_task[0, 0] == pytest.approx(0.06)
+    assert pp.s_it[0, 0] == pytest.approx(0.06 / pp.N[0])
