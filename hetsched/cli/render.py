@@ -268,8 +268,12 @@ def pool_summary_table(plan: Plan) -> Table:
     tab.add_row("tasks", f"{tasks.total_tasks or 0:,} ({tasks.stored_rows or 0:,} "
                          "rows stored after pattern compaction)")
     if its:
-        tab.add_row("iterations per task", f"{its[0]}" if len(its) == 1
-                    else f"{its[0]}..{its[-1]} (per job)")
+        # a round's tasks accumulate their iterations into one optimizer step
+        # (runtime/executor): say what that does to the batch a step sees
+        tab.add_row("iterations per task", (f"{its[0]}" if len(its) == 1
+                                            else f"{its[0]}..{its[-1]} (per job)")
+                    + ("; one optimizer step per round: that many global batches a step"
+                       if its[-1] > 1 else ""))
     mem = tasks.memory
     if mem is not None:
         tab.add_row("memory plan", f"{mem.warm_starts:,} warm starts, "

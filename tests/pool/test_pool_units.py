@@ -130,7 +130,10 @@ def test_cli_pool_table_and_errors(tmp_path: Path) -> None:
                                     "--gantt", str(tmp_path / "g.png")])
     assert res.exit_code == 0, res.output
     assert "idle" in res.output and "warm starts" in res.output
+    assert "one optimizer step per round" in res.output  # what accumulation does to a step
     assert (tmp_path / "g.png").stat().st_size > 0
+    res = CliRunner().invoke(main, ["plan", *ARGS, "--mode", "pool", "--task-iterations", "1"])
+    assert res.exit_code == 0 and "one optimizer step per round" not in res.output
     res = CliRunner().invoke(main, ["plan", *ARGS, "--mode", "pool", "--policy", "has"])
     assert res.exit_code == 2 and "unknown pool-mode policy" in res.output
     res = CliRunner().invoke(main, ["plan", *ARGS, "--mode", "pool", "--task-iterations", "0"])
