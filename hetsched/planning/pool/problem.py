@@ -21,10 +21,11 @@ the inter-node bandwidth, or the profiled sync time when no model size is
 given), whatever the task's iterations. ``s_it = s_task / N_i`` is that
 exchange spread over a full round's iterations, for the models that count per
 iteration (the gang baselines, the relaxation). The last round takes the
-remaining iterations. ``N_i = 1`` is exactly the paper's model. The default picks, per job, the smallest N for which a
-task lasts at least ``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on
-the job's fastest GPU type, raised if needed so that no job has more than
-``max_rounds`` rounds (keeps planning time and plan size bounded).
+remaining iterations. ``N_i = 1`` is exactly the paper's model. The default
+picks, per job, the smallest N for which a task lasts at least
+``switch_s / 1%`` (0.5 s for Hare's ~5 ms task switch) on the job's fastest
+GPU type, raised if needed so that no job has more than ``max_rounds`` rounds
+(keeps planning time and plan size bounded).
 
 What the executor costs: a task's iteration is the executor's, forward and
 backward without the optimizer step (the job's coordinator steps the optimizer
