@@ -167,15 +167,19 @@ def _alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     their gradients, and its iteration leaves the optimizer step to the round. So per
     job: its fastest conceivable step (all its allowed GPUs up to its cap, no
     communication: ``best_iteration_time``) less the largest optimizer share of its GPU
-    types, times its iterations. A space plan's iterations take at least that too."""
+    types, times its iterations. A space plan's iterations take at least that too.
+    Jobs of one model, GPU range and optimizer share have one step: computed once."""
     from hetsched.planning.bounds import best_iteration_time
 
+    best: dict[tuple, float] = {}
     total = 0.0
     for i in range(problem.S):
         ok = pp.ok[i]
         opt = float(pp.optimizer_s[i][ok].max()) if ok.any() else 0.0
-        it = max(0.0, best_iteration_time(problem, i) - opt)
-        total += float(problem.weight[i]) * float(problem.iters[i]) * it
+        key = (problem.model_key(i), int(problem.hi[i]), opt)
+        if key not in best:
+            best[key] = max(0.0, best_iteration_time(problem, i) - opt)
+        total += float(problem.weight[i]) * float(problem.iters[i]) * best[key]
     return total
 
 
