@@ -170,14 +170,9 @@ class PoolProblem:
                 self.s_task[i, t] = sync_s(p, i, [t], int(self.P[i]), single_node) \
                     if self.ok[i, t] else np.inf
         self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
-        if self.task_iterations is not None:
-            N = np.full(S, int(self.task_iterations), dtype=np.int64)
-        else:
-            fastest = np.where(self.ok, self.t_it, np.inf).min(axis=1)
-            n_switch = np.ceil(self.switch_s / SWITCH_SHARE / fastest)
-            n_rounds = np.ceil(self.total_iters / self.max_rounds)
-            N = np.maximum(1, np.maximum(n_switch, n_rounds)).astype(np.int64)
-        self.N = np.minimum(N, self.total_iters)
+        fastest = np.where(self.ok, self.t_it, np.inf).min(axis=1)
+        self.N = np.array([self._task_iterations(i, float(fastest[i])) for i in range(S)],
+                          dtype=np.int64)
         self._executor_costs()
         self.R = -(-self.total_iters // self.N)
         self.last = self.total_iters - (self.R - 1) * self.N
@@ -193,12 +188,15 @@ class PoolProblem:
         self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
 
     def _task_iterations(self, i: int, step_s: float) -> float:
-        """Iterations of job i's task whose iteration takes ``step_s`` (the rule for N
-        below, before the task's size is known: it sets how far the sync spreads)."""
-        total = max(1.0, math.ceil(float(self.base.iters[i]) - 1e-9))
+        """Iterations of job i's task whose iteration takes ``step_s`` on its fastest type:
+        ``--task-iterations``, else the fewest that make a task last ``switch_s / 1%``,
+        raised to keep at most ``max_rounds`` rounds; never above the job's iterations.
+        The rule for N; choose_parallelism asks it before the task's size is known (it
+        sets how far a worker set's sync spreads)."""
+        total = max(1, math.ceil(float(self.base.iters[i]) - 1e-9))
         if self.task_iterations is not None:
             return float(min(self.task_iterations, total))
-        n = max(math.ceil(self.switch_s / SWITCH_SHARE / max(step_s, 1e-12)),
+        n = max(math.ceil(self.switch_s / SWITCH_SHARE / max(step_s, 1e-300)),
                 math.ceil(total / self.max_rounds), 1)
         return float(min(n, total))
 
