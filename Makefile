@@ -32,7 +32,7 @@ test: $(STAMP)
 	$(PYTHON) -m pytest -q
 
 # The fast lane: no Slurm testbed, no multi-process torch, no subprocess-heavy suites
-# (about three minutes on 2 cores). `make test` still runs everything and is CI's command.
+# (about six and a half minutes on 2 cores). `make test` still runs everything and is CI's command.
 test-fast: $(STAMP)
 	$(PYTHON) -m pytest -q -m "not slurm and not slow"
 
