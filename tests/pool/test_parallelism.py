@@ -103,3 +103,25 @@ def test_a_task_pays_its_sync_once_so_more_workers_pay() -> None:
     # the plan's task pays the exchange once, whatever its iterations
     assert pp.s_task[0, 0] == pytest.approx(0.06)
     assert pp.s_it[0, 0] == pytest.approx(0.06 / pp.N[0])
+
+
+def test_jobs_of_one_model_share_its_step_times_but_not_their_task_sizes(four_types) -> None:
+    """choose_parallelism computes a model's compute and sync per worker count once
+    (``memo``, keyed by ``model_key``); each job still spreads the sync over its own task
+    size, which depends on its iterations. With the memo, every job's times are those
+    computed alone, at every length asked, shorter or longer than the memo's."""
+    from hetsched.planning.pool.parallelism import iteration_times
+
+    jobs, cluster, table = four_types
+    twins = [Job(name=f"t{k}", workload="resnet-18", dataset_size=256 * it, epochs=1,
+                 global_batch=256, model_size_mb=45.0)
+             for k, it in enumerate((40, 4000, 400_000))]
+    p = PlanningProblem(twins + jobs, cluster, table)
+    pp = PoolProblem(p, choose_parallelism=False)
+    memo: dict[tuple, tuple[int, np.ndarray, np.ndarray]] = {}
+    for i, kmax in [(0, 6), (1, 3), (2, 12), (3, 12), (4, 9), (1, 12), (0, 2)]:
+        got = iteration_times(p, i, kmax, pp._task_iterations, memo)
+        assert np.array_equal(got, iteration_times(p, i, kmax, pp._task_iterations))
+    assert len(memo) == 2  # the twins and j1 share resnet-18 at batch 256; j0 has its own
+    small, big = (iteration_times(p, i, 6, pp._task_iterations, memo) for i in (0, 2))
+    assert small[6] > big[6]  # 40 iterations: a task of at most 40 pays its sync more often

@@ -74,8 +74,27 @@ def _fastest_counts(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
     return N
 
 
-def iteration_times(p: PlanningProblem, i: int, kmax: int,
-                    task_iters: Callable[[int, float], float] | None = None) -> np.ndarray:
+def _compute_and_sync(p: PlanningProblem, i: int, kmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, sync) seconds per iteration of job i on its k fastest pool GPUs, row k-1
+    for k = 1..kmax (fewer rows when the job may use fewer GPUs): balanced slices, and
+    one synchronisation of k workers."""
+    N = _fastest_counts(p, i, kmax)
+    if not len(N):
+        return np.zeros(0), np.zeros(0)
+    comp = p.compute_time(i, N)
+    single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
+    sync = np.array([sync_s(p, i, [t for t in range(p.T) if N[k - 1, t]], k, single_node)
+                     for k in range(1, len(N) + 1)])
+    return np.asarray(comp, dtype=float), sync
+
+
+#: TaskIters(i, steps) -> the iterations of job i's task at each iteration time in steps
+TaskIters = Callable[[int, np.ndarray], np.ndarray]
+
+
+def iteration_times(p: PlanningProblem, i: int, kmax: int, task_iters: TaskIters | None = None,
+                    memo: dict[tuple, tuple[int, np.ndarray, np.ndarray]] | None = None
+                    ) -> np.ndarray:
     """``T[k]`` = job i's iteration time alone on its k fastest pool GPUs, k = 0..kmax (T[0] = inf).
 
     Compute with balanced slices (the space-mode water-filling) plus pool
@@ -83,22 +102,27 @@ def iteration_times(p: PlanningProblem, i: int, kmax: int,
     over the pool's bandwidth, or the calibrated / profiled sync), which a task
     pays once for its iterations: ``task_iters(i, step)``, the iterations of a
     task whose iteration takes ``step`` (None: every iteration synchronises).
+    ``memo``: compute and sync shared by jobs of one model (``p.model_key``), whose
+    GPU order and step times are the same; only their task sizes differ.
     """
-    N = _fastest_counts(p, i, kmax)
+    key = p.model_key(i)
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and (hit[0] >= kmax or len(hit[1]) < hit[0]):
+        comp, sync = hit[1][:kmax], hit[2][:kmax]
+    else:
+        comp, sync = _compute_and_sync(p, i, kmax)
+        if memo is not None:
+            memo[key] = (kmax, comp, sync)
     out = np.full(kmax + 1, math.inf)
-    if not len(N):
+    if not len(comp):
         return out
-    comp = p.compute_time(i, N)
-    single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
-    for k in range(1, len(N) + 1):
-        used = [t for t in range(p.T) if N[k - 1, t]]
-        n = 1.0 if task_iters is None else max(1.0, task_iters(i, float(comp[k - 1])))
-        out[k] = float(comp[k - 1]) + sync_s(p, i, used, k, single_node) / n
+    n = np.ones(len(comp)) if task_iters is None else np.maximum(1.0, task_iters(i, comp))
+    out[1:len(comp) + 1] = comp + sync / n
     return out
 
 
 def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
-                       task_iters: Callable[[int, float], float] | None = None
+                       task_iters: TaskIters | None = None
                        ) -> tuple[np.ndarray, dict[str, str]]:
     """Tasks per round for every job (module docstring).
 
@@ -116,6 +140,7 @@ def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
     cap = np.minimum(np.minimum(p.hi, p.B), allowed).astype(int)
     reasons: dict[str, str] = {}
     T: dict[int, np.ndarray] = {}
+    memo: dict[tuple, tuple[int, np.ndarray, np.ndarray]] = {}
 
     def best_step(i: int) -> tuple[float, int]:
         """(weighted rate gained per GPU, target size) of growing job i, or (<= 0, -)."""
@@ -124,7 +149,7 @@ def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
         if hi <= cur:
             return -1.0, cur
         if i not in T or len(T[i]) <= hi:
-            T[i] = iteration_times(p, i, hi, task_iters)
+            T[i] = iteration_times(p, i, hi, task_iters, memo)
         Ti = T[i]
         ks = np.arange(cur + 1, hi + 1)
         ok = (Ti[ks] * MIN_SPEEDUP <= Ti[cur]) & (Ti[1] / (ks * Ti[ks]) >= MIN_EFFICIENCY)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -187,18 +188,21 @@ class PoolProblem:
         self.gpu_mem_gb = gpu_memory_gb(p.cluster)
         self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
 
-    def _task_iterations(self, i: int, step_s: float) -> float:
+    def _task_iterations(self, i: int, step_s: Any) -> Any:
         """Iterations of job i's task whose iteration takes ``step_s`` on its fastest type:
         ``--task-iterations``, else the fewest that make a task last ``switch_s / 1%``,
         raised to keep at most ``max_rounds`` rounds; never above the job's iterations.
         The rule for N; choose_parallelism asks it before the task's size is known (it
-        sets how far a worker set's sync spreads)."""
+        sets how far a worker set's sync spreads), for many step times at once: a float
+        for a float, an array for an array."""
         total = max(1, math.ceil(float(self.base.iters[i]) - 1e-9))
+        steps = np.asarray(step_s, dtype=float)
         if self.task_iterations is not None:
-            return float(min(self.task_iterations, total))
-        n = max(math.ceil(self.switch_s / SWITCH_SHARE / max(step_s, 1e-300)),
-                math.ceil(total / self.max_rounds), 1)
-        return float(min(n, total))
+            n = np.full(steps.shape, float(min(self.task_iterations, total)))
+        else:
+            n = np.ceil(self.switch_s / SWITCH_SHARE / np.maximum(steps, 1e-300))
+            n = np.minimum(np.maximum(n, max(math.ceil(total / self.max_rounds), 1)), total)
+        return float(n) if n.ndim == 0 else n
 
     def _executor_costs(self) -> None:
         """Task and round times get what the executor costs beside the step."""
