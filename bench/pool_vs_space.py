@@ -34,7 +34,7 @@ from hetsched.planning.pool.from_space import space_tasks
 from hetsched.planning.pool.policies import Hare
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.relaxation import relaxation
-from hetsched.planning.pool.space_seed import space_seed
+from hetsched.planning.pool.space_seed import SpaceWork, space_seed
 
 DEFAULT_WORK = reinsert.MAX_WORK
 
@@ -68,7 +68,7 @@ def before(p: PlanningProblem, space: Plan) -> float:
     """Hare before: its orders and the space plan's order as a seed, equal slices."""
     pp = PoolProblem(p)
     pol = Hare(space="seed")
-    pol.seeds = {"space": space_seed(pp, space)}
+    pol.space_source = lambda: SpaceWork(space, seed=space_seed(pp, space))
     return evaluate(pp, pol.schedule(pp, relaxation(pp))).objective
 
 

@@ -79,7 +79,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "work auto may spend, in reference seconds of counted work (never a clock): "
             "a candidate predicted to need more is skipped", float),
     Setting("plan_workers", "HETSCHED_PLAN_WORKERS", 0,
-            "processes auto runs candidates in on large problems (0 = one per core)", int),
+            "processes auto runs candidates in on large problems, and pool mode its space "
+            "seed beside Hare (0 = one per core; 1: all in one process)", int),
     Setting("replan_online", "HETSCHED_REPLAN_ONLINE", False,
             "true (or 1, yes, on): replan decides online: a started job stays on its GPUs "
             "until it ends, only waiting and new jobs are placed", bool),

@@ -365,3 +365,49 @@ def test_saturating_category_count_matches_the_exact_count() -> None:
         assert count_bounded(total, lo, hi, limit=lim) == min(exact, lim + 1)
     # 100 jobs on 360 GPUs: astronomically many, answered at once
     assert count_bounded(360, [1] * 100, [16] * 100, limit=20_000) == 20_001
+
+
+def test_background_work_is_the_same_in_a_child_in_the_caller_or_after_the_child_died(
+        ) -> None:
+    """Background runs fn in a forked child with workers > 1, in the caller with one, and
+    again in the caller when the child dies: the result never depends on where."""
+    import os
+
+    from hetsched.planning.select import Background
+
+    parent = os.getpid()
+
+    def where() -> tuple[int, int]:
+        return os.getpid(), sum(range(1000))
+
+    pid, v = Background(where, workers=2).result()
+    assert pid != parent and v == 499500  # computed in the child
+    pid, v = Background(where, workers=1).result()
+    assert pid == parent and v == 499500
+
+    def dies_in_a_child() -> int:
+        if os.getpid() != parent:
+            os._exit(3)  # a child killed by memory says nothing
+        return 7
+
+    assert Background(dies_in_a_child, workers=2).result() == 7
+
+    def fails_in_a_child() -> int:
+        if os.getpid() != parent:
+            raise RuntimeError("boom")
+        return 8
+
+    assert Background(fails_in_a_child, workers=2).result() == 8
+
+
+def test_background_work_no_longer_wanted_is_ended() -> None:
+    import time
+
+    from hetsched.planning.select import Background
+
+    bg = Background(lambda: time.sleep(60), workers=2)
+    proc = bg._proc
+    assert proc is not None and proc.is_alive()
+    t0 = time.monotonic()
+    bg.close()
+    assert not proc.is_alive() and time.monotonic() - t0 < 10

@@ -223,6 +223,60 @@ def _one(name: str, run: Run[T], limit: float | None, objective: Callable[[T], f
     reporter.candidate_done(name, score, sel.seconds[name])
 
 
+class Background(Generic[T]):
+    """``fn()`` computed beside the caller, in a forked process when ``workers > 1``.
+
+    ``result()`` waits for it. Where no process can be forked, or the child dies or
+    cannot send its result back, ``fn()`` runs in the caller instead, so the result
+    never depends on how it was computed (``fn`` must be deterministic). ``close()``
+    ends a child whose result is no longer wanted.
+    """
+
+    def __init__(self, fn: Callable[[], T], workers: int) -> None:
+        self._fn = fn
+        self._proc: Any = None
+        self._conn: Any = None
+        self._done: tuple[T] | None = None
+        if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("fork")
+            rd, wr = ctx.Pipe(duplex=False)
+            _WORK[:] = [lambda _name, _limit: fn()]
+            try:
+                self._proc = ctx.Process(target=_child, args=("background", None, wr))
+                self._proc.start()
+            finally:
+                _WORK.clear()
+            wr.close()
+            self._conn = rd
+
+    def result(self) -> T:
+        if self._done is None:
+            got: tuple[T] | None = None
+            if self._conn is not None:
+                try:
+                    _, res, err, _ = self._conn.recv()
+                    if err is None:
+                        got = (res,)
+                except (EOFError, OSError):  # died without a word (memory)
+                    pass
+                self._reap(kill=False)
+            self._done = got if got is not None else (self._fn(),)
+        return self._done[0]
+
+    def close(self) -> None:
+        """End the child, if any, whose result is no longer wanted."""
+        self._reap(kill=True)
+
+    def _reap(self, kill: bool) -> None:
+        if self._proc is None:
+            return
+        if kill and self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join()
+        self._conn.close()
+        self._proc = self._conn = None
+
+
 def default_workers() -> int:
     """Worker processes for auto's candidates: setting plan_workers, 0 = one per CPU core."""
     from hetsched import config
@@ -231,4 +285,4 @@ def default_workers() -> int:
     return n if n > 0 else (os.cpu_count() or 1)
 
 
-__all__ = ["best_of", "Selection", "default_workers"]
+__all__ = ["best_of", "Background", "Selection", "default_workers"]

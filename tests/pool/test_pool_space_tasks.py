@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -212,3 +213,25 @@ def test_uneven_rows_time_an_iteration_as_equal_rows_do() -> None:
     uneven = evaluate(pp, s)
     assert uneven.objective == pytest.approx(equal.objective, rel=1e-9)
     assert np.allclose(uneven.sync_end, equal.sync_end)
+
+
+def test_the_space_seed_beside_hare_gives_the_same_plan_as_in_one_process(
+        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """plan_pool plans space mode and improves its task plan in a forked process while
+    Hare runs its own orders; with one worker it does all in turn. Same plan either way."""
+    from pool_helpers import tiny_instance
+
+    def body(p: PlanningProblem, workers: str) -> dict[str, Any]:
+        monkeypatch.setenv("HETSCHED_PLAN_WORKERS", workers)
+        d = plan_pool(p, "hare").to_dict()
+        d.pop("planning_time_s", None)
+        d.pop("plan_id", None)
+        return d
+
+    for p in (_two_jobs()[0], tiny_instance(3), tiny_instance(4)):
+        one, two = body(p, "1"), body(p, "2")
+        assert one == two
+        assert one["pool_vs_space"]["space_policy"].startswith("auto:")
+    # the space plan improved in the child is the plan kept here
+    first = body(_two_jobs()[0], "2")
+    assert first["params"]["order"] == "space" and first["params"]["backfill_moves"] >= 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
@@ -23,6 +23,10 @@ from hetsched.planning.pool.evaluator import TaskSchedule, evaluate, to_plan
 from hetsched.planning.pool.policies import POOL_REGISTRY
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.relaxation import alpha, relaxation
+
+if TYPE_CHECKING:
+    from hetsched.planning.pool.space_seed import SpaceWork
+    from hetsched.planning.select import Background
 
 
 def __getattr__(name: str) -> Any:
@@ -49,7 +53,6 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     (space mode's auto, with ``restart_cost_s``; None: the default).
     """
     from hetsched.planning import registry
-    from hetsched.planning.select import best_of
 
     rep = reporter or NULL_REPORTER
     t0 = time.perf_counter()
@@ -73,7 +76,32 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
     rel = relaxation(pp, str(params.get("bound", "auto")))
 
-    uses, space_plan = _seed_space(problem, pp, pols, space_plan, restart_cost_s)
+    uses, work = _seed_space(problem, pp, pols, space_plan, restart_cost_s)
+    try:
+        plan = _schedule(problem, pp, policy, names, pols, rel, rep, task_iterations)
+        space_plan = None if work is None else work.result().plan
+    finally:
+        if work is not None:
+            work.close()
+    if space_plan is not None and "keep" in uses:
+        plan = _or_space(plan, space_plan, _alone_bound(problem, pp))
+    elif space_plan is not None:  # seeded only: say how the task plan compares
+        plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
+                                    "space_weighted_jct_s": float(space_plan.weighted_jct_s),
+                                    "pool_weighted_jct_s": float(plan.weighted_jct_s),
+                                    "kept": "pool plan (space=seed)"}
+        _union_bound(plan, _alone_bound(problem, pp))
+    plan.planning_time_s = time.perf_counter() - t0
+    return plan
+
+
+def _schedule(problem: PlanningProblem, pp: PoolProblem, policy: str, names: tuple[str, ...],
+              pols: dict[str, Any], rel: Any, rep: BaseReporter,
+              task_iterations: int | None) -> Plan:
+    """Run ``policy`` (or each of auto's ``names``) and make the best schedule a plan."""
+    from hetsched.planning.select import best_of
+
+    t0 = time.perf_counter()
 
     def run(name: str, deadline: float | None = None) -> tuple[TaskSchedule, float]:
         s = pols[name].schedule(pp, rel)
@@ -105,42 +133,39 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         plan.candidates = scores
         if sel.not_run():
             plan.notes.skipped = sel.not_run()
-    if space_plan is not None and "keep" in uses:
-        plan = _or_space(plan, space_plan, _alone_bound(problem, pp))
-    elif space_plan is not None:  # seeded only: say how the task plan compares
-        plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
-                                    "space_weighted_jct_s": float(space_plan.weighted_jct_s),
-                                    "pool_weighted_jct_s": float(plan.weighted_jct_s),
-                                    "kept": "pool plan (space=seed)"}
-        _union_bound(plan, _alone_bound(problem, pp))
-    plan.planning_time_s = time.perf_counter() - t0
     return plan
 
 
 def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
                 space_plan: Plan | None, restart_cost_s: float | None
-                ) -> tuple[set[str], Plan | None]:
-    """The policies' ``space`` uses and the space plan they get (a copy), seeded into them.
+                ) -> tuple[set[str], Background[SpaceWork] | None]:
+    """The policies' ``space`` uses, and the space plan's work they get (started here).
 
     A space plan is a pool plan whose GPUs each run one job's work back to back: plan
     it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
+    Planning it, and making it a task plan and improving that, needs nothing of Hare's
+    own orders, so it runs beside them in a forked process where the machine has more
+    than one core (``plan_workers``); the result is the same either way.
     """
+    from hetsched.planning.pool.space_seed import space_work
+    from hetsched.planning.select import Background, default_workers
+
     uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
     if not uses:
-        space_plan = None
-    elif space_plan is None:  # the same plan space mode gives (Hare starts from it)
-        space_plan = _space_plan(problem, restart_cost_s)
-    if space_plan is not None:
-        from hetsched.planning.pool.from_space import space_tasks
-        from hetsched.planning.pool.space_seed import space_seed
+        return uses, None
+    given = space_plan
 
-        space_plan = copy.deepcopy(space_plan)
-        exact = space_tasks(pp, space_plan)
-        for pol in pols.values():
-            if getattr(pol, "space", "off") != "off":
-                pol.seeds = {"space": space_seed(pp, space_plan)}
-                pol.space_tasks = None if exact is None else exact[0]
-    return uses, space_plan
+    def plan_it() -> Plan | None:
+        if given is not None:  # a copy: the kept plan's notes are written on it
+            return copy.deepcopy(given)
+        return _space_plan(problem, restart_cost_s)  # the same plan space mode gives
+
+    improve = any(getattr(pol, "improves_space", False) for pol in pols.values())
+    work = Background(lambda: space_work(pp, plan_it, improve), default_workers())
+    for pol in pols.values():
+        if getattr(pol, "space", "off") != "off":
+            pol.space_source = work.result
+    return uses, work
 
 
 def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,

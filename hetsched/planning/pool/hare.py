@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,38 +176,35 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
     last = pp.last.tolist()
     ready = list(arrival)
     n_tasks = pp.n_tasks
-    out_j = np.empty(n_tasks, dtype=np.int64)
-    out_r = np.empty(n_tasks, dtype=np.int64)
-    out_k = np.empty(n_tasks, dtype=np.int64)
-    out_g = np.empty(n_tasks, dtype=np.int64)
-    out_s = np.empty(n_tasks, dtype=float)
-    pos = 0
+    # each task's (job, round, task, GPU, start), a list each
+    out: list[list[Any]] = [[], [], [], [], []]
+    add_j, add_r, add_k, add_g, add_s = (col.append for col in out)
     by_finish = pick == "finish"
     gtype = pp.gpu_type.tolist()
     phi_of = [0.0] * pp.K  # current available time of each GPU; heap entries may be stale
     home: list[list[int]] = [[-1] * p for p in P]  # GPU that ran task k of the previous round
 
-    def top(t: int) -> float:
-        h = heaps[t]
-        while h[0][0] != phi_of[h[0][1]]:  # drop stale entries (GPU taken via affinity)
-            heapq.heappop(h)
-        return h[0][0]
-
+    heappop, heappush = heapq.heappop, heapq.heappush
     for i, r in zip(jobs, rounds, strict=True):
         n = last[i] if r == R[i] - 1 else N[i]
         rdy = ready[i]
-        types = ok[i]
         ti = t_it[i]
         si = s_task[i]
+        cost = [n * ti[t] for t in range(T)]
         done = rdy
         hm = home[i]
         for k in range(P[i]):
             best_t = -1
             best_v = math.inf
             best_c = math.inf
-            for t in types:
-                phi = top(t)
-                tc = n * ti[t]
+            for t in ok[i]:
+                h = heaps[t]
+                top = h[0]
+                while top[0] != phi_of[top[1]]:  # drop stale entries (GPU taken via affinity)
+                    heappop(h)
+                    top = h[0]
+                phi = top[0]
+                tc = cost[t]
                 v = (phi if phi > rdy else rdy) + tc if by_finish else phi
                 if v < best_v or (v == best_v and tc < best_c):
                     best_t, best_v, best_c = t, v, tc
@@ -215,26 +213,26 @@ def _run_rounds(pp: PoolProblem, jobs: list[int], rounds: list[int], pick: str,
             if gh >= 0:  # affinity: the task's previous GPU when it is no worse (warm model)
                 th = gtype[gh]
                 ph = phi_of[gh]
-                vh = (ph if ph > rdy else rdy) + n * ti[th] if by_finish else ph
+                vh = (ph if ph > rdy else rdy) + cost[th] if by_finish else ph
                 if vh <= best_v:
-                    g, best_t, best_c = gh, th, n * ti[th]
+                    g, best_t, best_c = gh, th, cost[th]
             if g < 0:
-                _, g = heapq.heappop(heaps[best_t])
+                _, g = heappop(heaps[best_t])
             phi = phi_of[g]
             x = phi if phi > rdy else rdy
             e = x + best_c
             phi_of[g] = e
-            heapq.heappush(heaps[best_t], (e, g))
+            heappush(heaps[best_t], (e, g))
             hm[k] = g
             se = e + si[best_t]
             if se > done:
                 done = se
-            out_j[pos], out_r[pos], out_k[pos], out_g[pos], out_s[pos] = i, r, k, g, x
-            pos += 1
+            add_j(i), add_r(r), add_k(k), add_g(g), add_s(x)
         ready[i] = done
-    if pos != n_tasks:
+    if len(out[0]) != n_tasks:
         raise AssertionError("list scheduling missed tasks (rounds out of order?)")
-    return TaskSchedule(out_j, out_r, out_k, out_g, out_s, policy=policy)
+    cj, cr, ck, cg = (np.array(c, dtype=np.int64) for c in out[:4])
+    return TaskSchedule(cj, cr, ck, cg, np.array(out[4], dtype=float), policy=policy)
 
 
 PICKS = ("finish", "available")
@@ -249,8 +247,13 @@ class HareResult:
 
 
 def hare_from(pp: PoolProblem, rel: Relaxation, pick: str = "best",
-              order: str = "best", seeds: dict[str, TaskSchedule] | None = None) -> HareResult:
-    """Algorithm 1 for each requested order x GPU rule; keeps the lowest objective."""
+              order: str = "best", seeds: dict[str, TaskSchedule] | None = None,
+              late_seeds: Callable[[], dict[str, TaskSchedule]] | None = None) -> HareResult:
+    """Algorithm 1 for each requested order x GPU rule; keeps the lowest objective.
+
+    ``seeds``: schedules whose round order is tried (``seeded``; default: allox's and
+    srtf's); ``late_seeds()``: more, asked for after every other order has run (the
+    space plan's, computed meanwhile), tried last."""
     from hetsched.planning.pool.evaluator import evaluate
 
     if pick not in PICKS + ("best",):
@@ -270,7 +273,13 @@ def hare_from(pp: PoolProblem, rel: Relaxation, pick: str = "best",
         [] if order == "seeded" else [(order, None)])
     if order in ("best", "seeded"):
         todo += [(f"seeded:{k}", v) for k, v in (seeds or {}).items()]
-    for o, seed in todo:
+
+    def passes() -> Iterator[tuple[str, Any]]:
+        yield from todo
+        if order in ("best", "seeded") and late_seeds is not None:
+            yield from ((f"seeded:{k}", v) for k, v in late_seeds().items())
+
+    for o, seed in passes():
         if seed is not None:
             J, Rr = seeded_order(pp, seed)
         elif o == "relaxation":

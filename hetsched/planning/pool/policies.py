@@ -8,12 +8,16 @@ pool mode, with a deprecation line).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hetsched.planning.base import BasePolicy
 from hetsched.planning.pool.baselines import BASELINES
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
+
+if TYPE_CHECKING:
+    from hetsched.planning.pool.space_seed import SpaceWork
 
 POOL_REGISTRY: dict[str, type[PoolPolicy]] = {}
 #: hare's ``space`` choices: how pool mode uses the best space plan
@@ -66,36 +70,42 @@ class Hare(PoolPolicy):
         if space not in SPACE_CHOICES:
             raise ValueError(f"space must be one of {', '.join(SPACE_CHOICES)}, got {space!r}")
         self.space = str(space)
-        #: extra seeds for the seeded orders (plan_pool adds the space plan's)
-        self.seeds: dict[str, TaskSchedule] = {}
-        #: the best space plan as an exact task plan (uneven tasks; plan_pool sets it):
-        #: Hare starts from it, improves it, and keeps it unless its own plan is lower
-        self.space_tasks: TaskSchedule | None = None
+        #: the best space plan and what pool mode makes of it (plan_pool sets it; it may
+        #: still be computing): Hare tries its order last, starts from its exact task plan,
+        #: improved, and keeps it unless its own plan is lower
+        self.space_source: Callable[[], SpaceWork] | None = None
+
+    @property
+    def improves_space(self) -> bool:
+        """Whether this Hare starts from the space plan's task plan (and so improves it)."""
+        return self.space != "off" and self.order in ("best", "seeded")
 
     def schedule(self, pp: PoolProblem, rel: Any) -> TaskSchedule:
         from hetsched.planning.pool.evaluator import evaluate
         from hetsched.planning.pool.hare import hare_from
 
-        seeds = None
-        if self.seeds and self.order in ("best", "seeded"):
-            from hetsched.planning.pool.baselines import allox, srtf
+        src = self.space_source if self.space != "off" else None
 
-            seeds = {"allox": allox(pp), "srtf": srtf(pp), **self.seeds}
-        res = hare_from(pp, rel, self.pick, self.order, seeds=seeds).schedule
-        if self.space_tasks is None or self.space == "off" or \
-                self.order not in ("best", "seeded"):  # one order asked for: that order
+        def late() -> dict[str, TaskSchedule]:
+            work = src() if src is not None else None
+            return {} if work is None or work.seed is None else {"space": work.seed}
+
+        res = hare_from(pp, rel, self.pick, self.order,
+                        late_seeds=late if src is not None else None).schedule
+        if src is None or not self.improves_space:  # one order asked for: that order
             return res
-        from hetsched.planning.pool.backfill import improve
-
-        start_v = evaluate(pp, self.space_tasks).objective
-        im = improve(pp, self.space_tasks)
+        work = src()
+        if work.improved is None or work.tasks_s is None:
+            return res
+        im = work.improved
         own = evaluate(pp, res).objective
         if own <= im.objective:
             res.params = {**res.params, "space_tasks_s": round(im.objective, 6)}
             return res
         best = im.schedule
         best.policy = "hare"
-        best.params = {"order": "space", "pick": "backfill", "space_tasks_s": round(start_v, 6),
+        best.params = {"order": "space", "pick": "backfill",
+                       "space_tasks_s": round(work.tasks_s, 6),
                        "backfill_tries": im.tries, "backfill_moves": im.accepted,
                        "reinserted_jobs": im.reinserted,
                        "hare_own_s": round(own, 6)}

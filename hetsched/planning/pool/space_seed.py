@@ -14,11 +14,54 @@ reaches that round's first iteration, an order for Algorithm 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from hetsched.core.plan import Plan
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
+
+if TYPE_CHECKING:
+    from hetsched.planning.pool.backfill import Improved
+
+
+@dataclass
+class SpaceWork:
+    """The best space plan and what pool mode makes of it: the seed order, the exact
+    task plan and its improvement. None where there is no space plan, or the pool
+    model cannot express it (:func:`~.from_space.space_tasks`)."""
+
+    plan: Plan | None
+    seed: TaskSchedule | None = None
+    tasks: TaskSchedule | None = None
+    #: the exact task plan's total weighted JCT, before the improvement
+    tasks_s: float | None = None
+    improved: Improved | None = None
+
+
+def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: bool) -> SpaceWork:
+    """Plan space mode (``plan_it``), then turn its plan into the seed and the exact task
+    plan, improved (``improve``): everything of the space plan that Hare uses, in one
+    deterministic function, which plan_pool runs beside Hare's own orders."""
+    from hetsched.planning.pool.evaluator import evaluate
+    from hetsched.planning.pool.from_space import space_tasks
+
+    plan = plan_it()
+    if plan is None:
+        return SpaceWork(None)
+    out = SpaceWork(plan, seed=space_seed(pp, plan))
+    exact = space_tasks(pp, plan)
+    if exact is not None:
+        out.tasks = exact[0]
+        out.tasks_s = evaluate(pp, exact[0]).objective
+        if improve:
+            from hetsched.planning.pool.backfill import improve as improve_plan
+
+            out.improved = improve_plan(pp, exact[0])
+    return out
 
 
 def round_starts(pp: PoolProblem, plan: Plan) -> list[np.ndarray]:
@@ -57,4 +100,4 @@ def space_seed(pp: PoolProblem, plan: Plan) -> TaskSchedule:
     return TaskSchedule(job.astype(np.int64), rnd.astype(np.int64), z, z, st, policy="space")
 
 
-__all__ = ["round_starts", "space_seed"]
+__all__ = ["round_starts", "space_seed", "SpaceWork", "space_work"]
