@@ -400,14 +400,39 @@ def test_background_work_is_the_same_in_a_child_in_the_caller_or_after_the_child
     assert Background(fails_in_a_child, workers=2).result() == 8
 
 
-def test_background_work_no_longer_wanted_is_ended() -> None:
+def test_background_work_no_longer_wanted_is_ended_with_what_it_started(tmp_path) -> None:
+    """close() ends the child and the processes it started (auto's candidates there): a
+    planner interrupted by Ctrl-C leaves nothing running."""
+    import subprocess
     import time
+    from pathlib import Path
 
     from hetsched.planning.select import Background
 
-    bg = Background(lambda: time.sleep(60), workers=2)
+    pid_file = tmp_path / "grandchild"
+
+    def starts_a_process() -> None:
+        sub = subprocess.Popen(["sleep", "60"])
+        pid_file.write_text(str(sub.pid))
+        time.sleep(60)
+
+    def gone(pid: int) -> bool:
+        status = Path(f"/proc/{pid}/status")
+        try:
+            return "\nState:\tZ" in status.read_text()
+        except OSError:
+            return True
+
+    bg = Background(starts_a_process, workers=2)
     proc = bg._proc
-    assert proc is not None and proc.is_alive()
-    t0 = time.monotonic()
+    assert proc is not None
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    assert proc.is_alive() and not gone(grandchild)
     bg.close()
-    assert not proc.is_alive() and time.monotonic() - t0 < 10
+    assert not proc.is_alive()
+    while not gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(grandchild)

@@ -20,9 +20,11 @@ in one process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -223,6 +225,14 @@ def _one(name: str, run: Run[T], limit: float | None, objective: Callable[[T], f
     reporter.candidate_done(name, score, sel.seconds[name])
 
 
+def _group_child(conn: Any) -> None:
+    """A background process in a process group of its own, so that ending it ends the
+    processes it starts too."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    _child("background", None, conn)
+
+
 class Background(Generic[T]):
     """``fn()`` computed beside the caller, in a forked process when ``workers > 1``.
 
@@ -242,10 +252,12 @@ class Background(Generic[T]):
             rd, wr = ctx.Pipe(duplex=False)
             _WORK[:] = [lambda _name, _limit: fn()]
             try:
-                self._proc = ctx.Process(target=_child, args=("background", None, wr))
+                self._proc = ctx.Process(target=_group_child, args=(wr,))
                 self._proc.start()
             finally:
                 _WORK.clear()
+            with contextlib.suppress(OSError):  # its own group (also set by the child: a race)
+                os.setpgid(self._proc.pid, self._proc.pid)
             wr.close()
             self._conn = rd
 
@@ -270,8 +282,11 @@ class Background(Generic[T]):
     def _reap(self, kill: bool) -> None:
         if self._proc is None:
             return
-        if kill and self._proc.is_alive():
-            self._proc.kill()
+        if kill and self._proc.is_alive():  # with the processes it started (auto's candidates)
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except OSError:
+                self._proc.kill()
         self._proc.join()
         self._conn.close()
         self._proc = self._conn = None
