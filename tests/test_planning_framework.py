@@ -436,3 +436,44 @@ def test_background_work_no_longer_wanted_is_ended_with_what_it_started(tmp_path
     while not gone(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(grandchild)
+
+
+def test_background_work_ends_when_the_planner_is_killed(tmp_path) -> None:
+    """A planner killed outright (SIGKILL: no cleanup runs) leaves no background process
+    computing for no one (Linux: it dies with its parent)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "planner.py"
+    script.write_text(
+        "import time\n"
+        "from hetsched.planning.select import Background\n"
+        "bg = Background(lambda: time.sleep(60), workers=2)\n"
+        "print(bg._proc.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    import os
+
+    import hetsched
+
+    env = {**os.environ, "PYTHONPATH": str(Path(hetsched.__file__).resolve().parents[1])}
+    planner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                               env=env)
+    assert planner.stdout is not None
+    child = int(planner.stdout.readline())
+
+    def gone(pid: int) -> bool:
+        try:
+            return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return True
+
+    assert not gone(child)
+    planner.send_signal(signal.SIGKILL)
+    planner.wait()
+    deadline = time.monotonic() + 20
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(child)

@@ -134,8 +134,21 @@ def best_of(names: Sequence[str], run: Run[T], objective: Callable[[T], float], 
     return sel
 
 
-def _child(name: str, limit: float | None, conn: Any) -> None:
+def _die_with_parent(parent: int) -> None:
+    """On Linux, end this forked process when the one that started it ends (killed, or
+    its terminal closed) rather than compute for no one."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
+
+
+def _child(name: str, limit: float | None, conn: Any, parent: int | None = None) -> None:
     """A candidate's process: run it and send (name, result, error, seconds) back."""
+    if parent is not None:
+        _die_with_parent(parent)
     try:
         out = _in_worker(name, limit)
     except BaseException as e:  # noqa: BLE001 - reported by the parent
@@ -143,7 +156,8 @@ def _child(name: str, limit: float | None, conn: Any) -> None:
     try:
         conn.send(out)
     except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled
-        conn.send((name, None, f"could not return its result: {_describe(e)}", out[3]))
+        with contextlib.suppress(OSError):  # the parent is gone: nothing to tell
+            conn.send((name, None, f"could not return its result: {_describe(e)}", out[3]))
     conn.close()
 
 
@@ -167,7 +181,7 @@ def _parallel(todo: list[tuple[str, float | None]], run: Run[T],
                 name, limit = pending.pop(0)
                 reporter.candidate_started(name)
                 rd, wr = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(name, limit, wr))
+                proc = ctx.Process(target=_child, args=(name, limit, wr, os.getpid()))
                 proc.start()
                 wr.close()
                 running[name] = (proc, rd)
@@ -225,12 +239,12 @@ def _one(name: str, run: Run[T], limit: float | None, objective: Callable[[T], f
     reporter.candidate_done(name, score, sel.seconds[name])
 
 
-def _group_child(conn: Any) -> None:
+def _group_child(conn: Any, parent: int) -> None:
     """A background process in a process group of its own, so that ending it ends the
     processes it starts too."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    _child("background", None, conn)
+    _child("background", None, conn, parent)
 
 
 class Background(Generic[T]):
@@ -252,7 +266,7 @@ class Background(Generic[T]):
             rd, wr = ctx.Pipe(duplex=False)
             _WORK[:] = [lambda _name, _limit: fn()]
             try:
-                self._proc = ctx.Process(target=_group_child, args=(wr,))
+                self._proc = ctx.Process(target=_group_child, args=(wr, os.getpid()))
                 self._proc.start()
             finally:
                 _WORK.clear()

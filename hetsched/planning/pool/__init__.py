@@ -78,7 +78,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
 
     uses, work = _seed_space(problem, pp, pols, space_plan, restart_cost_s)
     try:
-        plan = _schedule(problem, pp, policy, names, pols, rel, rep, task_iterations)
+        plan = _schedule(pp, policy, names, pols, rel, rep, task_iterations)
         space_plan = None if work is None else work.result().plan
     finally:
         if work is not None:
@@ -95,9 +95,8 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
     return plan
 
 
-def _schedule(problem: PlanningProblem, pp: PoolProblem, policy: str, names: tuple[str, ...],
-              pols: dict[str, Any], rel: Any, rep: BaseReporter,
-              task_iterations: int | None) -> Plan:
+def _schedule(pp: PoolProblem, policy: str, names: tuple[str, ...], pols: dict[str, Any],
+              rel: Any, rep: BaseReporter, task_iterations: int | None) -> Plan:
     """Run ``policy`` (or each of auto's ``names``) and make the best schedule a plan."""
     from hetsched.planning.select import best_of
 
