@@ -1,6 +1,7 @@
 """Pool-mode benchmarks: the shape of Hare's evaluation (HPDC'22, section 7).
 
-Run: python bench/bench_pool.py [--quick] [--out docs/bench_pool.json]
+Run: python bench/bench_pool.py [--quick] [--out docs/bench_pool.json]; --bounds for the
+default plan against the bound of task and space plans alike (each job alone, pooled speed)
 
 Inputs: Gavel's measured throughputs (examples/gavel_throughputs.csv, made by
 ``hetsched convert gavel-throughputs``) and the first N jobs of Gavel's MSR
@@ -141,6 +142,27 @@ def fmt_row(r: dict[str, Any]) -> str:
             f"{red} | {r['ratio_to_lb']:.3f} | {r['alpha_bound']:.1f} | {r['hare_planning_s']:.2f} |")
 
 
+def bound_rows() -> None:
+    """Each scenario's default plan against pool mode's bound of task and space plans:
+    each job alone, the pooled speed, and the gap with alone only (before) and with both."""
+    from hetsched.planning.pool.union_bound import union_bound
+
+    scen = [("A testbed 15", 30, mix_8_4_3(15))] + [
+        (f"B 160 GPUs {n} jobs", n, mix_8_4_3(160)) for n in (100, 200, 300)] + [
+        (f"C hetero {h}", 200, MIXES[h]) for h in ("low", "middle")]
+    print("| scenario | load | pool plan (s) | each job alone | pooled speed | "
+          "gap, alone only | gap, both |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, n, mix in scen:
+        for load in ("trace", "batch"):
+            p = problem(n, mix, load)
+            w = plan_pool(p, "hare").weighted_jct_s
+            v, parts = union_bound(p, PoolProblem(p))
+            print(f"| {name} | {load} | {w:,.0f} | {parts['alone']:,.0f} | "
+                  f"{parts['pooled']:,.0f} | {(w - parts['alone']) / w:.1%} | "
+                  f"{(w - v) / w:.1%} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only scenarios A and B(200)")
@@ -148,7 +170,13 @@ def main() -> None:
     ap.add_argument("--space", action="store_true",
                     help="only pool against space mode, before and after pool plans contain "
                          "space plans (scenarios A and B(100), both loads)")
+    ap.add_argument("--bounds", action="store_true",
+                    help="only the default plan against pool mode's bound of task and space "
+                         "plans (each job alone, the pooled speed), every scenario")
     args = ap.parse_args()
+    if args.bounds:
+        bound_rows()
+        return
     if args.space:
         from pool_vs_space import HEADER, row
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,8 +63,11 @@ def test_pool_mode_is_never_worse_than_space_mode(p, n) -> None:  # type: ignore
         assert plan.weighted_jct_s == min(info["pool_weighted_jct_s"],
                                           info["space_weighted_jct_s"])
         assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
-        assert plan.lower_bound_s == min(info["pool_bound_s"], info["alone_bound_s"])
+        assert plan.lower_bound_s == max(info["alone_bound_s"], info["pooled_bound_s"])
         assert info["alone_bound_s"] <= info["space_bound_s"] + 1e-9
+        # the union's bound is below both the pool plan and the space plan
+        assert plan.lower_bound_s <= min(info["pool_weighted_jct_s"],
+                                         info["space_weighted_jct_s"]) * (1 + 1e-9) + 1e-6
         if info["kept"] == "pool plan":
             assert plan.mode == "pool"
             check_plan(PoolProblem(p, task_iterations=n), plan)
@@ -91,13 +96,21 @@ def test_pool_mode_alone_skips_the_space_seeds_joint_lp_and_plans_the_same(
         return real(*a, **k)
 
     bounds.lp_lower_bound = counted
+    # one process: the space seed is planned here, where the count sees it
+    workers = os.environ.get("HETSCHED_PLAN_WORKERS")
+    os.environ["HETSCHED_PLAN_WORKERS"] = "1"
     try:
         alone = plan_pool(p, "hare")
         assert solved == [] and p.estimates.joint_lp is False
         space = plan_problem(q, "auto")
+        assert solved  # the count sees the LP where it is solved
         with_lp = plan_pool(q, "hare", space_plan=space)
     finally:
         bounds.lp_lower_bound = real
+        if workers is None:
+            os.environ.pop("HETSCHED_PLAN_WORKERS", None)
+        else:
+            os.environ["HETSCHED_PLAN_WORKERS"] = workers
     assert alone.weighted_jct_s == with_lp.weighted_jct_s
     assert alone.lower_bound_s == with_lp.lower_bound_s
     assert alone.notes.pool_vs_space == with_lp.notes.pool_vs_space

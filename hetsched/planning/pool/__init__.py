@@ -23,6 +23,7 @@ from hetsched.planning.pool.evaluator import TaskSchedule, evaluate, to_plan
 from hetsched.planning.pool.policies import POOL_REGISTRY
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.relaxation import alpha, relaxation
+from hetsched.planning.pool.union_bound import union_bound
 
 if TYPE_CHECKING:
     from hetsched.planning.pool.space_seed import SpaceWork
@@ -84,13 +85,13 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         if work is not None:
             work.close()
     if space_plan is not None and "keep" in uses:
-        plan = _or_space(plan, space_plan, _alone_bound(problem, pp))
+        plan = _or_space(plan, space_plan, union_bound(problem, pp))
     elif space_plan is not None:  # seeded only: say how the task plan compares
         plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
                                     "space_weighted_jct_s": float(space_plan.weighted_jct_s),
                                     "pool_weighted_jct_s": float(plan.weighted_jct_s),
                                     "kept": "pool plan (space=seed)"}
-        _union_bound(plan, _alone_bound(problem, pp))
+        _union_bound(plan, union_bound(problem, pp))
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -183,42 +184,21 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
         return None
 
 
-def _alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
-    """Each job alone on the cluster, computing only: a bound of task and space plans alike.
-
-    Space mode's own "alone" bound (bounds.py) charges every iteration's
-    synchronisation; a task synchronises once, after its iterations have accumulated
-    their gradients, and its iteration leaves the optimizer step to the round. So per
-    job: its fastest conceivable step (all its allowed GPUs up to its cap, no
-    communication: ``best_iteration_time``) less the largest optimizer share of its GPU
-    types, times its iterations. A space plan's iterations take at least that too.
-    Jobs of one model, GPU range and optimizer share have one step: computed once."""
-    from hetsched.planning.bounds import best_iteration_time
-
-    best: dict[tuple, float] = {}
-    total = 0.0
-    for i in range(problem.S):
-        ok = pp.ok[i]
-        opt = float(pp.optimizer_s[i][ok].max()) if ok.any() else 0.0
-        key = (problem.model_key(i), int(problem.hi[i]), opt)
-        if key not in best:
-            best[key] = max(0.0, best_iteration_time(problem, i) - opt)
-        total += float(problem.weight[i]) * float(problem.iters[i]) * best[key]
-    return total
-
-
-def _union_bound(plan: Plan, alone: float) -> None:
-    """The bound of equal-slice and uneven task plans and space plans together:
-    min(pool relaxation, the alone bound); set on ``plan`` with its kind."""
-    bound = min(plan.lower_bound_s, alone)
+def _union_bound(plan: Plan, bound: tuple[float, dict[str, float]]) -> None:
+    """Set on ``plan`` the bound of every plan pool mode may keep (union_bound.py: each job
+    alone and the pooled speed, on compute alone), with its kind. An equal-slice plan
+    is also above the pool relaxation, which the plan reports beside it."""
+    value, parts = bound
     plan.lower_bound_extra = {
         **plan.lower_bound_extra,
-        "kind": f"the lesser of the pool relaxation ({plan.lower_bound_s:.6g}) and each job "
-                f"alone ({alone:.6g}), which bounds task and space plans alike"}
-    plan.lower_bound_s = float(bound)
+        "kind": f"the larger of each job alone ({parts['alone']:.6g}) and the pooled speed "
+                f"({parts['pooled']:.6g}) on compute alone; the pool relaxation "
+                f"({plan.lower_bound_s:.6g}) bounds equal-slice plans only, these task and "
+                "space plans alike"}
+    plan.lower_bound_s = float(value)
 
 
-def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:
+def _or_space(plan: Plan, space: Plan, bound: tuple[float, dict[str, float]]) -> Plan:
     """Keep the task plan or the space plan, whichever predicts less weighted JCT.
 
     Time sharing must pay for itself: the task plan is kept only when strictly below the
@@ -229,7 +209,8 @@ def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:
     info = {"pool_policy": plan.policy, "pool_weighted_jct_s": float(plan.weighted_jct_s),
             "space_policy": space.policy, "space_weighted_jct_s": float(space.weighted_jct_s),
             "pool_bound_s": float(plan.lower_bound_s),
-            "space_bound_s": float(space.lower_bound_s), "alone_bound_s": alone}
+            "space_bound_s": float(space.lower_bound_s), "alone_bound_s": bound[1]["alone"],
+            "pooled_bound_s": bound[1]["pooled"]}
     pool_bound = plan.lower_bound_s
     if not plan.weighted_jct_s < space.weighted_jct_s:
         space.extra.update({k: v for k, v in plan.extra.items()
@@ -240,7 +221,7 @@ def _or_space(plan: Plan, space: Plan, alone: float) -> Plan:
     else:
         info["kept"] = "pool plan"
     plan.lower_bound_s = pool_bound
-    _union_bound(plan, alone)
+    _union_bound(plan, bound)
     plan.notes.pool_vs_space = info
     return plan
 

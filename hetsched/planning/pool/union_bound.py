@@ -1,0 +1,113 @@
+"""Pool mode's bound of task plans (equal slices or uneven) and space plans alike.
+
+Pool mode keeps the best of its task plans and, with ``space=keep``, the space
+plan. The pool relaxation (relaxation.py) bounds only equal-slice plans: it is
+that model's LP. Space mode's bounds charge a job's GPUs through every
+iteration's synchronisation, which a task plan pays once per task. What bounds
+every plan pool mode may keep is computed here, on compute alone (no
+communication, the optimizer's share taken off, as a pool iteration is timed):
+
+1. **Each job alone** (:func:`alone_bound`): its fastest conceivable step on
+   its allowed GPUs up to its cap, less the largest optimizer share of its
+   types, times its iterations.
+2. **The pooled speed** (:func:`pooled_task_bound`): the cluster as one
+   machine of priced GPU capacity (``pooled_bound.py``'s argument). A GPU of
+   type t processes a sample in at least ``u_t`` seconds, the least pool
+   iteration per sample over the local batches it may hold; so job i needs at
+   least ``iters_i B_i min_t pi_t u_t`` priced GPU-seconds, and it never
+   processes samples faster than its best ``hi_i`` GPUs at their peak rates
+   together, which gives its least time ``P_i``. Both hold for any task,
+   whatever its batch and iterations, and for a space plan's iterations (whose
+   steps include what a pool iteration leaves out). Far stronger than (1)
+   when many jobs contend for the GPUs.
+
+Every plan of the union is above both, so the union's bound is the larger;
+an equal-slice plan is also above the relaxation, which the plan reports
+beside it. Elastic jobs (a space plan may change their batch) count in (1)
+as before and not in (2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
+
+
+def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
+    """Each job alone on the cluster, computing only (module docstring, 1). Jobs of one
+    model, GPU range and optimizer share have one step: computed once."""
+    from hetsched.planning.bounds import best_iteration_time
+
+    best: dict[tuple, float] = {}
+    total = 0.0
+    for i in range(problem.S):
+        ok = pp.ok[i]
+        opt = float(pp.optimizer_s[i][ok].max()) if ok.any() else 0.0
+        key = (problem.model_key(i), int(problem.hi[i]), opt)
+        if key not in best:
+            best[key] = max(0.0, best_iteration_time(problem, i) - opt)
+        total += float(problem.weight[i]) * float(problem.iters[i]) * best[key]
+    return total
+
+
+def seconds_per_sample(problem: PlanningProblem, pp: PoolProblem, i: int) -> np.ndarray:
+    """(T,) the least pool-iteration seconds per sample of job i on one GPU of each type,
+    over the local batches 1..cap it may hold there (inf where it may not run)."""
+    T = problem.T
+    out = np.full(T, np.inf)
+    for t in range(T):
+        cap = int(problem.cap[i, t])
+        if not problem.allowed[i, t] or cap < 1:
+            continue
+        b = np.arange(1, cap + 1, dtype=float)
+        steps = problem.step_times(i, np.repeat(b[:, None], T, axis=1))[:, t]
+        it = pool_iteration_times(steps, pp.optimizer_s[i, t])
+        out[t] = float(np.min(it / b))
+    return out
+
+
+def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
+    """The pooled-speed bound on compute alone (module docstring, 2)."""
+    from hetsched.planning.pooled_bound import pooled_bound, price_family
+
+    S, T = problem.S, problem.T
+    u = np.full((S, T), np.inf)
+    memo: dict[tuple, np.ndarray] = {}
+    for i in range(S):
+        ok = pp.ok[i]
+        key = (problem.model_key(i), pp.optimizer_s[i].tobytes(), ok.tobytes())
+        if key not in memo:
+            memo[key] = seconds_per_sample(problem, pp, i)
+        u[i] = memo[key]
+    counted = np.array([j.elastic is None for j in problem.jobs], dtype=bool)
+    rate = np.where(np.isfinite(u), 1.0 / np.where(np.isfinite(u), u, 1.0), 0.0)
+    if not counted.any() or rate.max() <= 0:
+        return 0.0
+    rel = rate / np.maximum(rate.max(axis=1, keepdims=True), 1e-300)
+    speed = np.array([float(rel[problem.allowed[:, t], t].mean()) if problem.allowed[:, t].any()
+                      else 0.0 for t in range(T)])
+    prices = price_family(speed)
+    work = problem.iters * problem.B  # samples each job processes, in all
+    P = np.zeros(S)
+    for i in np.flatnonzero(counted).tolist():
+        per_gpu = np.sort(np.repeat(rate[i], problem.n_type))[::-1][:int(problem.hi[i])]
+        P[i] = float(work[i]) / max(float(per_gpu.sum()), 1e-300)
+    e = np.zeros((len(prices), S))
+    for k, pi in enumerate(prices):
+        priced = np.where(problem.allowed & np.isfinite(u), pi[None, :] * u, np.inf).min(axis=1)
+        e[k] = np.where(counted & np.isfinite(priced), work * priced, 0.0)
+    value, _ = pooled_bound(problem.weight.astype(float), problem.arrival.astype(float), P, e,
+                            problem.n_type.astype(float), prices)
+    return float(value)
+
+
+def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[str, float]]:
+    """The bound of every plan pool mode may keep: the larger of :func:`alone_bound` and
+    :func:`pooled_task_bound`, with both values."""
+    parts = {"alone": alone_bound(problem, pp), "pooled": pooled_task_bound(problem, pp)}
+    return max(parts.values()), parts
+
+
+__all__ = ["alone_bound", "pooled_task_bound", "seconds_per_sample", "union_bound"]
