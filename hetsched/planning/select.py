@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 #: an admitted candidate may count this many times its predicted work before it is stopped
 LIMIT_SLACK = 2.0
+#: seconds a process that has sent its result gets to end before it is killed
+JOIN_S = 10.0
 
 
 @dataclass
@@ -159,6 +161,18 @@ def _child(name: str, limit: float | None, conn: Any, parent: int | None = None)
         with contextlib.suppress(OSError):  # the parent is gone: nothing to tell
             conn.send((name, None, f"could not return its result: {_describe(e)}", out[3]))
     conn.close()
+    # end here, without flushing the standard streams at exit: a stream's lock held by
+    # another thread of the parent (the progress bar's) at the fork is never released
+    # in this copy, and the flush would wait on it forever (and so the parent's join)
+    os._exit(0)
+
+
+def _join(proc: Any) -> None:
+    """Join a process that has sent its result; one that does not end is killed."""
+    proc.join(JOIN_S)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
 
 
 def _parallel(todo: list[tuple[str, float | None]], run: Run[T],
@@ -193,7 +207,7 @@ def _parallel(todo: list[tuple[str, float | None]], run: Run[T],
                     _, res, err, secs = rd.recv()
                 except (EOFError, OSError):  # died without a word (memory)
                     res, err, secs = None, f"process died (exit {proc.exitcode})", 0.0
-                proc.join()
+                _join(proc)
                 rd.close()
                 del running[name]
                 done[name] = (res, err, secs)
@@ -301,7 +315,7 @@ class Background(Generic[T]):
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except OSError:
                 self._proc.kill()
-        self._proc.join()
+        _join(self._proc)
         self._conn.close()
         self._proc = self._conn = None
 
