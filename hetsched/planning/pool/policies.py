@@ -86,9 +86,9 @@ class Hare(PoolPolicy):
 
         src = self.space_source if self.space != "off" else None
 
-        def late() -> dict[str, TaskSchedule]:
-            work = src() if src is not None else None
-            return {} if work is None or work.seed is None else {"space": work.seed}
+        def late() -> dict[str, TaskSchedule]:  # only asked for where src is set
+            seed = src().seed if src is not None else None
+            return {} if seed is None else {"space": seed}
 
         res = hare_from(pp, rel, self.pick, self.order,
                         late_seeds=late if src is not None else None).schedule

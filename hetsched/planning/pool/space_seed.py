@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 @dataclass
 class SpaceWork:
     """The best space plan and what pool mode makes of it: the seed order, the exact
-    task plan and its improvement. None where there is no space plan, or the pool
-    model cannot express it (:func:`~.from_space.space_tasks`)."""
+    task plan's weighted JCT and its improvement (the plan Hare may keep). None where
+    there is no space plan, or the pool model cannot express it
+    (:func:`~.from_space.space_tasks`)."""
 
     plan: Plan | None
     seed: TaskSchedule | None = None
-    tasks: TaskSchedule | None = None
     #: the exact task plan's total weighted JCT, before the improvement
     tasks_s: float | None = None
     improved: Improved | None = None
@@ -55,7 +55,6 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
     out = SpaceWork(plan, seed=space_seed(pp, plan))
     exact = space_tasks(pp, plan)
     if exact is not None:
-        out.tasks = exact[0]
         out.tasks_s = evaluate(pp, exact[0]).objective
         if improve:
             from hetsched.planning.pool.backfill import improve as improve_plan

@@ -55,17 +55,13 @@ def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
 def seconds_per_sample(problem: PlanningProblem, pp: PoolProblem, i: int) -> np.ndarray:
     """(T,) the least pool-iteration seconds per sample of job i on one GPU of each type,
     over the local batches 1..cap it may hold there (inf where it may not run)."""
-    T = problem.T
-    out = np.full(T, np.inf)
-    for t in range(T):
-        cap = int(problem.cap[i, t])
-        if not problem.allowed[i, t] or cap < 1:
-            continue
-        b = np.arange(1, cap + 1, dtype=float)
-        steps = problem.step_times(i, np.repeat(b[:, None], T, axis=1))[:, t]
-        it = pool_iteration_times(steps, pp.optimizer_s[i, t])
-        out[t] = float(np.min(it / b))
-    return out
+    cap = np.where(problem.allowed[i], problem.cap[i], 0).astype(int)
+    if cap.max() < 1:
+        return np.full(problem.T, np.inf)
+    b = np.arange(1, int(cap.max()) + 1, dtype=float)
+    steps = problem.step_times(i, np.repeat(b[:, None], problem.T, axis=1))  # (batches, T)
+    per = pool_iteration_times(steps, pp.optimizer_s[i][None, :]) / b[:, None]
+    return np.where(b[:, None] <= cap[None, :], per, np.inf).min(axis=0)
 
 
 def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
@@ -76,13 +72,12 @@ def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     u = np.full((S, T), np.inf)
     memo: dict[tuple, np.ndarray] = {}
     for i in range(S):
-        ok = pp.ok[i]
-        key = (problem.model_key(i), pp.optimizer_s[i].tobytes(), ok.tobytes())
+        key = (problem.model_key(i), pp.optimizer_s[i].tobytes())
         if key not in memo:
             memo[key] = seconds_per_sample(problem, pp, i)
         u[i] = memo[key]
     counted = np.array([j.elastic is None for j in problem.jobs], dtype=bool)
-    rate = np.where(np.isfinite(u), 1.0 / np.where(np.isfinite(u), u, 1.0), 0.0)
+    rate = 1.0 / u  # samples/s at the peak; 0 where the job may not run (u = inf)
     if not counted.any() or rate.max() <= 0:
         return 0.0
     rel = rate / np.maximum(rate.max(axis=1, keepdims=True), 1e-300)
