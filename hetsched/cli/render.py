@@ -278,10 +278,27 @@ def pool_summary_table(plan: Plan) -> Table:
     if mem is not None:
         tab.add_row("memory plan", f"{mem.warm_starts:,} warm starts, "
                                    f"{mem.model_loads:,} model loads")
-    bound = plan.params.get("bound")
-    if bound:
-        tab.add_row("lower bound from", f"{bound} relaxation (alpha = {plan.params.get('alpha')})")
+    _bound_rows(tab, plan)
     return tab
+
+
+def _bound_rows(tab: Table, plan: Plan) -> None:
+    """Where a pool plan's bound comes from: its two parts on compute alone (every plan
+    pool mode may keep) and the pool relaxation, which bounds equal-slice plans only."""
+    lb, method = plan.lower_bound_extra, plan.params.get("bound")
+    if "alone_s" in lb:
+        tab.add_row("bound parts", f"each job alone {lb['alone_s']:,.1f} s, pooled speed "
+                                   f"{lb['pooled_s']:,.1f} s")
+        if "pool_relaxation_s" in lb:
+            tab.add_row("pool relaxation", f"{lb['pool_relaxation_s']:,.1f} s"
+                        + (f" ({method})" if method else "")
+                        + ": bounds equal-slice plans only")
+    elif method:
+        tab.add_row("lower bound from", f"the pool relaxation ({method})")
+    a = plan.params.get("alpha")
+    if a is not None:
+        tab.add_row("alpha (Hare)", f"{float(a):.3g}: Hare's alpha(2+alpha) guarantee holds "
+                                    "for the paper's MIQP order only")
 
 
 def render_pool_plan(plan: Plan, console: Console, gantt: bool = True) -> None:

@@ -191,10 +191,10 @@ def _union_bound(plan: Plan, bound: tuple[float, dict[str, float]]) -> None:
     value, parts = bound
     plan.lower_bound_extra = {
         **plan.lower_bound_extra,
-        "kind": f"the larger of each job alone ({parts['alone']:.6g}) and the pooled speed "
-                f"({parts['pooled']:.6g}) on compute alone; the pool relaxation "
-                f"({plan.lower_bound_s:.6g}) bounds equal-slice plans only, these task and "
-                "space plans alike"}
+        "kind": "the larger of two bounds on compute alone: each job alone, the pooled speed",
+        "alone_s": float(parts["alone"]), "pooled_s": float(parts["pooled"]),
+        # the pool relaxation bounds equal-slice plans only: reported, not the bound
+        "pool_relaxation_s": float(plan.lower_bound_s)}
     plan.lower_bound_s = float(value)
 
 
