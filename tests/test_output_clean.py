@@ -85,3 +85,19 @@ def test_every_format_option_is_covered() -> None:
 
     covered = {tuple(a[: 2 if a[0] in ("config", "profiles") else 1]) for a, _ in CASES}
     assert set(walk(main, ())) <= covered | set(NEEDS_SLURM)
+
+
+@pytest.mark.parametrize("flag", ["-q", "-vv", "--quiet"])
+def test_a_main_option_after_the_command_says_where_it_goes(flag: str, tmp_path: Path) -> None:
+    """`hetsched plan ... -q` is a usage error (exit 2) whose line says to put the option
+    before the command; an option of the command itself (`submit --qos`'s -q, replan's
+    -v) is untouched, and an unknown option keeps click's own hint."""
+    res = run([*PLAN, flag], tmp_path)
+    assert res.returncode == 2 and res.stdout == ""
+    opt = "-v" if flag == "-vv" else flag
+    assert f"put it before the command: hetsched {opt} plan ..." in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    ok = run(["-q", *PLAN], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    res = run([*PLAN, "--bogus"], tmp_path)
+    assert res.returncode == 2 and "before the command" not in res.stderr

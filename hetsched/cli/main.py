@@ -81,6 +81,13 @@ class Main(click.Group):
             return super().invoke(ctx)
         except HetschedError as e:
             _fail(e)
+        except click.NoSuchOption as e:
+            if _is_global(e.option_name) and ctx.invoked_subcommand:
+                # `hetsched plan ... -q`: say where the main options go
+                e.message += (f" ({e.option_name} is an option of hetsched itself; put it "
+                              f"before the command: hetsched {e.option_name} "
+                              f"{ctx.invoked_subcommand} ...)")
+            raise
         except OSError as e:
             from hetsched.io.files import NO_SPACE
 
@@ -101,6 +108,12 @@ class Main(click.Group):
             click.echo(f"hetsched: error: this command needs {top}, which is not installed; "
                        f"install it with: pip install 'hetsched[{EXTRAS[top]}]'", err=True)
             sys.exit(1)
+
+
+def _is_global(option: str) -> bool:
+    """-v, -vv, ..., -q, --verbose, --quiet: the main command's own options."""
+    return option in ("-q", "--quiet", "--verbose") or (
+        len(option) > 1 and option[0] == "-" and set(option[1:]) == {"v"})
 
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"],
