@@ -219,3 +219,33 @@ def test_merged_configurations_relax_every_member_by_its_gpu_seconds() -> None:
         lp_configs.AREA_MERGE = True
     assert area is not None and fewest is not None
     assert area["weighted_jct_s"] >= fewest["weighted_jct_s"] * (1 - 1e-6)
+
+
+def test_lp_merges_configurations_further_where_the_coarsest_grid_would_not_fit(
+        monkeypatch) -> None:
+    """All jobs at once, so that every job's window is the whole horizon: with a column
+    budget the default number of merged configurations cannot fit even on the coarsest
+    grid, the LP merges each job's configurations further (still optimistic, so valid)
+    instead of giving no bound; it is then weaker than with room, and below every plan."""
+    from hetsched.planning import lp_bound
+
+    import dataclasses
+
+    q = many_jobs(24)
+    p = PlanningProblem([dataclasses.replace(j, arrival_s=0.0) for j in q.jobs], q.cluster,
+                        q.table)
+    lattices = [_lattice(p, i) for i in range(p.S)]
+    roomy = lp_bound.lp_lower_bound(p, lattices)
+    assert roomy is not None
+    # the default cap for this budget: max(4, vars // (GRID_TARGET x jobs)) configurations
+    vars_ = 24 * lp_bound.MIN_INTERVALS * 5
+    monkeypatch.setattr(lp_bound, "MAX_VARS", vars_)
+    monkeypatch.setattr(lp_bound, "MIN_VARS", vars_)
+    monkeypatch.setattr(lp_bound, "VARS_PER_JOB", 1)
+    tight = lp_bound.lp_lower_bound(p, lattices)
+    assert tight is not None  # no bound at all before
+    assert tight["columns"] <= vars_
+    assert tight["configs"] <= 24 * 5 < roomy["configs"]
+    assert tight["weighted_jct_s"] <= roomy["weighted_jct_s"] * (1 + 1e-6)
+    plan = plan_problem(p, "auto", restart_cost_s=0.0)
+    assert tight["weighted_jct_s"] <= plan.weighted_jct_s

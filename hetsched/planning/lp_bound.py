@@ -72,6 +72,7 @@ MAX_VARS = 45_000  # LP columns; the time grid is coarsened to fit, else no LP b
 VARS_PER_JOB = 1_000
 MIN_VARS = 20_000  # ... but this many whatever the jobs
 MAX_CONFIGS = 400  # Pareto configurations per job
+MIN_CONFIGS = 4  # ... and at least this many (merged) where the LP would not fit otherwise
 INTERVALS = 192  # bounded time intervals at most (placed where the jobs run)
 #: a job's bounded intervals reach this many times its estimated stay past its arrival;
 #: after that its tail (a relaxation: no capacity or length limit there)
@@ -123,30 +124,28 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     cls = job_classes(p, [c for c in confs if c is not None])
     reps = np.array([c[0] for c in cls])
     mult = np.array([len(c) for c in cls], dtype=float)
-    # many jobs or configurations: merge each job's into fewer, optimistic ones (valid)
+    # many jobs or configurations: merge each job's into fewer, optimistic ones (valid),
+    # fewer still where even the coarsest grid's windows would not fit
     max_vars = min(MAX_VARS, max(VARS_PER_JOB * p.S, MIN_VARS))
     cap = int(min(MAX_CONFIGS, max(4, max_vars // (GRID_TARGET * len(cls)))))
-    merged = [merge_configs(confs[i][0], confs[i][1], cap) for i in reps]
-    Pmin = np.array([float(pt.min()) for _, pt in merged])
     a_all = p.arrival.astype(float)
     t0 = float(a_all.min())
-    t1 = float(a_all.max() + (mult * Pmin).sum())
     of = class_of(cls, p.S)  # each job's class
-    span_all = np.maximum(Pmin[of], (hint - a_all) if hint is not None else Pmin[of])
     a = a_all[reps]
-    span = np.array([span_all[c].max() for c in cls])  # the class's longest: any is valid
-    n_conf = np.array([len(X) for X, _ in merged])
-    n = n_intervals
-    while True:  # the finest activity grid whose windowed LP fits
-        bnd = activity_grid(a_all, span_all, t0, t1, n)
-        first, last = windows(bnd, a, np.full(len(cls), t1))  # whole horizon while it fits
-        if columns(n_conf, first, last) > max_vars:
-            first, last = windows(bnd, a, a + WINDOW * span)
-        if columns(n_conf, first, last) <= max_vars or n <= MIN_INTERVALS:
+    while True:
+        merged = [merge_configs(confs[i][0], confs[i][1], cap) for i in reps]
+        Pmin = np.array([float(pt.min()) for _, pt in merged])
+        t1 = float(a_all.max() + (mult * Pmin).sum())
+        span_all = np.maximum(Pmin[of], (hint - a_all) if hint is not None else Pmin[of])
+        span = np.array([span_all[c].max() for c in cls])  # the class's longest: any is valid
+        n_conf = np.array([len(X) for X, _ in merged])
+        fit = _fitting_grid(a_all, span_all, t0, t1, a, span, n_conf, n_intervals, max_vars)
+        if fit is not None:
+            bnd, first, last = fit
             break
-        n = max(MIN_INTERVALS, int(n * 0.7))
-    if columns(n_conf, first, last) > max_vars:
-        return None
+        if cap <= MIN_CONFIGS:
+            return None
+        cap = max(MIN_CONFIGS, cap // 2)
     scale = max(t1 - t0, 1e-9)  # solve in units of the span for conditioning
     w = p.weight.astype(float)[reps] * mult
     lp = _build(p.n_type, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first,
@@ -160,6 +159,24 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
             # each job's completion at the last solve (where the bound's slack is: benches)
             "classes": len(cls),
             "completion_s": [float(lp.x[lp.C[k]]) * scale + t0 for k in of]}
+
+
+def _fitting_grid(a_all: np.ndarray, span_all: np.ndarray, t0: float, t1: float, a: np.ndarray,
+                  span: np.ndarray, n_conf: np.ndarray, n_intervals: int, max_vars: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The finest activity grid whose windowed LP fits ``max_vars`` columns: its interval
+    bounds and each class's first and last interval; None when not even the coarsest."""
+    n = n_intervals
+    while True:
+        bnd = activity_grid(a_all, span_all, t0, t1, n)
+        first, last = windows(bnd, a, np.full(len(a), t1))  # whole horizon while it fits
+        if columns(n_conf, first, last) > max_vars:
+            first, last = windows(bnd, a, a + WINDOW * span)
+        if columns(n_conf, first, last) <= max_vars:
+            return bnd, first, last
+        if n <= MIN_INTERVALS:
+            return None
+        n = max(MIN_INTERVALS, int(n * 0.7))
 
 
 @dataclass
