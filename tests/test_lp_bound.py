@@ -227,9 +227,9 @@ def test_lp_merges_configurations_further_where_the_coarsest_grid_would_not_fit(
     budget the default number of merged configurations cannot fit even on the coarsest
     grid, the LP merges each job's configurations further (still optimistic, so valid)
     instead of giving no bound; it is then weaker than with room, and below every plan."""
-    from hetsched.planning import lp_bound
-
     import dataclasses
+
+    from hetsched.planning import lp_bound
 
     q = many_jobs(24)
     p = PlanningProblem([dataclasses.replace(j, arrival_s=0.0) for j in q.jobs], q.cluster,
