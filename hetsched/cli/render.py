@@ -288,7 +288,9 @@ def _bound_rows(tab: Table, plan: Plan) -> None:
     lb, method = plan.lower_bound_extra, plan.params.get("bound")
     if "alone_s" in lb:
         tab.add_row("bound parts", f"each job alone {lb['alone_s']:,.1f} s, pooled speed "
-                                   f"{lb['pooled_s']:,.1f} s")
+                                   f"{lb['pooled_s']:,.1f} s" + (
+                                       f", joint LP {lb['lp_s']:,.1f} s" if "lp_s" in lb
+                                       else ""))
         if "pool_relaxation_s" in lb:
             tab.add_row("pool relaxation", f"{lb['pool_relaxation_s']:,.1f} s"
                         + (f" ({method})" if method else "")

@@ -66,7 +66,7 @@ def test_a_space_plan_is_a_pool_plan_with_its_weighted_jct(p, n, rc) -> None:  #
 @given(p=instances(), n=st.sampled_from([None, 1, 3]))
 def test_hare_starts_from_the_space_plan_and_only_improves(p, n) -> None:  # type: ignore[no-untyped-def]
     """The default (space=seed) is a task plan never above the space plan's task plan,
-    so never above the space plan beyond whole-iteration rounding; its bound is below it."""
+    so never above the space plan beyond whole-iteration rounding; its bound is below both."""
     space = plan_problem(p, "auto")
     pp = PoolProblem(p, task_iterations=n)
     got = space_tasks(pp, space)
@@ -78,7 +78,10 @@ def test_hare_starts_from_the_space_plan_and_only_improves(p, n) -> None:  # typ
     assert plan.weighted_jct_s <= space.weighted_jct_s + rounding(space, p)
     assert check_plan(pp, plan) == pytest.approx(plan.weighted_jct_s, rel=1e-6, abs=1e-4)
     assert plan.lower_bound_s <= plan.weighted_jct_s * (1 + 1e-9) + 1e-6
-    assert plan.lower_bound_s <= space.lower_bound_s + 1e-9
+    # below the space plan too (not always below its bound: the joint LP on pool rates
+    # counts whole local batches, where space mode's alone bound splits the batch
+    # continuously, so on one job it can be the higher of two valid bounds)
+    assert plan.lower_bound_s <= space.weighted_jct_s * (1 + 1e-9) + 1e-9
     assert "each job alone" in plan.lower_bound_extra["kind"]
 
 

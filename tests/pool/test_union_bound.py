@@ -1,4 +1,5 @@
-"""Pool mode's bound of task and space plans alike: each job alone, and the pooled speed."""
+"""Pool mode's bound of task and space plans alike: each job alone, the pooled speed and
+the joint LP on pool rates."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hetsched.core.spec import Cluster, Job, Node
 from hetsched.core.throughput import ProfileRow, ThroughputTable
 from hetsched.planning.planner import plan_problem
 from hetsched.planning.pool import plan_pool
+from hetsched.planning.pool.lp_union import rate_bound
 from hetsched.planning.pool.problem import PoolProblem
 from hetsched.planning.pool.union_bound import seconds_per_sample, union_bound
 
@@ -28,7 +30,7 @@ def test_the_pooled_speed_sees_a_queue_that_each_job_alone_does_not() -> None:
     pp = PoolProblem(p)
     value, parts = union_bound(p, pp)
     assert parts["pooled"] > 2 * parts["alone"]  # six jobs share what each alone would have
-    assert value == parts["pooled"]
+    assert value == max(parts.values()) and parts["lp"] >= parts["pooled"] * (1 - 1e-6)
     plan = plan_pool(p, "hare")
     assert plan.lower_bound_s == pytest.approx(value)
     assert "pooled speed" in plan.lower_bound_extra["kind"]
@@ -48,3 +50,53 @@ def test_a_sample_costs_at_least_the_best_local_batchs_share_of_an_iteration() -
     cap = int(p.cap[0, 0])
     step = float(p.step_times(0, [[float(cap)]])[0, 0])
     assert u[0] == pytest.approx(max(step - float(pp.optimizer_s[0, 0]), 0.05 * step) / cap)
+
+
+def _two_types(n: int, every_s: float) -> PlanningProblem:
+    """n equal jobs, one every ``every_s`` seconds, on 2 fast GPUs and 4 ten times slower:
+    they contend for the fast two, which the pooled speed prices but does not place."""
+    rows = [ProfileRow("w", "v100", b, 0.004 + 0.001 * b, 0.0) for b in (8, 64)] + \
+           [ProfileRow("w", "k80", b, 0.02 + 0.01 * b, 0.0) for b in (8, 64)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=64 * 300, epochs=1, global_batch=64,
+                arrival_s=every_s * k) for k in range(n)]
+    return PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 2),
+                                                Node("k80-1", "k80", 4))),
+                           ThroughputTable(rows, "<two types>"))
+
+
+@pytest.mark.parametrize(("n", "every_s"), [(4, 0.0), (4, 5.0), (6, 3.0)])
+def test_the_joint_lp_sees_which_gpus_the_jobs_contend_for(n: int, every_s: float) -> None:
+    p = _two_types(n, every_s)
+    value, parts = union_bound(p, PoolProblem(p))
+    assert value == parts["lp"] >= 1.08 * max(parts["alone"], parts["pooled"])
+    plans = [plan_pool(p, "hare"), plan_pool(p, "hare", {"space": "off"}),
+             plan_pool(p, "pool-fifo"), plan_pool(p, "pool-srtf"), plan_problem(p, "auto"),
+             plan_problem(p, "exhaustive", restart_cost_s=0.0)]
+    for plan in plans:
+        assert value <= plan.weighted_jct_s * (1 + 1e-9), plan.policy
+    assert plans[0].lower_bound_s == pytest.approx(value)
+    assert "joint LP" in plans[0].lower_bound_extra["kind"]
+
+
+def test_a_jobs_rate_on_gpus_at_once_is_bounded_by_its_global_batch() -> None:
+    """The rate bound is the best split of the global batch over the GPUs (exact for an
+    affine step): each V100 alone at its best local batch; on two, the batch split in
+    half; never more than the sum of the peaks, and growing with every GPU."""
+    import numpy as np
+
+    p = _two_types(1, 0.0)
+    pp = PoolProblem(p)
+    v, k = p.types.index("v100"), p.types.index("k80")
+    X = np.zeros((4, p.T), dtype=int)
+    X[0, v], X[1, v], X[2, v], X[3, [v, k]] = 1, 2, 2, (2, 4)
+    X[2, k] = 1
+    r = rate_bound(p, pp, 0, X)
+
+    def it(b: float, t: int) -> float:
+        s = float(p.step_times(0, [[float(b)] * p.T])[0, t])
+        return max(s - float(pp.optimizer_s[0, t]), 0.05 * s)
+
+    assert r[0] == pytest.approx(64 / it(64, v), rel=1e-3)  # the whole batch on one
+    assert r[1] == pytest.approx(2 * 32 / it(32, v), rel=2e-2)  # halves on two
+    assert r[1] < 2 * r[0]  # a split batch runs each GPU less efficiently
+    assert r[0] < r[1] <= r[2] <= r[3]

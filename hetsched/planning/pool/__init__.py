@@ -70,8 +70,8 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         pols = {cls.name: cls.build(params)}
     pp = PoolProblem(problem, task_iterations=task_iterations)
     if space_plan is None and problem.estimates.bound is None:
-        # pool mode alone: a task plan is bounded by the pool relaxation and each job
-        # alone, so the space seed's joint LP bound would only be reported
+        # pool mode alone: its plans have their own bounds (union_bound.py, with the
+        # joint LP on pool rates), so the space seed's joint LP would only be reported
         problem.estimates.joint_lp = False
     rep.planning_started("pool", policy, names)
     # the bound is the policy-independent relaxation (Hare reuses it for its order)
@@ -79,19 +79,22 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
 
     uses, work = _seed_space(problem, pp, pols, space_plan, restart_cost_s)
     try:
+        # the bound of every plan pool mode may keep, while the space seed is planned
+        # beside (its joint LP is 1-3 s of CPU at 30-200 jobs)
+        bound = union_bound(problem, pp) if uses else None
         plan = _schedule(pp, policy, names, pols, rel, rep, task_iterations)
         space_plan = None if work is None else work.result().plan
     finally:
         if work is not None:
             work.close()
-    if space_plan is not None and "keep" in uses:
-        plan = _or_space(plan, space_plan, union_bound(problem, pp))
-    elif space_plan is not None:  # seeded only: say how the task plan compares
+    if space_plan is not None and bound is not None and "keep" in uses:
+        plan = _or_space(plan, space_plan, bound)
+    elif space_plan is not None and bound is not None:  # seeded only: how the plans compare
         plan.notes.pool_vs_space = {"space_policy": space_plan.policy,
                                     "space_weighted_jct_s": float(space_plan.weighted_jct_s),
                                     "pool_weighted_jct_s": float(plan.weighted_jct_s),
                                     "kept": "pool plan (space=seed)"}
-        _union_bound(plan, union_bound(problem, pp))
+        _union_bound(plan, bound)
     plan.planning_time_s = time.perf_counter() - t0
     return plan
 
@@ -186,13 +189,17 @@ def _space_plan(problem: PlanningProblem, restart_cost_s: float | None,
 
 def _union_bound(plan: Plan, bound: tuple[float, dict[str, float]]) -> None:
     """Set on ``plan`` the bound of every plan pool mode may keep (union_bound.py: each job
-    alone and the pooled speed, on compute alone), with its kind. An equal-slice plan
+    alone, the pooled speed and, where it runs, the joint LP on pool rates, all on compute
+    alone), with its kind and parts. An equal-slice plan
     is also above the pool relaxation, which the plan reports beside it."""
     value, parts = bound
+    kind = ("the largest of three bounds on compute alone: each job alone, the pooled "
+            "speed, the joint LP on pool rates" if "lp" in parts else
+            "the larger of two bounds on compute alone: each job alone, the pooled speed")
     plan.lower_bound_extra = {
-        **plan.lower_bound_extra,
-        "kind": "the larger of two bounds on compute alone: each job alone, the pooled speed",
+        **plan.lower_bound_extra, "kind": kind,
         "alone_s": float(parts["alone"]), "pooled_s": float(parts["pooled"]),
+        **({"lp_s": float(parts["lp"])} if "lp" in parts else {}),
         # the pool relaxation bounds equal-slice plans only: reported, not the bound
         "pool_relaxation_s": float(plan.lower_bound_s)}
     plan.lower_bound_s = float(value)
@@ -210,7 +217,8 @@ def _or_space(plan: Plan, space: Plan, bound: tuple[float, dict[str, float]]) ->
             "space_policy": space.policy, "space_weighted_jct_s": float(space.weighted_jct_s),
             "pool_bound_s": float(plan.lower_bound_s),
             "space_bound_s": float(space.lower_bound_s), "alone_bound_s": bound[1]["alone"],
-            "pooled_bound_s": bound[1]["pooled"]}
+            "pooled_bound_s": bound[1]["pooled"],
+            **({"lp_bound_s": bound[1]["lp"]} if "lp" in bound[1] else {})}
     pool_bound = plan.lower_bound_s
     if not plan.weighted_jct_s < space.weighted_jct_s:
         space.extra.update({k: v for k, v in plan.extra.items()

@@ -66,6 +66,12 @@ def seconds_per_sample(problem: PlanningProblem, pp: PoolProblem, i: int) -> np.
 
 def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     """The pooled-speed bound on compute alone (module docstring, 2)."""
+    return _pooled(problem, pp)[0]
+
+
+def _pooled(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, np.ndarray | None]:
+    """:func:`pooled_task_bound` and, where it ran, each job's estimated completion (where
+    the joint LP's time grid should be fine)."""
     from hetsched.planning.pooled_bound import pooled_bound, price_family
 
     S, T = problem.S, problem.T
@@ -79,7 +85,7 @@ def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     counted = np.array([j.elastic is None for j in problem.jobs], dtype=bool)
     rate = 1.0 / u  # samples/s at the peak; 0 where the job may not run (u = inf)
     if not counted.any() or rate.max() <= 0:
-        return 0.0
+        return 0.0, None
     rel = rate / np.maximum(rate.max(axis=1, keepdims=True), 1e-300)
     speed = np.array([float(rel[problem.allowed[:, t], t].mean()) if problem.allowed[:, t].any()
                       else 0.0 for t in range(T)])
@@ -93,15 +99,22 @@ def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     for k, pi in enumerate(prices):
         priced = np.where(problem.allowed & np.isfinite(u), pi[None, :] * u, np.inf).min(axis=1)
         e[k] = np.where(counted & np.isfinite(priced), work * priced, 0.0)
-    value, _ = pooled_bound(problem.weight.astype(float), problem.arrival.astype(float), P, e,
-                            problem.n_type.astype(float), prices)
-    return float(value)
+    value, comp = pooled_bound(problem.weight.astype(float), problem.arrival.astype(float), P,
+                               e, problem.n_type.astype(float), prices)
+    return float(value), comp
 
 
 def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[str, float]]:
-    """The bound of every plan pool mode may keep: the larger of :func:`alone_bound` and
-    :func:`pooled_task_bound`, with both values."""
-    parts = {"alone": alone_bound(problem, pp), "pooled": pooled_task_bound(problem, pp)}
+    """The bound of every plan pool mode may keep: the largest of :func:`alone_bound`,
+    :func:`pooled_task_bound` and, where it runs, the joint LP on pool rates
+    (``lp_union.py``), with each value (``lp`` only where the LP ran)."""
+    from hetsched.planning.pool.lp_union import pool_lp_bound
+
+    pooled, comp = _pooled(problem, pp)
+    parts = {"alone": alone_bound(problem, pp), "pooled": pooled}
+    lp = pool_lp_bound(problem, pp, hint=comp)
+    if lp is not None:
+        parts["lp"] = float(lp["weighted_jct_s"])
     return max(parts.values()), parts
 
 
