@@ -100,3 +100,32 @@ def test_a_jobs_rate_on_gpus_at_once_is_bounded_by_its_global_batch() -> None:
     assert r[1] == pytest.approx(2 * 32 / it(32, v), rel=2e-2)  # halves on two
     assert r[1] < 2 * r[0]  # a split batch runs each GPU less efficiently
     assert r[0] < r[1] <= r[2] <= r[3]
+
+
+def test_a_job_that_may_use_thousands_of_gpus_gets_boxes_not_every_count(monkeypatch) -> None:
+    """On 3 x 1,200 GPUs a job's count vectors are billions: its columns are boxes of them
+    (at most ``MAX_BOXES``), and their Pareto set is found on the boxes' grid indices,
+    never on an array as large as the counts (1,201^3 marks: gigabytes)."""
+    import numpy as np
+
+    from hetsched.planning import lp_configs
+    from hetsched.planning.pool import lp_union
+
+    rows = [ProfileRow("w", t, b, s + s * b / 16, 0.0) for t, s in
+            (("v100", 0.01), ("p100", 0.02), ("k80", 0.04)) for b in (8, 64)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=4096 * 50, epochs=1,
+                global_batch=4096, arrival_s=100.0 * k) for k in range(2)]
+    nodes = tuple(Node(f"{t}-{n}", t, 8) for t in ("v100", "p100", "k80") for n in range(150))
+    p = PlanningProblem(jobs, Cluster(nodes=nodes), ThroughputTable(rows, "<wide>"))
+    lo, up, idx = lp_union._boxes(p, 0)
+    assert len(lo) <= lp_union.MAX_BOXES and (lo <= up).all() and (up <= 1200).all()
+    seen: list[int] = []
+    real = lp_configs.pareto_configs
+
+    def spy(q, i, X, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append(int(np.max(X)))
+        return real(q, i, X, *a, **k)
+
+    monkeypatch.setattr(lp_configs, "pareto_configs", spy)
+    lp = lp_union.pool_lp_bound(p, PoolProblem(p))
+    assert lp is not None and seen and max(seen) <= int(idx.max())

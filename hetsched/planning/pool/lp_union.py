@@ -79,30 +79,35 @@ def rate_bound(problem: PlanningProblem, pp: PoolProblem, i: int, X: np.ndarray)
     return np.where(X.sum(axis=1) > 0, rate, 0.0)
 
 
-def _counts(n: int, fine: int) -> np.ndarray:
+def _counts(n: int, fine: int, ratio: float) -> np.ndarray:
     """Box starts for one type's count 0..n: every count up to ``fine``, then steps of
-    about 1.3x (the last box ends at n)."""
+    about ``ratio`` (the last box ends at n)."""
     out = list(range(min(n, fine) + 1))
     while out[-1] < n:
-        out.append(min(n, max(out[-1] + 1, int(out[-1] * 1.3))))
+        out.append(min(n, max(out[-1] + 1, int(out[-1] * ratio))))
     return np.array(out)
 
 
-def _boxes(problem: PlanningProblem, i: int) -> tuple[np.ndarray, np.ndarray]:
+def _boxes(problem: PlanningProblem, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Job i's columns as boxes of count vectors: (lower corners, upper corners), every
     vector its tasks can occupy at once (1 GPU up to its cap: tasks of a round may run in
     turn) in exactly one box. A box's column charges its lower corner's GPUs at its upper
     corner's rate (the rate grows with every GPU added), so it is optimistic for every
-    vector in it; with few enough vectors each box is one vector."""
+    vector in it; with few enough vectors each box is one vector. Also each box's index
+    on the grid per type: the lower corners grow with it, so one box's corner is at most
+    another's exactly where its index is (Pareto sets in index space stay small)."""
     p = problem
     hi = int(p.hi[i])
     tops = [int(min(p.n_type[t], hi)) if p.allowed[i, t] else 0 for t in range(p.T)]
-    fine = max(tops, default=0)
-    while True:
-        starts = [_counts(n, fine) for n in tops]
-        if int(np.prod([len(c) for c in starts])) <= MAX_BOXES or fine <= 1:
+    fine, ratio = max(tops, default=0), 1.3
+    while True:  # every count while they fit; then coarser boxes, then wider steps
+        starts = [_counts(n, fine, ratio) for n in tops]
+        if int(np.prod([len(c) for c in starts])) <= MAX_BOXES:
             break
-        fine //= 2
+        if fine > 1:
+            fine //= 2
+        else:
+            ratio *= 1.25
     ends = [np.append(c[1:] - 1, n) for c, n in zip(starts, tops, strict=True)]
     idx = np.array(np.unravel_index(np.arange(int(np.prod([len(c) for c in starts]))),
                                     [len(c) for c in starts])).T
@@ -110,7 +115,7 @@ def _boxes(problem: PlanningProblem, i: int) -> tuple[np.ndarray, np.ndarray]:
     up = np.stack([ends[t][idx[:, t]] for t in range(p.T)], axis=1)
     # boxes holding some vector of 1..hi GPUs; their upper corners capped at hi in all
     keep = (up.sum(axis=1) >= 1) & (lo.sum(axis=1) <= hi)
-    return lo[keep], up[keep]
+    return lo[keep], up[keep], idx[keep]
 
 
 def pool_lp_bound(problem: PlanningProblem, pp: PoolProblem,
@@ -131,13 +136,17 @@ def pool_lp_bound(problem: PlanningProblem, pp: PoolProblem,
     for i in range(p.S):
         key = (p.model_key(i), int(p.hi[i]), pp.optimizer_s[i].tobytes())
         if key not in memo:
-            lo, up = _boxes(p, i)
+            lo, up, idx = _boxes(p, i)
             points += len(lo)
             if not len(lo) or points > MAX_LATTICE_POINTS:
                 return None
             rate = rate_bound(p, pp, i, up)
             it = np.where(rate > 0, float(p.B[i]) / np.where(rate > 0, rate, 1.0), np.inf)
-            memo[key] = (lo, pareto_configs(p, i, lo, iters=1.0, it=it))
+            # the Pareto set on grid indices (its marks span the grid, not the counts)
+            order = {tuple(v): r for r, v in enumerate(idx.tolist())}
+            kx, kt = pareto_configs(p, i, idx, iters=1.0, it=it)
+            rows = np.array([order[tuple(v)] for v in kx.tolist()], dtype=int)
+            memo[key] = (lo, (lo[rows], kt))
         got = memo[key]
         assert got is not None
         X, (cx, ct) = got
