@@ -89,13 +89,13 @@ def _counts(n: int, fine: int, ratio: float) -> np.ndarray:
 
 
 def _boxes(problem: PlanningProblem, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Job i's columns as boxes of count vectors: (lower corners, upper corners), every
-    vector its tasks can occupy at once (1 GPU up to its cap: tasks of a round may run in
+    """Job i's columns as boxes of count vectors: (lower corners, upper corners, grid
+    indices), every vector its tasks can occupy at once (1 GPU up to its cap: tasks of a round may run in
     turn) in exactly one box. A box's column charges its lower corner's GPUs at its upper
     corner's rate (the rate grows with every GPU added), so it is optimistic for every
-    vector in it; with few enough vectors each box is one vector. Also each box's index
-    on the grid per type: the lower corners grow with it, so one box's corner is at most
-    another's exactly where its index is (Pareto sets in index space stay small)."""
+    vector in it; with few enough vectors each box is one vector. A box's lower corner
+    grows with its index on the grid, type by type, so one box's corner is at most
+    another's exactly where its index is (Pareto sets found on indices stay small)."""
     p = problem
     hi = int(p.hi[i])
     tops = [int(min(p.n_type[t], hi)) if p.allowed[i, t] else 0 for t in range(p.T)]
@@ -113,7 +113,7 @@ def _boxes(problem: PlanningProblem, i: int) -> tuple[np.ndarray, np.ndarray, np
                                     [len(c) for c in starts])).T
     lo = np.stack([starts[t][idx[:, t]] for t in range(p.T)], axis=1)
     up = np.stack([ends[t][idx[:, t]] for t in range(p.T)], axis=1)
-    # boxes holding some vector of 1..hi GPUs; their upper corners capped at hi in all
+    # the boxes holding some vector of 1..hi GPUs
     keep = (up.sum(axis=1) >= 1) & (lo.sum(axis=1) <= hi)
     return lo[keep], up[keep], idx[keep]
 
@@ -129,7 +129,7 @@ def pool_lp_bound(problem: PlanningProblem, pp: PoolProblem,
     p = problem
     if p.S > LP_MAX_JOBS or any(j.elastic is not None for j in p.jobs):
         return None
-    memo: dict[tuple, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None] = {}
+    memo: dict[tuple, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}
     lattices: list[np.ndarray | None] = []
     confs: list[tuple[np.ndarray, np.ndarray] | None] = []
     points = 0
@@ -147,9 +147,7 @@ def pool_lp_bound(problem: PlanningProblem, pp: PoolProblem,
             kx, kt = pareto_configs(p, i, idx, iters=1.0, it=it)
             rows = np.array([order[tuple(v)] for v in kx.tolist()], dtype=int)
             memo[key] = (lo, (lo[rows], kt))
-        got = memo[key]
-        assert got is not None
-        X, (cx, ct) = got
+        X, (cx, ct) = memo[key]
         lattices.append(X)
         confs.append((cx, ct * float(p.iters[i])))
     return lp_lower_bound(p, lattices, confs=confs, hint=hint)
