@@ -141,6 +141,23 @@ def active_pool_progress(store: Store) -> PoolProgress | None:
     return progress(typed, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
 
 
+def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
+    """Per job of a stored pool plan that has ended: its seconds per iteration from its
+    first task's start to its end, over its iterations; the plan's ``iteration_s`` is
+    the same span, predicted, over the same iterations (``evaluator.to_plan``)."""
+    pid = str(plan.get("plan_id") or "")
+    reports = read_pool_reports(pool_dirs(store, pid).report_dir, pid)
+    out: dict[str, float] = {}
+    for j in plan.get("jobs", []):
+        name, segs = str(j.get("name")), j.get("segments") or []
+        its = float(segs[0].get("iterations") or 0.0) if segs else 0.0
+        jp = reports.jobs.get(name)
+        if jp is not None and jp.done and jp.end is not None and jp.first_start is not None \
+                and its > 0:
+            out[name] = max(0.0, jp.end - jp.first_start) / its
+    return out
+
+
 def ingest_pool_reports(store: Store) -> None:
     """Fold new task records of every submitted pool plan into the profile history."""
     for side in pool_sidecars(files_dir(store)):

@@ -113,6 +113,21 @@ def _measured_iter_s(report: Path, last: int = 5) -> float | None:
     return sum(steps[-last:]) / len(steps[-last:]) if steps else None
 
 
+def _measured(store: Store, plan: dict[str, Any] | None, row: Submission, name: str,
+              pools: dict[str, dict[str, float]]) -> float | None:
+    """A job's measured seconds per iteration: its report's last steps, or, in a pool plan
+    (whose executors report tasks), its span from first task to end over its iterations
+    once it has ended (read once per plan into ``pools``)."""
+    if (plan or {}).get("mode") == "pool":
+        if row.plan_id not in pools:
+            from hetsched.app.pool_status import measured_iterations
+
+            pools[row.plan_id] = measured_iterations(store, plan or {})
+        return pools[row.plan_id].get(name)
+    return _measured_iter_s(JobFiles(files_dir(store), row.plan_id, name, row.segment,
+                                     batch_of(plan or {"plan_id": row.plan_id}, name)).report)
+
+
 def _last_events(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for e in store.events(limit=5000):
@@ -234,6 +249,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
              sorted(_shown(latest_rows(store), batch, by_leader).items()))
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
+    pools: dict[str, dict[str, float]] = {}  # pool plan -> its ended jobs' s/iteration
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
               if j.comment.startswith("hetsched:") and j.mine}
     for name, row in shown:
@@ -277,9 +293,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             predicted_end=round(t0 + jp["end_s"], 1) if jp and t0 else None,
             predicted_iter_s=(seg[row.segment].get("iteration_s") or None)
             if len(seg) > row.segment else None,
-            measured_iter_s=_measured_iter_s(JobFiles(
-                files_dir(store), row.plan_id, name, row.segment,
-                batch_of(plan or {"plan_id": row.plan_id}, name)).report),
+            measured_iter_s=_measured(store, plan, row, name, pools),
             placement=placement(row.workers),
             actual_start=float(min(starts)) if starts else None,
             actual_end=float(max(ends)) if ended else None,

@@ -57,13 +57,15 @@ def expand_runs(runs: list[dict]) -> list[list]:
 
 
 def _write_tasks(report_dir: Path, body: dict, upto: dict[str, int], t0: float = 1000.0,
-                 done: set[str] = frozenset()) -> None:
-    """Task records as executors write them, for each job's rounds below ``upto[job]``."""
+                 done: set[str] = frozenset(), stretch: float = 1.0) -> None:
+    """Task records as executors write them, for each job's rounds below ``upto[job]``
+    (every time ``stretch`` times the plan's)."""
     meta = body["tasks"]["jobs"]
     for g in body["tasks"]["gpus"]:
         rep = ReportWriter(report_path(report_dir, body["plan_id"], f"{g['node']}-g{g['gpu']}"))
         for row in expand_runs(g["runs"]):
-            job, rnd, task, start, end = row[0], int(row[1]), int(row[2]), row[3], row[4]
+            job, rnd, task = row[0], int(row[1]), int(row[2])
+            start, end = stretch * row[3], stretch * row[4]
             if rnd >= upto.get(job, 0):
                 continue
             n, b = meta[job]["iterations_per_task"], meta[job]["local_batch"]
@@ -318,3 +320,47 @@ def test_space_replan_leaves_a_pool_plans_jobs_alone(
                    force=True)
         assert r.submitted == [] and r.status == "unchanged", r.summary()
         assert {s.job for s in st.submissions()} == {j["name"] for j in body["jobs"]}
+
+
+def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
+        tmp_path: Path, monkeypatch) -> None:
+    """`status`'s "iter s" for a pool job: its span from its first task to its end over its
+    iterations, the same span as the plan's iteration_s, so a job that ran as planned
+    shows the prediction and one that ran slower is flagged; "-" while it runs."""
+    from hetsched.app.pool_status import measured_iterations
+    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.status import SLOW, batch_status
+    from hetsched.slurm.memory import MemorySlurm
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="mi", task_iterations=5)
+    a, b, c = (j.name for j in plan.jobs)
+    with open_store(tmp_path / "s.db") as st:
+        submit_pool(plan, st, slurm, partition="gpu")
+        slurm.schedule()
+        body = st.active_plan()
+        assert body is not None
+        meta = body["tasks"]["jobs"]
+        _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body,
+                     {a: meta[a]["rounds"], b: 1, c: meta[c]["rounds"]}, done={a, c})
+        got = measured_iterations(st, body)
+        shown = {j.job: j for j in batch_status(st, slurm)}
+    pred = {j["name"]: j["segments"][0]["iteration_s"] for j in body["jobs"]}
+    assert set(got) == {a, c}  # b has not ended
+    for name in (a, c):  # ran exactly as planned: measured = predicted
+        assert got[name] == pytest.approx(pred[name], rel=1e-6)
+        assert shown[name].measured_iter_s == pytest.approx(pred[name], rel=1e-6)
+        assert shown[name].predicted_iter_s == pytest.approx(pred[name], rel=1e-3)
+        assert "iterations" not in shown[name].slow
+    assert shown[b].measured_iter_s is None
+    # the same plan run twice as slow: flagged
+    with open_store(tmp_path / "s2.db") as st:
+        submit_pool(plan, st, slurm, partition="gpu")
+        body2 = st.active_plan()
+        assert body2 is not None
+        _write_tasks(pool_dirs(st, body2["plan_id"]).report_dir, body2,
+                     {a: meta[a]["rounds"]}, done={a}, stretch=2.0)
+        slow = {j.job: j for j in batch_status(st, slurm)}[a]
+    assert slow.measured_iter_s == pytest.approx(2 * pred[a], rel=1e-6) and SLOW < 2
+    assert "iterations 2" in slow.slow, slow.slow
