@@ -1,7 +1,8 @@
 """Pool-mode benchmarks: the shape of Hare's evaluation (HPDC'22, section 7).
 
 Run: python bench/bench_pool.py [--quick] [--out docs/bench_pool.json]; --bounds for the
-default plan against the bound of task and space plans alike (each job alone, pooled speed)
+default plan against the bound of task and space plans alike (each job alone, pooled speed,
+the joint LP on pool rates)
 
 Inputs: Gavel's measured throughputs (examples/gavel_throughputs.csv, made by
 ``hetsched convert gavel-throughputs``) and the first N jobs of Gavel's MSR

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
-from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
+from hetsched.planning.pool.problem import PoolProblem
 
 #: lambda values tried for each job's rate bound (any one gives a valid bound)
 LAMBDAS = 96
@@ -57,15 +57,15 @@ MAX_BOXES = 5_000
 def rate_bound(problem: PlanningProblem, pp: PoolProblem, i: int, X: np.ndarray) -> np.ndarray:
     """(len(X),) an upper bound on job i's samples per second on each count vector of
     ``X`` at once (module docstring); 0 where a vector holds no GPU."""
+    from hetsched.planning.pool.union_bound import iteration_grid
+
     p = problem
     B = int(p.B[i])
     cap = np.where(p.allowed[i], np.minimum(p.cap[i], B), 0).astype(int)
     if cap.max() < 1:
         return np.zeros(len(X))
-    b = np.arange(1, int(cap.max()) + 1, dtype=float)
-    steps = p.step_times(i, np.repeat(b[:, None], p.T, axis=1))  # (batches, T)
-    per = pool_iteration_times(steps, pp.optimizer_s[i][None, :])
-    fit = (b[:, None] <= cap[None, :]) & (per > 0)
+    b, per, fit = iteration_grid(p, pp, i, cap)
+    fit &= per > 0
     inv = np.where(fit, 1.0 / np.where(per > 0, per, 1.0), 0.0)  # 1 / c_t(b)
     top = float(inv.max())
     if top <= 0:

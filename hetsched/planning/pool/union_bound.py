@@ -52,16 +52,25 @@ def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     return total
 
 
+def iteration_grid(problem: PlanningProblem, pp: PoolProblem, i: int, cap: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Job i's pool iteration on one GPU of each type at every local batch 1..max(cap):
+    the batches (B,), the seconds (B, T), and where a batch fits its type's ``cap`` (B, T)
+    (``cap`` 0 where the job may not run). Empty when no batch fits anywhere."""
+    b = np.arange(1, int(max(cap.max(), 0)) + 1, dtype=float)
+    steps = problem.step_times(i, np.repeat(b[:, None], problem.T, axis=1))  # (batches, T)
+    per = pool_iteration_times(steps, pp.optimizer_s[i][None, :])
+    return b, per, b[:, None] <= cap[None, :]
+
+
 def seconds_per_sample(problem: PlanningProblem, pp: PoolProblem, i: int) -> np.ndarray:
     """(T,) the least pool-iteration seconds per sample of job i on one GPU of each type,
     over the local batches 1..cap it may hold there (inf where it may not run)."""
     cap = np.where(problem.allowed[i], problem.cap[i], 0).astype(int)
     if cap.max() < 1:
         return np.full(problem.T, np.inf)
-    b = np.arange(1, int(cap.max()) + 1, dtype=float)
-    steps = problem.step_times(i, np.repeat(b[:, None], problem.T, axis=1))  # (batches, T)
-    per = pool_iteration_times(steps, pp.optimizer_s[i][None, :]) / b[:, None]
-    return np.where(b[:, None] <= cap[None, :], per, np.inf).min(axis=0)
+    b, per, fit = iteration_grid(problem, pp, i, cap)
+    return np.where(fit, per / b[:, None], np.inf).min(axis=0)
 
 
 def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
@@ -118,4 +127,5 @@ def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[
     return max(parts.values()), parts
 
 
-__all__ = ["alone_bound", "pooled_task_bound", "seconds_per_sample", "union_bound"]
+__all__ = ["alone_bound", "iteration_grid", "pooled_task_bound", "seconds_per_sample",
+           "union_bound"]
