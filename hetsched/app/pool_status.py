@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from hetsched.app.pool_submit import pool_dirs
@@ -138,7 +139,30 @@ def active_pool_progress(store: Store) -> PoolProgress | None:
     except InputError:
         return None  # a stored plan this version cannot read: no pool progress to show
     dirs = pool_dirs(store, pid)
-    return progress(typed, read_pool_reports(dirs.report_dir, pid), dirs.slurm_id)
+    return progress(typed, _reports(dirs.report_dir, pid), dirs.slurm_id)
+
+
+#: the last readings of plans' reports, with the files' sizes and times they were read at
+_READ: dict[tuple[str, str], tuple[tuple[Any, ...], ReportedPool]] = {}
+_READ_KEPT = 2
+
+
+def _reports(report_dir: Path, pid: str) -> ReportedPool:
+    """:func:`read_pool_reports` of a plan, read again only when its files changed: `status`
+    asks twice (its table's measured iterations, its pool lines), and a pool's records
+    are every task it has run."""
+    try:
+        sig = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                    for f in sorted((report_dir / pid).glob("gpu-*.jsonl")))
+    except OSError:  # a file went away while looking: read whatever is there
+        return read_pool_reports(report_dir, pid)
+    key = (str(report_dir), pid)
+    hit = _READ.pop(key, None)
+    got = hit[1] if hit is not None and hit[0] == sig else read_pool_reports(report_dir, pid)
+    _READ[key] = (sig, got)  # most recent last
+    while len(_READ) > _READ_KEPT:
+        del _READ[next(iter(_READ))]
+    return got
 
 
 def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
@@ -146,7 +170,7 @@ def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
     first task's start to its end, over its iterations; the plan's ``iteration_s`` is
     the same span, predicted, over the same iterations (``evaluator.to_plan``)."""
     pid = str(plan.get("plan_id") or "")
-    reports = read_pool_reports(pool_dirs(store, pid).report_dir, pid)
+    reports = _reports(pool_dirs(store, pid).report_dir, pid)
     out: dict[str, float] = {}
     for j in plan.get("jobs", []):
         name, segs = str(j.get("name")), j.get("segments") or []

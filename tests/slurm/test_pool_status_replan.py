@@ -364,3 +364,43 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
         slow = {j.job: j for j in batch_status(st, slurm)}[a]
     assert slow.measured_iter_s == pytest.approx(2 * pred[a], rel=1e-6) and SLOW < 2
     assert "iterations 2" in slow.slow, slow.slow
+
+
+def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """`status` asks for the active pool's reports twice (its table's measured iterations,
+    its pool lines): they are read once, and again only after an executor wrote more."""
+    from hetsched.app import pool_status
+    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.status import batch_status
+    from hetsched.slurm.memory import MemorySlurm
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="ro", task_iterations=5)
+    a = plan.jobs[0].name
+    reads: list[str] = []
+    real = pool_status.read_pool_reports
+
+    def counted(*args, **kw):  # type: ignore[no-untyped-def]
+        reads.append(str(args[1]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(pool_status, "read_pool_reports", counted)
+    with open_store(tmp_path / "s.db") as st:
+        submit_pool(plan, st, slurm, partition="gpu")
+        slurm.schedule()
+        body = st.active_plan()
+        assert body is not None
+        report_dir = pool_dirs(st, body["plan_id"]).report_dir
+        _write_tasks(report_dir, body, {a: 1})
+        batch_status(st, slurm)
+        first = pool_status.active_pool_progress(st)
+        assert reads == [body["plan_id"]]  # the second ask read nothing
+        _write_tasks(report_dir, body, {a: body["tasks"]["jobs"][a]["rounds"]}, done={a})
+        batch_status(st, slurm)
+        again = pool_status.active_pool_progress(st)
+    assert len(reads) == 2  # the files changed: read again, once
+    assert first is not None and again is not None
+    by = {j.job: j for j in again.jobs}
+    assert by[a].done and not {j.job: j for j in first.jobs}[a].done
