@@ -61,6 +61,8 @@ def _is_oom(e: BaseException) -> bool:
 MIN_TIMED_S = 0.2
 #: at most this many timed steps per batch, however fast the step
 MAX_TIMED_STEPS = 5000
+#: at most this many blocks timed again to fill ``min_time_s``
+MAX_REFILLS = 4
 
 
 def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int,
@@ -101,9 +103,13 @@ def _time_steps(wl: Workload, b: int, dev: torch.device, warmup: int, steps: int
     run_step.clock.flush()  # the warm-up's phase times are not the timed steps'
     n = max(1, steps)
     wall = timed(n)
-    if wall < min_time_s:
+    for _ in range(MAX_REFILLS):
+        if wall >= min_time_s or n >= MAX_TIMED_STEPS:
+            break
         # too short to time (a GPU's clocks and launches, a host's timer): time again, as
-        # many steps as fill ``min_time_s`` at this pace; the short block was a warm-up
+        # many steps as fill ``min_time_s`` at the last block's pace; that block was a
+        # warm-up. A cold block runs slower than the steady state, so its pace may ask
+        # for too few steps: the loop times again until a block fills ``min_time_s``
         n = min(MAX_TIMED_STEPS, max(n + 1, math.ceil(min_time_s * n / max(wall, 1e-9))))
         wall = timed(n)
     return wall / n, min(run_step.clock.optimizer_s / n, wall / n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -161,11 +162,45 @@ def test_run_process_does_not_import_what_it_does_not_use(tmp_path: Path) -> Non
 
 def test_probe_times_a_fast_step_for_long_enough(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two steps of a 4-sample MLP last well under 50 ms: the probe times again, as many
-    steps as fill ``min_time_s``, and keeps that block's mean."""
-    from hetsched.runtime.probe import probe
+    steps as fill ``min_time_s`` (again when a cold block's pace asked for too few), and
+    keeps the mean of the last block, which lasts ``min_time_s`` at least."""
+    from hetsched.runtime import probe as probe_mod
 
     c = Counter(monkeypatch)
-    res = probe("mlp", "cpu", [4], warmup=1, steps=2, device="cpu", sync=False, min_time_s=0.05)
+    res = probe_mod.probe("mlp", "cpu", [4], warmup=1, steps=2, device="cpu", sync=False,
+                          min_time_s=0.05)
     again = c.calls - 1 - 2  # the steps timed after the short block
     assert again > 2
-    assert res.rows[0].step_time_s * again >= 0.05 * 0.5  # they filled about min_time_s
+    # the kept block: its steps at the kept mean last min_time_s (the loop stops there)
+    assert res.rows[0].step_time_s * again >= 0.05
+
+
+def test_probe_times_again_until_a_block_fills_min_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold first block (ten times slower than the steady state) would ask for a tenth of
+    the steps ``min_time_s`` needs: the probe times again until one block fills it."""
+    from hetsched.runtime import probe as probe_mod
+
+    clock = {"t": 0.0, "steps": 0}
+    pace = [0.01, 0.01, 0.001]  # the first two steps cold, then the steady state
+
+    def fake_perf() -> float:
+        return clock["t"]
+
+    orig_call = TrainStep.__call__
+
+    def call(self_: TrainStep, *a: Any, **k: Any) -> Any:
+        out = orig_call(self_, *a, **k)
+        if clock["steps"] >= 1:  # after the warm-up step
+            i = clock["steps"] - 1
+            clock["t"] += pace[min(i, len(pace) - 1)]
+        clock["steps"] += 1
+        return out
+
+    monkeypatch.setattr(TrainStep, "__call__", call)
+    # the probe module's own clock only (the process's time module stays real)
+    monkeypatch.setattr(probe_mod, "time", types.SimpleNamespace(perf_counter=fake_perf))
+    res = probe_mod.probe("mlp", "cpu", [4], warmup=1, steps=2, device="cpu", sync=False,
+                          min_time_s=0.05)
+    # short block: 2 steps, 20 ms -> asks for 5 steps, 5 ms at the steady pace -> again
+    assert res.rows[0].step_time_s == pytest.approx(0.001)
+    assert clock["steps"] - 1 - 2 - 5 >= 50  # the last block filled 50 ms at 1 ms a step
