@@ -146,11 +146,13 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
 
     A space plan is a pool plan whose GPUs each run one job's work back to back: plan
     it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
-    Planning it, and making it a task plan and improving that, needs nothing of Hare's
-    own orders, so it runs beside them in a forked process where the machine has more
-    than one core (``plan_workers``); the result is the same either way.
+    Up to ``POOL_COSTS_MAX_JOBS`` jobs space mode is also planned on the pool's costs
+    (no restart cost, the pool's synchronisation), and the lower of the two task plans
+    is improved. Planning them, and making them task plans and improving one, needs
+    nothing of Hare's own orders, so it runs beside them in forked processes where the
+    machine has more than one core (``plan_workers``); the result is the same either way.
     """
-    from hetsched.planning.pool.space_seed import space_work
+    from hetsched.planning.pool import space_seed
     from hetsched.planning.select import Background, default_workers
 
     uses = {getattr(pol, "space", "off") for pol in pols.values()} - {"off"}
@@ -164,7 +166,15 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
         return _space_plan(problem, restart_cost_s)  # the same plan space mode gives
 
     improve = any(getattr(pol, "improves_space", False) for pol in pols.values())
-    work = Background(lambda: space_work(pp, plan_it, improve), default_workers())
+
+    def plan_pool_costs() -> Plan | None:  # space mode on the pool's costs (space_seed.py)
+        return _space_plan(space_seed.pool_costs_problem(problem, pp), 0.0)
+
+    costs = plan_pool_costs if space_seed.POOL_COSTS_SEED \
+        and problem.S <= space_seed.POOL_COSTS_MAX_JOBS else None
+    workers = default_workers()
+    work = Background(lambda: space_seed.space_work(pp, plan_it, improve, costs, workers),
+                      workers)
     for pol in pols.values():
         if getattr(pol, "space", "off") != "off":
             pol.space_source = work.result

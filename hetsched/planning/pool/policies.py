@@ -56,8 +56,10 @@ class Hare(PoolPolicy):
     param_docs = {"pick": "GPU rule: finish, available or best (both, keep the better)",
                   "order": "round order: relaxation, priority, work, seeded or best",
                   "bound": "relaxation: lp, fluid or auto (lp while it fits)",
-                  "space": "seed: also plan space mode, start from its best plan as a task "
-                           "plan (uneven tasks) and improve it by backfilling idle GPUs and "
+                  "space": "seed: also plan space mode (on its own costs, and up to 200 "
+                           "jobs on the pool's: one exchange per round, no restarts), start "
+                           "from the lower of those plans as a task plan (uneven tasks) and "
+                           "improve it by backfilling idle GPUs and "
                            "re-placing waiting jobs into the gaps; keep "
                            "Hare's own plan when lower (the plan stays a task plan, never above "
                            "the space plan's task plan); keep: also keep the space plan itself "
@@ -104,8 +106,10 @@ class Hare(PoolPolicy):
             return res
         best = im.schedule
         best.policy = "hare"
-        best.params = {"order": "space", "pick": "backfill",
+        best.params = {"order": work.improved_from, "pick": "backfill",
                        "space_tasks_s": round(work.tasks_s, 6),
+                       **({"pool_costs_tasks_s": round(work.pool_costs_tasks_s, 6)}
+                          if work.pool_costs_tasks_s is not None else {}),
                        "backfill_tries": im.tries, "backfill_moves": im.accepted,
                        "reinserted_jobs": im.reinserted,
                        "hare_own_s": round(own, 6)}

@@ -10,17 +10,31 @@ it; pool mode therefore plans both and keeps the lower weighted JCT
 :func:`space_seed` gives each round of each job the time the space plan
 reaches that round's first iteration, an order for Algorithm 1
 (:func:`hetsched.planning.pool.hare.seeded_order`).
+
+Space mode plans on its own costs: a job synchronises every iteration and pays a
+restart when its GPUs change. A pool job pays neither: its tasks exchange gradients
+once per round of ``N`` iterations, and it moves between GPUs at a task switch. So
+the space planners, which size jobs by the step plus that synchronisation, leave
+GPUs idle that a pool job would use. Pool mode therefore also plans space mode on
+the pool's costs (:func:`pool_costs_problem`: the synchronisation divided by the
+round's iterations, no restart cost), makes that plan a task plan, improves it the
+same way, and starts from whichever improved plan is lower. The space plan on its
+own costs stays the guarantee: the plan kept is never above its task plan.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetsched.core.estimates import Estimates
 from hetsched.core.plan import Plan
+from hetsched.core.problem import PlanningProblem
 from hetsched.planning.pool.evaluator import TaskSchedule
 from hetsched.planning.pool.problem import PoolProblem
 
@@ -40,27 +54,90 @@ class SpaceWork:
     #: the exact task plan's total weighted JCT, before the improvement
     tasks_s: float | None = None
     improved: Improved | None = None
+    #: which space plan ``improved`` starts from: "space" (space mode's own plan) or
+    #: "space-pool-costs" (space mode planned on the pool's costs, :func:`pool_costs_problem`)
+    improved_from: str = "space"
+    #: the exact task plan of the space plan on the pool's costs (None: not planned)
+    pool_costs_tasks_s: float | None = None
 
 
-def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: bool) -> SpaceWork:
+#: whether pool mode also plans space mode on the pool's costs (benchmarks switch it off
+#: to compare with the seed on space mode's own costs alone)
+POOL_COSTS_SEED = True
+#: up to this many jobs: on the pool's costs the space planners give jobs many more GPUs,
+#: so planning, timing and improving that plan grow faster than the plan on space mode's
+#: costs (1,000 jobs on 3,600 GPUs: minutes, where the rest of pool mode takes 45 s)
+POOL_COSTS_MAX_JOBS = 200
+
+
+def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: bool,
+               plan_pool_costs: Callable[[], Plan | None] | None = None,
+               workers: int = 1) -> SpaceWork:
     """Plan space mode (``plan_it``), then turn its plan into the seed and the exact task
-    plan, improved (``improve``): everything of the space plan that Hare uses, in one
-    deterministic function, which plan_pool runs beside Hare's own orders."""
+    plan, improved (``improve``): everything of the space plans that Hare uses, in one
+    deterministic function, which plan_pool runs beside Hare's own orders.
+
+    With ``plan_pool_costs`` (space mode on the pool's costs, planned beside
+    ``plan_it`` in a forked process where ``workers`` > 1), the improvement starts from
+    the lower of the two exact task plans: improving one takes as long as planning it,
+    and the seeds differ by far more than an improvement moves either."""
     from hetsched.planning.pool.evaluator import evaluate
     from hetsched.planning.pool.from_space import space_tasks
+    from hetsched.planning.select import Background
 
-    plan = plan_it()
-    if plan is None:
-        return SpaceWork(None)
-    out = SpaceWork(plan, seed=space_seed(pp, plan))
-    exact = space_tasks(pp, plan)
-    if exact is not None:
+    other = Background(plan_pool_costs, workers) \
+        if improve and plan_pool_costs is not None else None
+    try:
+        plan = plan_it()
+        if plan is None:
+            return SpaceWork(None)
+        out = SpaceWork(plan, seed=space_seed(pp, plan))
+        exact = space_tasks(pp, plan)
+        if exact is None:
+            return out
         out.tasks_s = evaluate(pp, exact[0]).objective
-        if improve:
-            from hetsched.planning.pool.backfill import improve as improve_plan
+        if not improve:
+            return out
+        from hetsched.planning.pool.backfill import improve as improve_plan
 
-            out.improved = improve_plan(pp, exact[0])
-    return out
+        start = exact[0]
+        alt_plan = other.result() if other is not None else None
+        alt = space_tasks(pp, alt_plan) if alt_plan is not None else None
+        if alt is not None:
+            out.pool_costs_tasks_s = evaluate(pp, alt[0]).objective
+            if out.pool_costs_tasks_s < out.tasks_s:
+                start, out.improved_from = alt[0], "space-pool-costs"
+        out.improved = improve_plan(pp, start)
+        return out
+    finally:
+        if other is not None:
+            other.close()
+
+
+def pool_costs_problem(problem: PlanningProblem, pp: PoolProblem) -> PlanningProblem:
+    """``problem`` with the pool model's synchronisation: one exchange per round of
+    ``N_i`` iterations, so a space planner charges ``sync / N`` per iteration.
+
+    Jobs that space mode cannot tell apart (one ``model_key``) keep one model: each is
+    charged the sync over the fewest iterations per round among them (conservative for
+    the others), so the planners' per-model tables stay shared. The arrays the costs
+    are read from (``sync``, ``model_mb``, ``calibrated``) are the copy's own; the rest
+    is shared, read-only, with ``problem``."""
+    per: dict[tuple, int] = {}
+    for i in range(problem.S):
+        key = problem.model_key(i)
+        per[key] = min(per.get(key, int(pp.N[i])), int(pp.N[i]))
+    n = np.array([max(1, per[problem.model_key(i)]) for i in range(problem.S)], dtype=float)
+    q = copy.copy(problem)
+    q.sync = problem.sync / n[:, None]
+    q.model_mb = problem.model_mb / n
+    q.calibrated = [{t: dataclasses.replace(
+        fit, sync_s=fit.sync_s / n[i] if fit.sync_s else fit.sync_s,
+        sync_curve=tuple((k, v / n[i]) for k, v in fit.sync_curve))
+        for t, fit in problem.calibrated[i].items()} for i in range(problem.S)]
+    q.estimates = Estimates.of(q)
+    q.estimates.joint_lp = False  # a seed: its bound is never reported
+    return q
 
 
 def round_starts(pp: PoolProblem, plan: Plan) -> list[np.ndarray]:
@@ -99,4 +176,5 @@ def space_seed(pp: PoolProblem, plan: Plan) -> TaskSchedule:
     return TaskSchedule(job.astype(np.int64), rnd.astype(np.int64), z, z, st, policy="space")
 
 
-__all__ = ["round_starts", "space_seed", "SpaceWork", "space_work"]
+__all__ = ["round_starts", "space_seed", "SpaceWork", "space_work", "pool_costs_problem",
+           "POOL_COSTS_SEED", "POOL_COSTS_MAX_JOBS"]
