@@ -1,8 +1,8 @@
 """The iteration-time memos of the baselines and of HAS/JPS's trim give the computed values.
 
 ``equal_iter_time`` (fifo, srtf, allox, las) is memoised per problem;
-``has_trim.sub_table`` keeps each job model's trim table across events, in a
-box that grows. Both must return exactly what computing afresh returns (ties
+``has_trim.sub_table`` keeps each job model's trim table across a policy run's
+events, in a box that grows. Both must return exactly what computing afresh returns (ties
 included), whatever order the lattices are asked in, and plans must not
 depend on how much is kept.
 """
@@ -57,11 +57,12 @@ def test_kept_tables_equal_fresh_ones_in_any_order(monkeypatch) -> None:
     p = _problem()
     monkeypatch.setattr(has_trim, "TABLE_CACHE_BYTES", 6000)  # some boxes are not kept
     rng = np.random.default_rng(0)
+    tables = has_trim.TrimTables()
     for _ in range(80):
         i = int(rng.integers(p.S))
         lo = int(p.lo[i])
         dims = tuple(int(rng.integers(1, n + 2)) for n in p.n_type)
-        V, idx, box = has_trim.sub_table(p, i, dims, lo)
+        V, idx, box = has_trim.sub_table(p, i, dims, lo, tables)
         Vf, idxf = _fresh(p, i, dims, lo)
         inside = tuple(slice(0, d) for d in dims)
         np.testing.assert_array_equal(V[inside], Vf)
@@ -69,14 +70,14 @@ def test_kept_tables_equal_fresh_ones_in_any_order(monkeypatch) -> None:
         got = np.array(np.unravel_index(idx[inside].ravel(), box)).T
         want = np.array(np.unravel_index(idxf.ravel(), dims)).T
         np.testing.assert_array_equal(got, want)
-    assert 0 < has_trim._kept_bytes(p.estimates.extra["trim_tables"]) <= 6000
+    assert 0 < has_trim._kept_bytes(tables.boxes) <= 6000
 
 
 def test_the_table_is_the_best_sub_allocation() -> None:
     p = _problem()
     for i in (0, 2, 4):
         dims = tuple(int(n) + 1 for n in p.n_type)
-        V, _, _ = has_trim.sub_table(p, i, dims, int(p.lo[i]))
+        V, _, _ = has_trim.sub_table(p, i, dims, int(p.lo[i]), has_trim.TrimTables())
         np.testing.assert_array_equal(V.ravel(), _brute(p, i, dims, int(p.lo[i])))
 
 
@@ -87,14 +88,18 @@ def test_jobs_of_one_model_share_a_box_and_each_minimum_has_its_table() -> None:
     assert p.model_key(0) != p.model_key(3)  # another batch
     assert p.model_key(0) != p.model_key(2)  # another workload
     dims = tuple(int(n) + 1 for n in p.n_type)
+    tables = has_trim.TrimTables()
     for i in (0, 1, 4):
-        has_trim.sub_table(p, i, dims, int(p.lo[i]))
-    kept = p.estimates.extra["trim_tables"]
+        has_trim.sub_table(p, i, dims, int(p.lo[i]), tables)
+    kept = tables.boxes
     assert len(kept) == 1
+    # the box's iteration times computed once per minimum (a box that covers the
+    # partition drops its times once its table is built), not once per job
+    assert tables.points == 2 * int(np.prod(dims))
     box = next(iter(kept.values()))
     assert sorted(box.tables) == [1, 3]
     assert box.F is None  # the box covers the partition: its times are dropped
-    V, _, _ = has_trim.sub_table(p, 4, dims, 3)
+    V, _, _ = has_trim.sub_table(p, 4, dims, 3, tables)
     np.testing.assert_array_equal(V.ravel(), _brute(p, 4, dims, 3))
 
 
@@ -102,12 +107,15 @@ def test_a_box_grows_only_up_to_the_table_size(monkeypatch) -> None:
     p = _problem()
     monkeypatch.setattr(has_trim, "TRIM_TABLE_MAX", 20)
     boxes = []
+    tables = has_trim.TrimTables()
     for dims in ((2, 2, 3), (3, 2, 2), (2, 3, 3)):  # 12, 12, 18 points (the caller's limit)
-        V, _, box = has_trim.sub_table(p, 0, dims, 1)
+        V, _, box = has_trim.sub_table(p, 0, dims, 1, tables)
         np.testing.assert_array_equal(V[tuple(slice(0, d) for d in dims)], _fresh(p, 0, dims, 1)[0])
         boxes.append(box)
     # (2,2,3) then their box (3,2,3); (3,3,3) would be 27 points: the last lattice alone
     assert boxes == [(2, 2, 3), (3, 2, 3), (2, 3, 3)]
+    # counted: 12, then the 6 new points of (3,2,3), then 18 (built, not kept)
+    assert tables.points == 12 + 6 + 18
 
 
 def test_equal_iter_time_memo_is_the_computed_value() -> None:
@@ -131,6 +139,23 @@ def test_jps_plans_do_not_depend_on_the_kept_tables(inst) -> None:
         fresh = simulate(q, JPS(samples=8), restart_cost_s=0.0)
     finally:
         has_trim.TABLE_CACHE_BYTES = old
-    assert not q.estimates.extra.get("trim_tables")
     assert [j.to_dict() for j in kept.jobs] == [j.to_dict() for j in fresh.jobs]
     assert kept.weighted_jct_s == fresh.weighted_jct_s
+
+
+def test_a_runs_counted_work_holds_the_tables_it_builds_and_no_other_runs(
+        monkeypatch) -> None:
+    """auto's budget counts the trim tables' lattice points: a run that must rebuild its
+    tables at every event (none kept: many job models) counts more, and a run counts the
+    same whatever another run in the same process kept before it (tables are per run)."""
+    p = _problem()
+    first = simulate(p, JPS(samples=8), restart_cost_s=0.0)
+    again = simulate(p, JPS(samples=8), restart_cost_s=0.0)  # same process, same problem
+    assert again.work[0] == first.work[0]
+    monkeypatch.setattr(has_trim, "TABLE_CACHE_BYTES", 0)  # every event builds its tables
+    fresh = simulate(_problem(), JPS(samples=8), restart_cost_s=0.0)
+    assert fresh.work[0] > first.work[0]
+    assert [j.to_dict() for j in fresh.jobs] == [j.to_dict() for j in first.jobs]
+    # the difference is lattice points at POINT_S each
+    extra = (fresh.work[0] - first.work[0]) / has_trim.POINT_S
+    assert abs(extra - round(extra)) < 1e-3 and extra >= 1

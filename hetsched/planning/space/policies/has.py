@@ -37,7 +37,9 @@ from hetsched.planning.space.policies.common import (
     smith_priority,
 )
 from hetsched.planning.space.policies.has_trim import (
+    POINT_S,
     TRIM_TABLE_MAX,
+    TrimTables,
     refill,
     sub_table,
     trim_greedy,
@@ -88,9 +90,13 @@ class CategorySolver:
     """Evaluates categories (per-job GPU counts) for the admitted jobs of one snapshot."""
 
     def __init__(self, p: PlanningProblem, snap: Snapshot, rows: list[int], matching: str,
-                 trim: bool = True, refill: bool = False) -> None:
+                 trim: bool = True, refill: bool = False,
+                 tables: TrimTables | None = None) -> None:
         self.p, self.snap, self.rows, self.matching, self.trim = p, snap, rows, matching, trim
         self.refill = refill
+        #: the policy run's trim tables (kept across its events; a throwaway set without)
+        self.tables = tables if tables is not None else TrimTables()
+        self._points0 = self.tables.points
         self.jobs = [int(snap.jobs[r]) for r in rows]
         #: job rows matched or scored so far, and transportation LPs solved (auto's counted
         #: work, planning/select.py)
@@ -106,8 +112,10 @@ class CategorySolver:
         self._lp: dict[bool, TransportLP] = {}
 
     def work_s(self) -> float:
-        """What this solver counted, in reference seconds (auto's budget)."""
-        return self.rows_done * ROW_S + self.lps_done * LP_S
+        """What this solver counted, in reference seconds (auto's budget): rows, LPs and
+        the trim tables' lattice points it computed."""
+        return (self.rows_done * ROW_S + self.lps_done * LP_S
+                + (self.tables.points - self._points0) * POINT_S)
 
     def feasible(self, sizes: tuple[int, ...]) -> bool:
         s = np.asarray(sizes)
@@ -217,7 +225,8 @@ class CategorySolver:
         if int(np.prod(dims)) > TRIM_TABLE_MAX:
             return trim_greedy(self.p, self.jobs[j], int(self.lo[j]), X)
         if j not in self._best_sub:
-            self._best_sub[j] = sub_table(self.p, self.jobs[j], dims, int(self.lo[j]))
+            self._best_sub[j] = sub_table(self.p, self.jobs[j], dims, int(self.lo[j]),
+                                          self.tables)
         val, idx, box = self._best_sub[j]
         at = tuple(X.T)
         X[:] = np.array(np.unravel_index(idx[at], box)).T
@@ -259,6 +268,8 @@ class HAS(Policy):
         self.max_categories = int(max_categories)
         self.trim = bool(trim)
         self.refill = bool(refill)
+        #: this run's trim tables, kept across its events
+        self._tables = TrimTables()
 
     @classmethod
     def predict_work(cls, problem: PlanningProblem, active: list[int],
@@ -277,7 +288,8 @@ class HAS(Policy):
         if not rows:
             return np.zeros((len(snap.jobs), problem.T), dtype=int)
         admitted = list(rows)
-        solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill)
+        solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill,
+                                    self._tables)
         n = count_compositions(solver.total, len(rows))
         if self.max_categories and n > self.max_categories:
             raise PlanningError(
@@ -289,7 +301,8 @@ class HAS(Policy):
             cats = list(bounded_compositions(solver.total, lo, hi))
         else:  # too many to enumerate at this event: sample as JPS does
             rows = latency_order(problem, snap, rows)
-            solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill)
+            solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill,
+                                    self._tables)
             cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
                 solver.total, len(rows), 0.0, self.samples, 0)))
         if not cats:

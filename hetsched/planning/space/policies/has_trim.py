@@ -10,7 +10,7 @@ shares them through it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +23,10 @@ ITER_CACHE_MAX = 2_000_000
 #: bytes of the exact trim's tables kept across events, all job models together (8 a
 #: lattice point for the iteration times while a box can grow, 12 for each table)
 TABLE_CACHE_BYTES = 64 * 2**20
+#: reference seconds per lattice point whose iteration time a trim table computes (auto's
+#: counted work: 0.5-1.8 us of CPU on the 2-core bench machine, more with piecewise
+#: curves; the prefix minimum's 0.01-0.03 us a point is in it)
+POINT_S = 1.5e-6
 
 
 def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
@@ -53,8 +57,8 @@ def cached_iter_time(p: PlanningProblem, i: int, X: np.ndarray) -> np.ndarray:
     return out
 
 
-def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
-              ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int,
+              tables: TrimTables) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Job i's best sub-allocation of every count vector of the lattice ``dims``.
 
     Returns ``(V, idx, box)``, arrays of shape ``box`` (which covers ``dims``):
@@ -70,26 +74,29 @@ def sub_table(p: PlanningProblem, i: int, dims: tuple[int, ...], lo: int
     for while it holds at most ``TRIM_TABLE_MAX`` points; on growth only the new
     points' iteration times are computed (``p.iter_time``'s, row by row). A box
     that covers the whole partition cannot grow, so its iteration times are
-    dropped once its table is built. The boxes live in ``p.estimates.extra``
-    while they fit ``TABLE_CACHE_BYTES``; past it a new or grown box is built
-    and not kept (first come, first kept: evicting would rebuild tables in
-    turn), as each event's table was before.
+    dropped once its table is built. The boxes live in ``tables`` (one policy
+    run's, so what a run computes never depends on what another run kept) while
+    they fit ``TABLE_CACHE_BYTES``; past it a new or grown box is built and not
+    kept (first come, first kept: evicting would rebuild tables in turn), as
+    each event's table was before. ``tables.points`` counts the lattice points
+    computed: auto's counted work (``POINT_S`` each), which with many job
+    models (every job its own model size or batch) is most of a run.
     """
-    store: dict[tuple, _Box] = p.estimates.extra.setdefault("trim_tables", {})
+    store = tables.boxes
     key = p.model_key(i)
     ent = store.get(key)
     if ent is not None and all(d <= b for d, b in zip(dims, ent.box, strict=True)):
         if lo in ent.tables:
             V, idx = ent.tables[lo]
             return V, idx, ent.box
-        cand = _Box(ent.box, ent.F if ent.F is not None else _times(p, i, ent.box, None),
-                    dict(ent.tables))
+        cand = _Box(ent.box, ent.F if ent.F is not None
+                    else _times(p, i, ent.box, None, tables), dict(ent.tables))
     else:
         box = dims if ent is None else tuple(max(d, b) for d, b in zip(dims, ent.box,
                                                                            strict=True))
         if int(np.prod(box)) > TRIM_TABLE_MAX:
             box = dims
-        cand = _Box(box, _times(p, i, box, ent), {})
+        cand = _Box(box, _times(p, i, box, ent, tables), {})
     assert cand.F is not None
     f = cand.F.copy()
     f[np.indices(cand.box).sum(axis=0) < lo] = np.inf
@@ -118,20 +125,36 @@ class _Box:
         return n + sum(V.nbytes + idx.nbytes for V, idx in self.tables.values())
 
 
+@dataclass
+class TrimTables:
+    """One policy run's trim tables, kept across its events (:func:`sub_table`), and the
+    lattice points whose iteration times it computed (its counted work)."""
+
+    boxes: dict[tuple, _Box] = field(default_factory=dict)
+    points: int = 0
+
+    def work_s(self) -> float:
+        return self.points * POINT_S
+
+
 def _kept_bytes(store: dict[tuple, _Box]) -> int:
     return sum(e.nbytes() for e in store.values())
 
 
-def _times(p: PlanningProblem, i: int, box: tuple[int, ...], old: _Box | None) -> np.ndarray:
-    """Job i's iteration times over the lattice ``box``, reusing ``old``'s where it has them."""
+def _times(p: PlanningProblem, i: int, box: tuple[int, ...], old: _Box | None,
+           tables: TrimTables) -> np.ndarray:
+    """Job i's iteration times over the lattice ``box``, reusing ``old``'s where it has
+    them; the points computed are added to ``tables.points``."""
     states = np.array(np.unravel_index(np.arange(int(np.prod(box))), box)).T
     F = np.empty(len(states))
     if old is None or old.F is None or any(b > c for b, c in zip(old.box, box, strict=True)):
         F[:] = p.iter_time(i, states)
+        tables.points += len(states)
     else:
         known = (states < np.asarray(old.box)).all(axis=1)
         F[known] = old.F[tuple(states[known].T)]
         F[~known] = p.iter_time(i, states[~known])
+        tables.points += int((~known).sum())
     return F.reshape(box)
 
 

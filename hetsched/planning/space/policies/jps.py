@@ -23,6 +23,7 @@ from hetsched.planning.space.policies.has import (
     CategorySolver,
     predicted_search_s,
 )
+from hetsched.planning.space.policies.has_trim import TrimTables
 from hetsched.planning.space.policies.sampling import latency_order, sample_categories
 
 
@@ -56,6 +57,8 @@ class JPS(Policy):
         self.matching = matching
         self.trim = bool(trim)
         self.refill = bool(refill)
+        #: this run's trim tables, kept across its events (has_trim.sub_table)
+        self._tables = TrimTables()
 
     @classmethod
     def predict_work(cls, problem: PlanningProblem, active: list[int],
@@ -72,7 +75,8 @@ class JPS(Policy):
             return minimal
         minimal[rows] = mins  # the fallback: every admitted job on its minimal set
         rows = latency_order(p, snap, rows)  # job prioritising
-        solver = CategorySolver(p, snap, rows, self.matching, self.trim, self.refill)
+        solver = CategorySolver(p, snap, rows, self.matching, self.trim, self.refill,
+                                self._tables)
         S = len(rows)
         cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
             solver.total, S, self.alpha, self.samples, self.seed)))
