@@ -37,7 +37,6 @@ from hetsched.planning.space.policies.common import (
     smith_priority,
 )
 from hetsched.planning.space.policies.has_trim import (
-    POINT_S,
     TRIM_TABLE_MAX,
     TrimTables,
     refill,
@@ -96,7 +95,7 @@ class CategorySolver:
         self.refill = refill
         #: the policy run's trim tables (kept across its events; a throwaway set without)
         self.tables = tables if tables is not None else TrimTables()
-        self._points0 = self.tables.points
+        self._tables0 = self.tables.work_s()  # what the run's tables had counted before
         self.jobs = [int(snap.jobs[r]) for r in rows]
         #: job rows matched or scored so far, and transportation LPs solved (auto's counted
         #: work, planning/select.py)
@@ -115,7 +114,7 @@ class CategorySolver:
         """What this solver counted, in reference seconds (auto's budget): rows, LPs and
         the trim tables' lattice points it computed."""
         return (self.rows_done * ROW_S + self.lps_done * LP_S
-                + (self.tables.points - self._points0) * POINT_S)
+                + self.tables.work_s() - self._tables0)
 
     def feasible(self, sizes: tuple[int, ...]) -> bool:
         s = np.asarray(sizes)
@@ -289,7 +288,7 @@ class HAS(Policy):
             return np.zeros((len(snap.jobs), problem.T), dtype=int)
         admitted = list(rows)
         solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill,
-                                    self._tables)
+                                self._tables)
         n = count_compositions(solver.total, len(rows))
         if self.max_categories and n > self.max_categories:
             raise PlanningError(
@@ -301,8 +300,8 @@ class HAS(Policy):
             cats = list(bounded_compositions(solver.total, lo, hi))
         else:  # too many to enumerate at this event: sample as JPS does
             rows = latency_order(problem, snap, rows)
-            solver = CategorySolver(problem, snap, rows, self.matching, self.trim, self.refill,
-                                    self._tables)
+            solver = CategorySolver(problem, snap, rows, self.matching, self.trim,
+                                    self.refill, self._tables)
             cats = list(dict.fromkeys(solver.repair(c) for c in sample_categories(
                 solver.total, len(rows), 0.0, self.samples, 0)))
         if not cats:

@@ -134,6 +134,7 @@ class TrimTables:
     points: int = 0
 
     def work_s(self) -> float:
+        """The points computed so far, in reference seconds (auto's counted work)."""
         return self.points * POINT_S
 
 
