@@ -282,6 +282,35 @@ def test_noise_changes_what_the_policy_sees_not_how_time_runs() -> None:
     assert res.ratio_lower_bound >= 1.0 - 1e-9
 
 
+def test_noise_scales_every_part_of_an_iteration_alike() -> None:
+    # a piecewise step (Gavel's ResNet-18 on K80) with a modelled all-reduce, and a job
+    # whose sync was calibrated at 2 and 4 GPUs: the noisy copy's iteration time is the
+    # factor times the true one at every count vector, compute and sync alike
+    from hetsched.core.throughput import ProfileRow, ThroughputTable
+
+    pts = [(16, 0.2085), (32, 0.1394), (64, 0.1418), (128, 0.5535), (256, 1.1292)]
+    rows = ([ProfileRow("r", "k80", b, t) for b, t in pts]
+            + [ProfileRow("r", "v100", b, 0.01 + 0.0012 * b) for b in (16, 32, 64, 128, 256)]
+            + [ProfileRow("w", "v100", b, t, gpus=k) for b, t, k in
+               ((16, 0.026, 1), (32, 0.042, 1), (16, 0.036, 2), (32, 0.052, 2),
+                (16, 0.056, 4), (32, 0.072, 4))])
+    cluster = make_cluster([("k1", "k80", 4), ("v1", "v100", 4)])
+    jobs = [make_job("r", "r", dataset_size=25600, global_batch=256, model_size_mb=50.0),
+            make_job("w", "w", dataset_size=6400, global_batch=64, gpu_types=["v100"])]
+    p = PlanningProblem(jobs, cluster, ThroughputTable(rows))
+    assert p.curves[0] is not None and p.calibrated[1]  # both paths are exercised
+    counts = np.array([[k, v] for k in range(5) for v in range(5) if k + v])
+    before = [p.iter_time(i, counts) for i in range(p.S)]
+    q = noisy_problem(p, 0.3, seed=5)
+    f = q.c[:, -1] / p.c[:, -1]
+    assert not np.allclose(f, 1.0)
+    for i in range(p.S):
+        ok = np.isfinite(p.iter_time(i, counts))
+        assert ok.sum() >= 3
+        assert np.allclose(q.iter_time(i, counts)[ok], f[i] * before[i][ok])
+        assert np.array_equal(p.iter_time(i, counts)[ok], before[i][ok])  # p left as it was
+
+
 @pytest.mark.slow
 def test_simulate_cli_reports_ratios_and_writes_json(tmp_path) -> None:
     import yaml

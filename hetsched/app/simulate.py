@@ -18,7 +18,6 @@ online / lower bound is an upper bound on the empirical competitive ratio
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from hetsched.config import DEFAULT_RESTART_COST_S
-from hetsched.core.estimates import Estimates
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.report import BaseReporter
@@ -39,16 +37,13 @@ from hetsched.planning.space.policies.base import make_policy
 
 
 def noisy_problem(problem: PlanningProblem, noise: float, seed: int = 0) -> PlanningProblem:
-    """A copy whose step times (intercept and slope) are off by a per-job factor 1 +- noise."""
+    """A copy whose iteration times are off by a per-job factor 1 +- noise: compute (the
+    affine line or the piecewise curve) and synchronisation (measured, modelled from the
+    model's size, or calibrated at several scales) alike."""
     if noise < 0 or noise >= 1:
         raise InputError("--noise", f"{noise!r}: expected a fraction in [0, 1), e.g. 0.2")
-    q = copy.copy(problem)
     f = 1.0 + np.random.default_rng(seed).uniform(-noise, noise, problem.S)
-    q.a = problem.a * f[:, None]
-    q.c = problem.c * f[:, None]
-    q.sync = problem.sync * f[:, None]
-    q.estimates = Estimates.of(q)
-    return q
+    return problem.scaled(step=f, sync=f)
 
 
 def metrics(plan: Plan, problem: PlanningProblem) -> dict[str, float]:

@@ -22,8 +22,8 @@ from hetsched.cli.options import format_option, needs_extra
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Policy parameter, repeatable.")
 @click.option("--noise", type=click.FloatRange(min=0, max=0.99), default=0.0, show_default=True,
-              help="The policy sees each job's step times off by up to this fraction (0.2 = "
-                   "+-20%, per job); the replay runs the true ones.")
+              help="The policy sees each job's iteration times (compute and sync) off by up "
+                   "to this fraction (0.2 = +-20%, per job); the replay runs the true ones.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
 @click.option("--restart-cost", type=click.FloatRange(min=0), default=None,
               help="Seconds a running job loses when its GPUs change (default: the "

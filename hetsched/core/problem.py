@@ -168,6 +168,35 @@ class PlanningProblem:
         """Forget memoised model evaluations (benchmarks time cold runs with this)."""
         self.estimates.clear()
 
+    def scaled(self, step: np.ndarray | None = None,
+               sync: np.ndarray | None = None) -> PlanningProblem:
+        """A copy whose job i computes ``step[i]`` times as long (the affine line and
+        the piecewise curve alike) and synchronises ``sync[i]`` times as long (the
+        measured sync, the model's size, which the all-reduce is proportional to, and
+        the curves calibrated at several scales). None leaves that part as it is.
+
+        The arrays it changes are the copy's own; the rest is shared, read-only, with
+        this problem; the copy's estimates start empty."""
+        import copy
+        import dataclasses
+
+        q = copy.copy(self)
+        if step is not None:
+            f = np.asarray(step, dtype=float)
+            q.a, q.c = self.a * f[:, None], self.c * f[:, None]
+            q.curves = [None if row is None else
+                        [None if cv is None else (cv[0], cv[1] * f[i]) for cv in row]
+                        for i, row in enumerate(self.curves)]
+        if sync is not None:
+            g = np.asarray(sync, dtype=float)
+            q.sync, q.model_mb = self.sync * g[:, None], self.model_mb * g
+            q.calibrated = [{t: dataclasses.replace(
+                fit, sync_s=fit.sync_s * g[i],
+                sync_curve=tuple((k, v * g[i]) for k, v in fit.sync_curve))
+                for t, fit in cal.items()} for i, cal in enumerate(self.calibrated)]
+        q.estimates = Estimates.of(q)
+        return q
+
     # ------------------------------------------------------------------
     @property
     def S(self) -> int:

@@ -24,15 +24,12 @@ own costs stays the guarantee: the plan kept is never above its task plan.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hetsched.core.estimates import Estimates
 from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.pool.evaluator import TaskSchedule
@@ -128,14 +125,7 @@ def pool_costs_problem(problem: PlanningProblem, pp: PoolProblem) -> PlanningPro
         key = problem.model_key(i)
         per[key] = min(per.get(key, int(pp.N[i])), int(pp.N[i]))
     n = np.array([max(1, per[problem.model_key(i)]) for i in range(problem.S)], dtype=float)
-    q = copy.copy(problem)
-    q.sync = problem.sync / n[:, None]
-    q.model_mb = problem.model_mb / n
-    q.calibrated = [{t: dataclasses.replace(
-        fit, sync_s=fit.sync_s / n[i] if fit.sync_s else fit.sync_s,
-        sync_curve=tuple((k, v / n[i]) for k, v in fit.sync_curve))
-        for t, fit in problem.calibrated[i].items()} for i in range(problem.S)]
-    q.estimates = Estimates.of(q)
+    q = problem.scaled(sync=1.0 / n)
     q.estimates.joint_lp = False  # a seed: its bound is never reported
     return q
 
