@@ -65,7 +65,7 @@ from hetsched.planning.pool.parallelism import sync_s
 
 #: Hare's measured task switch is <= 6 ms (paper Table 3); we plan for 5 ms.
 DEFAULT_SWITCH_S = 0.005
-#: a switch may cost at most this share of a task (the issue: < 1%)
+#: a switch may cost at most this share of a task (1%)
 SWITCH_SHARE = 0.01
 #: the default task size never makes a job longer than this many rounds
 DEFAULT_MAX_ROUNDS = 200
