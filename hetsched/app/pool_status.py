@@ -46,6 +46,9 @@ class JobProgress:
     measured_jct_s: float | None  # None until the job is done
     elapsed_s: float | None  # since the pool's first task, while running
     weight: float = 1.0
+    #: while running: the rounds the plan has this job finish by the same time from the
+    #: pool's first task (rounds of earlier plans included, as ``rounds_done``)
+    planned_rounds_done: int | None = None
 
     def line(self) -> str:
         pred = f"predicted JCT {self.predicted_jct_s:,.1f} s"
@@ -59,7 +62,9 @@ class JobProgress:
             state = f"done (round {self.rounds} of {self.rounds})"
         else:
             state = (f"round {min(self.rounds_done + 1, self.rounds)} of {self.rounds} "
-                     f"({self.rounds_done} done)")
+                     f"({self.rounds_done} done"
+                     + (f"; the plan has {self.planned_rounds_done} done by now)"
+                        if self.planned_rounds_done is not None else ")"))
         return f"{self.job}: {state}, tasks {self.tasks_done}/{self.tasks}, {pred}, {meas}"
 
 
@@ -91,7 +96,7 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
              now: float | None = None) -> PoolProgress:
     """Per-job progress of a pool plan from its executors' reports."""
     meta_of = plan.tasks.jobs if plan.tasks is not None else {}
-    per_round = round_tasks(plan)
+    per_round, ends, first = _rounds(plan)
     resume = plan.notes.resume or {}
     starts = [jp.first_start for jp in reports.jobs.values() if jp.first_start is not None]
     t0 = min(starts) if starts else None
@@ -107,10 +112,14 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
         full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per.get(r, 1))
         measured = (jp.end - t0 - j.arrival_s
                     if jp.done and jp.end is not None and t0 is not None else None)
+        running = t0 is not None and not jp.done
+        planned = (before + sum(1 for r, e in ends.get(name, {}).items()
+                                if r >= before and e <= first + now - t0 + 1e-9)
+                   if running and t0 is not None else None)
         jobs.append(JobProgress(
             name, rounds if jp.done else before + full, rounds, jp.tasks_done,
             sum(n for r, n in per.items() if r >= before), jp.done, float(j.jct_s), measured,
-            None if t0 is None or jp.done else now - t0, j.weight))
+            now - t0 if running and t0 is not None else None, j.weight, planned))
     pred = float(plan.objective_read["weighted_jct_s"]) if plan.objective_read \
         else plan.weighted_jct_s
     meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
@@ -118,14 +127,20 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
     return PoolProgress(str(plan.plan_id or ""), slurm_id, jobs, pred, meas)
 
 
-def round_tasks(plan: Plan) -> dict[str, dict[int, int]]:
-    """Per job, each of its rounds' task count in ``plan`` (one pass over the rows)."""
-    out: dict[str, dict[int, int]] = {}
+def _rounds(plan: Plan) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, float]], float]:
+    """Per job, each of its rounds' task count and end (its last exchange) in ``plan``,
+    and the plan's first task start (one pass over the rows)."""
+    counts: dict[str, dict[int, int]] = {}
+    ends: dict[str, dict[int, float]] = {}
+    first = float("inf")
     for g in plan.tasks.gpus if plan.tasks is not None else ():
         for r in g.rows():
-            rounds = out.setdefault(r.job, {})
+            rounds = counts.setdefault(r.job, {})
             rounds[r.round] = rounds.get(r.round, 0) + 1
-    return out
+            end = ends.setdefault(r.job, {})
+            end[r.round] = max(end.get(r.round, 0.0), r.sync_end_s)
+            first = min(first, r.start_s)
+    return counts, ends, (0.0 if first == float("inf") else first)
 
 
 def active_pool_progress(store: Store) -> PoolProgress | None:

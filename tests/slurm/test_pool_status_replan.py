@@ -95,8 +95,40 @@ def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
     assert by[b].elapsed_s == pytest.approx(1.0)
     assert prog.measured_weighted_jct_s is None  # not every job is done
     line = by[b].line()
-    assert f"round 2 of {meta[b]['rounds']} (1 done)" in line and "running" in line
+    assert f"round 2 of {meta[b]['rounds']} (1 done; the plan has " in line and "running" in line
     assert by[a].line().startswith(f"{a}: done (round {meta[a]['rounds']} of ")
+
+
+def test_progress_says_how_many_rounds_the_plan_has_done_by_now(tmp_path: Path) -> None:
+    """A running job's line says where the plan has it at the same time from the pool's
+    first task: level with its rounds when it runs as planned, ahead of them when it
+    runs twice as slow."""
+    body = pool_plan(NODES, prefix="pn", task_iterations=5).to_dict()
+    meta = body["tasks"]["jobs"]
+    name = max(meta, key=lambda n: meta[n]["rounds"])
+    assert meta[name]["rounds"] >= 4
+    rows = [row_from_list(r) for g in body["tasks"]["gpus"] for r in expand_runs(g["runs"])]
+    first = min(r.start_s for r in rows)
+    end_of = {k: max(r.sync_end_s for r in rows if r.job == name and r.round == k)
+              for k in range(meta[name]["rounds"])}
+    for stretch, sub in ((1.0, "asis"), (2.0, "slow")):
+        upto = {name: 2}
+        _write_tasks(tmp_path / sub, body, upto, stretch=stretch)
+        t0 = 1000.0 + stretch * first
+        now = 1000.0 + stretch * end_of[1]  # the second round's last task has just ended
+        prog = progress(plan_from_dict(body), read_pool_reports(tmp_path / sub, body["plan_id"]),
+                        None, now=now)
+        jp = next(j for j in prog.jobs if j.job == name)
+        want = sum(1 for e in end_of.values() if e <= first + (now - t0) + 1e-9)
+        assert jp.rounds_done == 2 and jp.planned_rounds_done == want
+        assert f"(2 done; the plan has {want} done by now)" in jp.line()
+        if stretch == 1.0:
+            assert want == 2  # as planned: level
+        else:
+            assert want > 2  # twice as slow: behind the plan
+    done = progress(plan_from_dict(body), read_pool_reports(tmp_path / "none", body["plan_id"]),
+                    None, now=2000.0)
+    assert all(j.planned_rounds_done is None for j in done.jobs)  # nothing started
 
 
 def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
@@ -267,7 +299,7 @@ def test_status_counts_each_uneven_round_by_its_own_tasks(tmp_path: Path) -> Non
     assert by[a].rounds_done == 5 and by["usb"].rounds_done == 2
     assert by[a].tasks_done == 3 * 2 + 1 + 1 + 1
     assert by[a].tasks == sum(len(b) for _, b in UNEVEN_LAYOUT)
-    assert f"round 6 of {len(UNEVEN_LAYOUT)} (5 done)" in by[a].line()
+    assert f"round 6 of {len(UNEVEN_LAYOUT)} (5 done;" in by[a].line()
 
 
 def test_monitor_folds_pool_task_records_into_the_history(tmp_path: Path) -> None:
