@@ -293,7 +293,9 @@ def test_noise_scales_every_part_of_an_iteration_alike() -> None:
             + [ProfileRow("r", "v100", b, 0.01 + 0.0012 * b) for b in (16, 32, 64, 128, 256)]
             + [ProfileRow("w", "v100", b, t, gpus=k) for b, t, k in
                ((16, 0.026, 1), (32, 0.042, 1), (16, 0.036, 2), (32, 0.052, 2),
-                (16, 0.056, 4), (32, 0.072, 4))])
+                (16, 0.056, 4), (32, 0.072, 4))]
+            + [ProfileRow("r", "v100", 64, 0.15, colocated_with="w:32"),
+               ProfileRow("w", "v100", 32, 0.07, colocated_with="r:64")])
     cluster = make_cluster([("k1", "k80", 4), ("v1", "v100", 4)])
     jobs = [make_job("r", "r", dataset_size=25600, global_batch=256, model_size_mb=50.0),
             make_job("w", "w", dataset_size=6400, global_batch=64, gpu_types=["v100"])]
@@ -309,6 +311,10 @@ def test_noise_scales_every_part_of_an_iteration_alike() -> None:
         assert ok.sum() >= 3
         assert np.allclose(q.iter_time(i, counts)[ok], f[i] * before[i][ok])
         assert np.array_equal(p.iter_time(i, counts)[ok], before[i][ok])  # p left as it was
+    # a measured co-located pair takes each job's own factor
+    assert q.pair_step_s(0, 64, 1, 32, "v100") == pytest.approx(f[0] * 0.15)
+    assert q.pair_step_s(1, 32, 0, 64, "v100") == pytest.approx(f[1] * 0.07)
+    assert p.pair_step_s(0, 64, 1, 32, "v100") == 0.15 and q.pair_step_s(0, 16, 1, 32, "v100") is None
 
 
 @pytest.mark.slow

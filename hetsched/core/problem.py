@@ -67,6 +67,8 @@ class PlanningProblem:
     lo: np.ndarray = field(init=False)  # (S,) min GPUs
     hi: np.ndarray = field(init=False)  # (S,) max useful GPUs
     node_max: np.ndarray = field(init=False)  # (T,) largest node of each type
+    #: (S,) the factor :meth:`scaled` applied to each job's steps, pairs too (1: as profiled)
+    step_factor: np.ndarray = field(init=False)
     #: memoised model estimates every policy shares (hetsched.core.estimates)
     estimates: Estimates = field(init=False, repr=False, compare=False)
 
@@ -119,6 +121,7 @@ class PlanningProblem:
                                  f"{', '.join(self.types)}"
                                  + (f", the job allows {', '.join(job.gpu_types)}"
                                     if job.gpu_types else ""), where)
+        self.step_factor = np.ones(S)
         self.B = np.array([j.global_batch for j in jobs], dtype=int)
         self.iters = np.array([j.iterations for j in jobs], dtype=float)
         self.weight = np.array([j.weight for j in jobs], dtype=float)
@@ -168,15 +171,20 @@ class PlanningProblem:
         """Forget memoised model evaluations (benchmarks time cold runs with this)."""
         self.estimates.clear()
 
+    def pair_step_s(self, i: int, batch: int, j: int, other_batch: int,
+                    gpu_type: str) -> float | None:
+        """Measured step of job i at ``batch`` sharing a GPU with job j at ``other_batch``
+        (None: not measured), scaled as job i's own steps are (:meth:`scaled`)."""
+        t = self.table.pair_step_s(self.jobs[i].workload, batch, self.jobs[j].workload,
+                                   other_batch, gpu_type)
+        return None if t is None else t * float(self.step_factor[i])
+
     def scaled(self, step: np.ndarray | None = None,
                sync: np.ndarray | None = None) -> PlanningProblem:
-        """A copy whose job i computes ``step[i]`` times as long (the affine line and
-        the piecewise curve alike) and synchronises ``sync[i]`` times as long (the
-        measured sync, the model's size, which the all-reduce is proportional to, and
-        the curves calibrated at several scales). None leaves that part as it is.
-
-        The arrays it changes are the copy's own; the rest is shared, read-only, with
-        this problem; the copy's estimates start empty."""
+        """A copy whose job i computes ``step[i]`` times as long (line, piecewise curve,
+        measured pairs) and synchronises ``sync[i]`` times as long (measured sync, model
+        size, calibrated curves); None leaves that part as it is. The arrays it changes
+        are the copy's own, the rest shared read-only; its estimates start empty."""
         import copy
         import dataclasses
 
@@ -184,6 +192,7 @@ class PlanningProblem:
         if step is not None:
             f = np.asarray(step, dtype=float)
             q.a, q.c = self.a * f[:, None], self.c * f[:, None]
+            q.step_factor = self.step_factor * f
             q.curves = [None if row is None else
                         [None if cv is None else (cv[0], cv[1] * f[i]) for cv in row]
                         for i, row in enumerate(self.curves)]
@@ -197,7 +206,6 @@ class PlanningProblem:
         q.estimates = Estimates.of(q)
         return q
 
-    # ------------------------------------------------------------------
     @property
     def S(self) -> int:
         return len(self.jobs)
@@ -385,10 +393,8 @@ class PlanningProblem:
         return seen
 
     def equal_share_time(self, i: int, S: int | None = None) -> float:
-        """Iteration time of job i with an equal 1/S share of every GPU type (fairness reference).
-
-        Fractional GPU counts are allowed here: it is a reference point, not a plan.
-        """
+        """Iteration time of job i with an equal 1/S share of every GPU type (fairness
+        reference; fractional GPU counts allowed: a reference point, not a plan)."""
         S = S or self.S
         rate = (self.per_gpu_rate(i, self.B[i] / max(1.0, self.K / S)) * self.n_type / S).sum()
         return float(self.B[i] / rate) if rate > 0 else float("inf")

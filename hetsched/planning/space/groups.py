@@ -67,9 +67,7 @@ class GroupTimer:
         p = self.p
         gt = p.cluster.gpus[gpus[0]].gpu_type
         (i, j), (bi, bj) = members, (tms[0].batches[0], tms[1].batches[0])
-        wi, wj = p.jobs[i].workload, p.jobs[j].workload
-        ti = p.table.pair_step_s(wi, bi, wj, bj, gt)
-        tj = p.table.pair_step_s(wj, bj, wi, bi, gt)
+        ti, tj = p.pair_step_s(i, bi, j, bj, gt), p.pair_step_s(j, bj, i, bi, gt)
         return None if ti is None or tj is None else [ti, tj]
 
     def timings(self, members: list[int], gpus: list[int], shares: str,

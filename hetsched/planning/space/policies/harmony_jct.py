@@ -52,8 +52,7 @@ def pair_iteration_s(p: PlanningProblem, h: int, w: int, t: int, k: int) -> list
     if k == 1 and p.table is not None:
         bh, bw_ = int(p.B[h]), int(p.B[w])
         gt = p.types[t]
-        th = p.table.pair_step_s(p.jobs[h].workload, bh, p.jobs[w].workload, bw_, gt)
-        tw = p.table.pair_step_s(p.jobs[w].workload, bw_, p.jobs[h].workload, bh, gt)
+        th, tw = p.pair_step_s(h, bh, w, bw_, gt), p.pair_step_s(w, bw_, h, bh, gt)
         measured = None if th is None or tw is None else [th, tw]
     return member_iteration_s([ch, cw], [mh, mw], measured=measured)
 
