@@ -180,7 +180,9 @@ class JobHandle:
 
     @property
     def state(self) -> str:
-        """Slurm's state now (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...)."""
+        """Slurm's state now (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...); a
+        pool job is COMPLETED once its executors recorded its end, while its pool's
+        Slurm job may run on for the others."""
         return str(self._status().state)
 
     def done(self) -> bool:

@@ -180,21 +180,29 @@ def _reports(report_dir: Path, pid: str) -> ReportedPool:
     return got
 
 
-def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
-    """Per job of a stored pool plan that has ended: its seconds per iteration from its
-    first task's start to its end, over its iterations; the plan's ``iteration_s`` is
-    the same span, predicted, over the same iterations (``evaluator.to_plan``)."""
+def ended_jobs(store: Store, plan: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Per job of a stored pool plan that has ended by its executors' records (its pool's
+    Slurm job may run on for the others): its first task's start and its end (epoch s)."""
     pid = str(plan.get("plan_id") or "")
     reports = _reports(pool_dirs(store, pid).report_dir, pid)
-    out: dict[str, float] = {}
-    for j in plan.get("jobs", []):
-        name, segs = str(j.get("name")), j.get("segments") or []
-        its = float(segs[0].get("iterations") or 0.0) if segs else 0.0
-        jp = reports.jobs.get(name)
-        if jp is not None and jp.done and jp.end is not None and jp.first_start is not None \
-                and its > 0:
-            out[name] = max(0.0, jp.end - jp.first_start) / its
-    return out
+    return {name: (jp.first_start, jp.end) for name, jp in reports.jobs.items()
+            if jp.done and jp.end is not None and jp.first_start is not None}
+
+
+def iteration_s(plan: dict[str, Any], name: str, span: tuple[float, float]) -> float | None:
+    """A pool job's measured seconds per iteration: ``span`` (its first task's start, its
+    end) over its iterations; the plan's ``iteration_s`` is the same span, predicted, over
+    the same iterations (``evaluator.to_plan``). None when the plan gives no iterations."""
+    j = next((j for j in plan.get("jobs", []) if j.get("name") == name), None)
+    segs = (j or {}).get("segments") or []
+    its = float(segs[0].get("iterations") or 0.0) if segs else 0.0
+    return max(0.0, span[1] - span[0]) / its if its > 0 else None
+
+
+def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
+    """Per job of a stored pool plan that has ended: :func:`iteration_s`."""
+    out = {n: iteration_s(plan, n, span) for n, span in ended_jobs(store, plan).items()}
+    return {n: v for n, v in out.items() if v is not None}
 
 
 def ingest_pool_reports(store: Store) -> None:

@@ -9,7 +9,8 @@ beside the predicted one, the measured against the predicted iteration
 time, the log file of a job that failed, and a flag when it runs more than
 SLOW times slower than predicted (its JCT or run time also more than
 SLOW_GRACE_S seconds over: start-up is not in the plan). Jobs of the active
-plan that were never submitted are listed too.
+plan that were never submitted are listed too. A pool plan's jobs share one
+Slurm job: one its executors say has ended is COMPLETED at that end.
 
 By default the current batch (the active plan and the plans it was
 replanned from) and the jobs of earlier batches still in the queue;
@@ -113,17 +114,29 @@ def _measured_iter_s(report: Path, last: int = 5) -> float | None:
     return sum(steps[-last:]) / len(steps[-last:]) if steps else None
 
 
+def _pool_ended(store: Store, plan: dict[str, Any] | None, row: Submission,
+                pools: dict[str, dict[str, tuple[float, float]]]) -> tuple[float, float] | None:
+    """A pool plan's job that its executors say has ended: (first task's start, end);
+    None for any other job (read once per plan into ``pools``)."""
+    if (plan or {}).get("mode") != "pool":
+        return None
+    if row.plan_id not in pools:
+        from hetsched.app.pool_status import ended_jobs
+
+        pools[row.plan_id] = ended_jobs(store, plan or {})
+    return pools[row.plan_id].get(row.job)
+
+
 def _measured(store: Store, plan: dict[str, Any] | None, row: Submission, name: str,
-              pools: dict[str, dict[str, float]]) -> float | None:
+              pools: dict[str, dict[str, tuple[float, float]]]) -> float | None:
     """A job's measured seconds per iteration: its report's last steps, or, in a pool plan
     (whose executors report tasks), its span from first task to end over its iterations
-    once it has ended (read once per plan into ``pools``)."""
+    once it has ended."""
     if (plan or {}).get("mode") == "pool":
-        if row.plan_id not in pools:
-            from hetsched.app.pool_status import measured_iterations
+        from hetsched.app.pool_status import iteration_s
 
-            pools[row.plan_id] = measured_iterations(store, plan or {})
-        return pools[row.plan_id].get(name)
+        span = _pool_ended(store, plan, row, pools)
+        return iteration_s(plan or {}, name, span) if span is not None else None
     return _measured_iter_s(JobFiles(files_dir(store), row.plan_id, name, row.segment,
                                      batch_of(plan or {"plan_id": row.plan_id}, name)).report)
 
@@ -152,6 +165,23 @@ def _hetsched_reason(row: Submission, events: dict[tuple[str, str], dict[str, An
         # a job that runs (or ran) again no longer waits, whatever the last replan said
         return "waits: " + wait["detail"]
     return ""
+
+
+def _live(row: Submission, comps: list[JobInfo], events: dict[tuple[str, str], dict[str, Any]],
+          adopted: str, pool_done: tuple[float, float] | None
+          ) -> tuple[str, str, list[float], list[float]]:
+    """A job's state, reason, start and end times from its Slurm job's components. A pool
+    job that its executors say has ended (``pool_done``: first task's start, end) is
+    COMPLETED at that end, although its pool's Slurm job runs on for the others."""
+    # a job dropped from a pool is cancelled although the pool's Slurm job runs on
+    state = combined_state(comps) if comps and row.state != CANCELLED else row.state
+    starts = [float(c.start_time) for c in comps if c.start_time]
+    ends = [float(c.end_time) for c in comps if c.end_time]
+    if pool_done is not None and state in RUNNING:
+        return "COMPLETED", "ended; its pool runs on for the other jobs", starts, [pool_done[1]]
+    slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
+                                     and c.reason != "None"}))
+    return state, adopted or _hetsched_reason(row, events, state) or slurm_reason, starts, ends
 
 
 def current_batch(store: Store) -> set[str] | None:
@@ -204,9 +234,20 @@ def _slow(st: JobStatus, pred_dur: float | None) -> str:
 def batch_counts(store: Store) -> dict[str, int]:
     """``watch``'s counts (running, pending, done, failed, cancelled), as the state file
     has them after a poll: the current batch and earlier batches' jobs still live, the
-    jobs ``status`` shows."""
+    jobs ``status`` shows; a pool job its executors say has ended counts as done."""
     batch = current_batch(store)
-    return state_counts(r.state for r in latest_rows(store).values()
+    plans: dict[str, Any] = {}
+    pools: dict[str, dict[str, tuple[float, float]]] = {}
+
+    def state(r: Submission) -> str:
+        if r.state in RUNNING:
+            if r.plan_id not in plans:
+                plans[r.plan_id] = store.plan(r.plan_id)
+            if _pool_ended(store, plans[r.plan_id], r, pools) is not None:
+                return "COMPLETED"
+        return r.state
+
+    return state_counts(state(r) for r in latest_rows(store).values()
                         if batch is None or r.plan_id in batch or r.state in WATCHED)
 
 
@@ -249,7 +290,7 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
              sorted(_shown(latest_rows(store), batch, by_leader).items()))
     out: list[JobStatus] = []
     plans: dict[str, Any] = {}
-    pools: dict[str, dict[str, float]] = {}  # pool plan -> its ended jobs' s/iteration
+    pools: dict[str, dict[str, tuple[float, float]]] = {}  # pool plan -> its ended jobs
     tagged = {j.comment: j.leader for j in (c for cs in by_leader.values() for c in cs)
               if j.comment.startswith("hetsched:") and j.mine}
     for name, row in shown:
@@ -261,22 +302,17 @@ def batch_status(store: Store, client: SlurmClient, now: float | None = None,
             adopted = ("sbatch's reply was not recorded (submit killed?); `hetsched "
                        "submit` again adopts it" if sid else
                        "submit was killed before sbatch answered; `hetsched submit` again")
+        if row.plan_id not in plans:  # one query per plan, not per row
+            plans[row.plan_id] = store.plan(row.plan_id)
+        plan = plans[row.plan_id]
         comps = by_leader.get(sid or "", [])
-        # a job dropped from a pool is cancelled although the pool's Slurm job runs on
-        state = combined_state(comps) if comps and row.state != CANCELLED else row.state
-        slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
-                                         and c.reason != "None"}))
-        reason = adopted or _hetsched_reason(row, events, state) or slurm_reason
-        starts = [c.start_time for c in comps if c.start_time]
-        ends = [c.end_time for c in comps if c.end_time]
+        state, reason, starts, ends = _live(row, comps, events, adopted,
+                                            _pool_ended(store, plan, row, pools))
         elapsed = None
         if starts and state in RUNNING:
             elapsed = now - min(starts)
         elif starts and ends and state not in PENDING:
             elapsed = max(ends) - min(starts)
-        if row.plan_id not in plans:  # one query per plan, not per row
-            plans[row.plan_id] = store.plan(row.plan_id)
-        plan = plans[row.plan_id]
         jp = next((j for j in (plan or {}).get("jobs", []) if j.get("name") == name), None)
         t0 = created.get(row.plan_id)
         seg = (jp or {}).get("segments", [])

@@ -398,6 +398,43 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
     assert "iterations 2" in slow.slow, slow.slow
 
 
+def test_status_shows_a_pool_job_that_ended_as_completed_while_its_pool_runs(
+        tmp_path: Path, monkeypatch) -> None:
+    """One Slurm job runs a whole pool: a job whose executors wrote its ``job_done`` is
+    COMPLETED in `status` at that end (not RUNNING, not flagged as running long), while
+    the pool's Slurm job runs on for the others; counts say so too."""
+    from hetsched.app.monitor import Monitor
+    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.status import batch_counts, batch_status, counts
+    from hetsched.slurm.memory import MemorySlurm
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = pool_plan(NODES, prefix="pc", task_iterations=5)
+    a, b, c = (j.name for j in plan.jobs)
+    with open_store(tmp_path / "s.db") as st:
+        submit_pool(plan, st, slurm, partition="gpu")
+        slurm.schedule()
+        body = st.active_plan()
+        assert body is not None
+        meta = body["tasks"]["jobs"]
+        t0 = next(float(p["created"]) for p in st.plans() if p["id"] == body["plan_id"])
+        _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body,
+                     {a: meta[a]["rounds"], b: 1}, done={a}, t0=t0)
+        shown = {j.job: j for j in batch_status(st, slurm, now=t0 + 10_000.0)}
+        Monitor(st, slurm).poll()  # what `watch` prints after a poll
+        watched = batch_counts(st)
+    jct = {j["name"]: j["jct_s"] for j in body["jobs"]}
+    assert shown[a].state == "COMPLETED" and "pool runs on" in shown[a].reason
+    assert shown[a].measured_jct_s == pytest.approx(jct[a], abs=0.1)  # ended as planned
+    assert shown[a].actual_end == pytest.approx(t0 + jct[a], abs=1e-3)
+    assert shown[a].slow == ""  # not "running 100x its predicted time"
+    for name in (b, c):  # the pool's Slurm job runs on for them
+        assert shown[name].state == "RUNNING" and shown[name].actual_end is None
+    assert counts(list(shown.values()))["done"] == 1
+    assert watched["done"] == 1 and watched["running"] == 2
+
+
 def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
                                                               monkeypatch) -> None:
     """`status` asks for the active pool's reports twice (its table's measured iterations,
