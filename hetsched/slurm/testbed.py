@@ -577,9 +577,13 @@ class Testbed:
                 time.sleep(0.5)
         if strays:
             stopped.append(f"{len(strays)} job step processes")
-        if not self.slurmd_spool.is_relative_to(self.dir) and not self.processes().get(
-                "slurmctld"):  # the spool put in /tmp for a deep DIR: nothing of it is kept
+        left = self.processes()
+        # the spool and munge socket put in /tmp for a deep DIR: nothing of them is kept
+        if not self.slurmd_spool.is_relative_to(self.dir) and not left.get("slurmctld"):
             shutil.rmtree(self.slurmd_spool, ignore_errors=True)
+        sock_dir = self.munge_socket.parent
+        if not sock_dir.is_relative_to(self.dir) and not left.get("munged"):
+            shutil.rmtree(sock_dir, ignore_errors=True)
         return stopped
 
     def status(self) -> dict[str, object]:

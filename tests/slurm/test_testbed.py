@@ -89,7 +89,8 @@ def test_changing_nodes_of_running_testbed_is_refused(testbed: Testbed) -> None:
 def test_a_testbed_in_a_deep_directory_runs_jobs(tmp_path: Path, testbed: Testbed) -> None:
     """A job step's socket lives in the slurmd spool (SPOOL/NODE/NODE_JOBID.STEPID): in a
     deep DIR it passed the 108-byte Unix socket limit and every job failed to launch
-    ("launch failed requeued held"). Such a DIR gets its spool in /tmp, removed at down."""
+    ("launch failed requeued held"). Such a DIR gets its spool and munge socket in /tmp,
+    both removed at down."""
     deep = tmp_path / ("d" * 40) / ("e" * 40) / "tb"
     short = Path("/tmp/hs-short-tb")  # never started: only where its spool would be
     assert Testbed(short, nodes="t4:1x1").slurmd_spool == short / "state" / "slurmd"
@@ -97,8 +98,9 @@ def test_a_testbed_in_a_deep_directory_runs_jobs(tmp_path: Path, testbed: Testbe
     if tb.port_base == testbed.port_base:
         tb = Testbed(deep, nodes="t4:1x1",
                      port_base=10000 + (testbed.port_base - 10000 + 100) % 20000)
-    spool = tb.slurmd_spool
+    spool, munge = tb.slurmd_spool, tb.munge_socket.parent
     assert not spool.is_relative_to(deep) and len(str(spool / "t4-1" / "t4-1")) + 20 <= 107
+    assert not munge.is_relative_to(deep)
     try:
         tb.up(timeout_s=30)
         out = tmp_path / "job.out"
@@ -110,4 +112,4 @@ def test_a_testbed_in_a_deep_directory_runs_jobs(tmp_path: Path, testbed: Testbe
             time.sleep(0.5)
     finally:
         tb.down()
-    assert not spool.exists()
+    assert not spool.exists() and not munge.exists()  # nothing left in /tmp
