@@ -7,6 +7,7 @@ keeping the round numbering across a replan, and the remaining iterations.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -74,6 +75,25 @@ def _write_tasks(report_dir: Path, body: dict, upto: dict[str, int], t0: float =
                       compute_s=(end - start), switch_s=0.001, start=t0 + start, end=t0 + end)
             if job in done and rnd == meta[job]["rounds"] - 1:
                 rep.write("job_done", job=job, rounds=meta[job]["rounds"], end=t0 + end)
+
+
+@contextlib.contextmanager
+def _running_pool(tmp_path: Path, monkeypatch, prefix: str,  # type: ignore[no-untyped-def]
+                  db: str = "s.db", plan: Plan | None = None):
+    """A pool plan of NODES submitted to an in-memory Slurm and started: (store, Slurm,
+    plan, the stored plan)."""
+    from hetsched.app.pool_submit import submit_pool
+    from hetsched.slurm.memory import MemorySlurm
+
+    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
+    slurm = MemorySlurm(nodes_spec=NODES)
+    plan = plan or pool_plan(NODES, prefix=prefix, task_iterations=5)
+    with open_store(tmp_path / db) as st:
+        submit_pool(plan, st, slurm, partition="gpu")
+        slurm.schedule()
+        body = st.active_plan()
+        assert body is not None
+        yield st, slurm, plan, body
 
 
 def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
@@ -360,19 +380,11 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
     iterations, the same span as the plan's iteration_s, so a job that ran as planned
     shows the prediction and one that ran slower is flagged; "-" while it runs."""
     from hetsched.app.pool_status import measured_iterations
-    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.pool_submit import pool_dirs
     from hetsched.app.status import SLOW, batch_status
-    from hetsched.slurm.memory import MemorySlurm
 
-    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
-    slurm = MemorySlurm(nodes_spec=NODES)
-    plan = pool_plan(NODES, prefix="mi", task_iterations=5)
-    a, b, c = (j.name for j in plan.jobs)
-    with open_store(tmp_path / "s.db") as st:
-        submit_pool(plan, st, slurm, partition="gpu")
-        slurm.schedule()
-        body = st.active_plan()
-        assert body is not None
+    with _running_pool(tmp_path, monkeypatch, "mi") as (st, slurm, plan, body):
+        a, b, c = (j.name for j in plan.jobs)
         meta = body["tasks"]["jobs"]
         _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body,
                      {a: meta[a]["rounds"], b: 1, c: meta[c]["rounds"]}, done={a, c})
@@ -387,10 +399,7 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
         assert "iterations" not in shown[name].slow
     assert shown[b].measured_iter_s is None
     # the same plan run twice as slow: flagged
-    with open_store(tmp_path / "s2.db") as st:
-        submit_pool(plan, st, slurm, partition="gpu")
-        body2 = st.active_plan()
-        assert body2 is not None
+    with _running_pool(tmp_path, monkeypatch, "mi", "s2.db", plan) as (st, slurm, _, body2):
         _write_tasks(pool_dirs(st, body2["plan_id"]).report_dir, body2,
                      {a: meta[a]["rounds"]}, done={a}, stretch=2.0)
         slow = {j.job: j for j in batch_status(st, slurm)}[a]
@@ -404,19 +413,11 @@ def test_status_shows_a_pool_job_that_ended_as_completed_while_its_pool_runs(
     COMPLETED in `status` at that end (not RUNNING, not flagged as running long), while
     the pool's Slurm job runs on for the others; counts say so too."""
     from hetsched.app.monitor import Monitor
-    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.pool_submit import pool_dirs
     from hetsched.app.status import batch_counts, batch_status, counts
-    from hetsched.slurm.memory import MemorySlurm
 
-    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
-    slurm = MemorySlurm(nodes_spec=NODES)
-    plan = pool_plan(NODES, prefix="pc", task_iterations=5)
-    a, b, c = (j.name for j in plan.jobs)
-    with open_store(tmp_path / "s.db") as st:
-        submit_pool(plan, st, slurm, partition="gpu")
-        slurm.schedule()
-        body = st.active_plan()
-        assert body is not None
+    with _running_pool(tmp_path, monkeypatch, "pc") as (st, slurm, plan, body):
+        a, b, c = (j.name for j in plan.jobs)
         meta = body["tasks"]["jobs"]
         t0 = next(float(p["created"]) for p in st.plans() if p["id"] == body["plan_id"])
         _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body,
@@ -440,14 +441,9 @@ def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
     """`status` asks for the active pool's reports twice (its table's measured iterations,
     its pool lines): they are read once, and again only after an executor wrote more."""
     from hetsched.app import pool_status
-    from hetsched.app.pool_submit import pool_dirs, submit_pool
+    from hetsched.app.pool_submit import pool_dirs
     from hetsched.app.status import batch_status
-    from hetsched.slurm.memory import MemorySlurm
 
-    monkeypatch.setenv("HETSCHED_SPOOL", str(tmp_path / "spool"))
-    slurm = MemorySlurm(nodes_spec=NODES)
-    plan = pool_plan(NODES, prefix="ro", task_iterations=5)
-    a = plan.jobs[0].name
     reads: list[str] = []
     real = pool_status.read_pool_reports
 
@@ -456,11 +452,8 @@ def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
         return real(*args, **kw)
 
     monkeypatch.setattr(pool_status, "read_pool_reports", counted)
-    with open_store(tmp_path / "s.db") as st:
-        submit_pool(plan, st, slurm, partition="gpu")
-        slurm.schedule()
-        body = st.active_plan()
-        assert body is not None
+    with _running_pool(tmp_path, monkeypatch, "ro") as (st, slurm, plan, body):
+        a = plan.jobs[0].name
         report_dir = pool_dirs(st, body["plan_id"]).report_dir
         _write_tasks(report_dir, body, {a: 1})
         batch_status(st, slurm)
