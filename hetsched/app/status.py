@@ -172,13 +172,16 @@ def _live(row: Submission, comps: list[JobInfo], events: dict[tuple[str, str], d
           ) -> tuple[str, str, list[float], list[float]]:
     """A job's state, reason, start and end times from its Slurm job's components. A pool
     job that its executors say has ended (``pool_done``: first task's start, end) is
-    COMPLETED at that end, although its pool's Slurm job runs on for the others."""
+    COMPLETED at that end, not at its pool's: the pool's Slurm job runs on (or ran on)
+    for the others."""
     # a job dropped from a pool is cancelled although the pool's Slurm job runs on
     state = combined_state(comps) if comps and row.state != CANCELLED else row.state
     starts = [float(c.start_time) for c in comps if c.start_time]
     ends = [float(c.end_time) for c in comps if c.end_time]
     if pool_done is not None and state in RUNNING:
         return "COMPLETED", "ended; its pool runs on for the other jobs", starts, [pool_done[1]]
+    if pool_done is not None and state == "COMPLETED":
+        ends = [pool_done[1]]
     slurm_reason = ", ".join(sorted({c.reason for c in comps if c.reason
                                      and c.reason != "None"}))
     return state, adopted or _hetsched_reason(row, events, state) or slurm_reason, starts, ends

@@ -434,6 +434,13 @@ def test_status_shows_a_pool_job_that_ended_as_completed_while_its_pool_runs(
         assert shown[name].state == "RUNNING" and shown[name].actual_end is None
     assert counts(list(shown.values()))["done"] == 1
     assert watched["done"] == 1 and watched["running"] == 2
+    # once the whole pool has ended, the job keeps its own end, not the pool's
+    slurm.finish(str(shown[a].slurm_id))
+    with open_store(tmp_path / "s.db") as st:
+        after = {j.job: j for j in batch_status(st, slurm, now=t0 + 20_000.0)}
+    assert after[a].state == "COMPLETED" and after[a].reason == ""
+    assert after[a].actual_end == pytest.approx(t0 + jct[a], abs=1e-3)
+    assert after[a].measured_jct_s == pytest.approx(jct[a], abs=0.1)
 
 
 def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
