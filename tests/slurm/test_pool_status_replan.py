@@ -443,6 +443,31 @@ def test_status_shows_a_pool_job_that_ended_as_completed_while_its_pool_runs(
     assert after[a].measured_jct_s == pytest.approx(jct[a], abs=0.1)
 
 
+def test_status_with_slurm_down_still_says_where_a_pool_is(tmp_path: Path, monkeypatch,
+                                                            runner) -> None:
+    """Slurm not answering is an error (exit 4, one line), but a pool's progress is in its
+    executors' report files: `status` prints its pool lines first."""
+    import types
+
+    from hetsched.app.pool_submit import pool_dirs
+    from hetsched.cli import slurm as cli_slurm
+    from hetsched.cli.main import main
+    from hetsched.errors import EXIT_SLURM_DOWN
+
+    with _running_pool(tmp_path, monkeypatch, "sd") as (st, slurm, plan, body):
+        a = plan.jobs[0].name
+        _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body, {a: 1})
+    slurm.down = True
+    slurm.runner = types.SimpleNamespace(total=lambda: 0)  # type: ignore[attr-defined]
+    monkeypatch.setattr(cli_slurm, "_client", lambda backend="cli": slurm)
+    res = runner.invoke(main, ["status", "--state", str(tmp_path / "s.db")])
+    assert res.exit_code == EXIT_SLURM_DOWN, res.output
+    assert f"pool plan {body['plan_id']}" in res.stdout and f"{a}: round 2 of " in res.stdout
+    assert "Slurm did not answer" in res.stderr and "Traceback" not in res.output
+    js = runner.invoke(main, ["status", "--state", str(tmp_path / "s.db"), "--format", "json"])
+    assert js.exit_code == EXIT_SLURM_DOWN and js.stdout == ""  # no half a JSON document
+
+
 def test_status_reads_a_pools_reports_once_until_they_change(tmp_path: Path,
                                                               monkeypatch) -> None:
     """`status` asks for the active pool's reports twice (its table's measured iterations,
