@@ -112,14 +112,14 @@ def progress(plan: Plan, reports: ReportedPool, slurm_id: str | None = None,
         full = sum(1 for r, n in jp.rounds_seen.items() if r >= before and n >= per.get(r, 1))
         measured = (jp.end - t0 - j.arrival_s
                     if jp.done and jp.end is not None and t0 is not None else None)
-        running = t0 is not None and not jp.done
+        elapsed = now - t0 if t0 is not None and not jp.done else None  # while running
         planned = (before + sum(1 for r, e in ends.get(name, {}).items()
-                                if r >= before and e <= first + now - t0 + 1e-9)
-                   if running and t0 is not None else None)
+                                if r >= before and e <= first + elapsed + 1e-9)
+                   if elapsed is not None else None)
         jobs.append(JobProgress(
             name, rounds if jp.done else before + full, rounds, jp.tasks_done,
             sum(n for r, n in per.items() if r >= before), jp.done, float(j.jct_s), measured,
-            now - t0 if running and t0 is not None else None, j.weight, planned))
+            elapsed, j.weight, planned))
     pred = float(plan.objective_read["weighted_jct_s"]) if plan.objective_read \
         else plan.weighted_jct_s
     meas = (sum(p.weight * (p.measured_jct_s or 0.0) for p in jobs)
@@ -197,12 +197,6 @@ def iteration_s(plan: dict[str, Any], name: str, span: tuple[float, float]) -> f
     segs = (j or {}).get("segments") or []
     its = float(segs[0].get("iterations") or 0.0) if segs else 0.0
     return max(0.0, span[1] - span[0]) / its if its > 0 else None
-
-
-def measured_iterations(store: Store, plan: dict[str, Any]) -> dict[str, float]:
-    """Per job of a stored pool plan that has ended: :func:`iteration_s`."""
-    out = {n: iteration_s(plan, n, span) for n, span in ended_jobs(store, plan).items()}
-    return {n: v for n, v in out.items() if v is not None}
 
 
 def ingest_pool_reports(store: Store) -> None:

@@ -272,15 +272,14 @@ def status_cmd(state_path: str | None, fmt: str, png_out: str | None,
         from hetsched.app.modes import active_mode
         from hetsched.slurm.runner import SlurmUnavailable
 
+        pool = active_mode(st).progress(st)  # a pool plan: per job rounds, tasks, JCTs
         try:
             jobs = batch_status(st, client, all_batches=all_batches)
         except SlurmUnavailable:
             # a pool's progress is in its executors' report files: say it, then the error
-            pool = active_mode(st).progress(st) if fmt != "json" else None
-            for line in pool.lines() if pool else []:
+            for line in pool.lines() if pool and fmt != "json" else []:
                 click.echo(line)
             raise
-        pool = active_mode(st).progress(st)  # a pool plan: per job rounds, tasks, JCTs
         if png_out:
             from dataclasses import asdict
 

@@ -379,7 +379,7 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
     """`status`'s "iter s" for a pool job: its span from its first task to its end over its
     iterations, the same span as the plan's iteration_s, so a job that ran as planned
     shows the prediction and one that ran slower is flagged; "-" while it runs."""
-    from hetsched.app.pool_status import measured_iterations
+    from hetsched.app.pool_status import ended_jobs, iteration_s
     from hetsched.app.pool_submit import pool_dirs
     from hetsched.app.status import SLOW, batch_status
 
@@ -388,7 +388,7 @@ def test_status_shows_a_pool_jobs_measured_iteration_once_it_ended(
         meta = body["tasks"]["jobs"]
         _write_tasks(pool_dirs(st, body["plan_id"]).report_dir, body,
                      {a: meta[a]["rounds"], b: 1, c: meta[c]["rounds"]}, done={a, c})
-        got = measured_iterations(st, body)
+        got = {n: iteration_s(body, n, span) for n, span in ended_jobs(st, body).items()}
         shown = {j.job: j for j in batch_status(st, slurm)}
     pred = {j["name"]: j["segments"][0]["iteration_s"] for j in body["jobs"]}
     assert set(got) == {a, c}  # b has not ended

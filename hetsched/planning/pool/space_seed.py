@@ -120,11 +120,11 @@ def pool_costs_problem(problem: PlanningProblem, pp: PoolProblem) -> PlanningPro
     the others), so the planners' per-model tables stay shared. The arrays the costs
     are read from (``sync``, ``model_mb``, ``calibrated``) are the copy's own; the rest
     is shared, read-only, with ``problem``."""
+    keys = [problem.model_key(i) for i in range(problem.S)]
     per: dict[tuple, int] = {}
-    for i in range(problem.S):
-        key = problem.model_key(i)
-        per[key] = min(per.get(key, int(pp.N[i])), int(pp.N[i]))
-    n = np.array([max(1, per[problem.model_key(i)]) for i in range(problem.S)], dtype=float)
+    for key, n_i in zip(keys, pp.N.tolist(), strict=True):
+        per[key] = min(per.get(key, int(n_i)), int(n_i))
+    n = np.array([max(1, per[key]) for key in keys], dtype=float)
     q = problem.scaled(sync=1.0 / n)
     q.estimates.joint_lp = False  # a seed: its bound is never reported
     return q
