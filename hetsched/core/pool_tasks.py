@@ -28,6 +28,29 @@ COLUMNS = ("job", "round", "task", "start_s", "end_s", "sync_end_s", "memory", "
 UNEVEN_COLUMNS = COLUMNS + ("local_batch", "iterations")
 
 
+def fused_steps(chunk: int | None, slice_batch: int, steps: int) -> int:
+    """How many of a task's steps one executor iteration trains at once.
+
+    A pool task trains its slice of each of its round's ``steps`` global batches and
+    sums their gradients for the round's one optimizer step. Training ``m`` of those
+    slices in one forward and backward pass (``m * slice_batch`` samples) gives the
+    same sum with one pass's fixed cost instead of ``m``; ``chunk`` is the most
+    samples one pass may hold on the task's GPU type (the planner's choice, within the
+    profile's largest batch; None: one slice per pass). The planner times a task and
+    the executor runs it with this one rule.
+    """
+    if not chunk or slice_batch < 1 or steps < 1:
+        return 1
+    return max(1, min(int(steps), int(chunk) // int(slice_batch)))
+
+
+def step_groups(steps: int, m: int) -> list[range]:
+    """A task's steps ``0..steps-1`` in passes of ``m`` consecutive steps (the last may
+    hold fewer)."""
+    m = max(1, int(m))
+    return [range(k, min(k + m, steps)) for k in range(0, steps, m)]
+
+
 class TaskRow(NamedTuple):
     """One task on one GPU: task ``task`` of round ``round`` of ``job``.
 
@@ -112,6 +135,9 @@ class PoolJobTasks:
     last_round_iterations: int
     local_batch: int
     model_memory_gb: float | None = None
+    #: per GPU type, the most samples one executor iteration trains (:func:`fused_steps`);
+    #: None (a plan without it): one step's slice per iteration
+    chunk: dict[str, int] | None = None
 
     @property
     def iterations(self) -> int:
@@ -126,6 +152,8 @@ class PoolJobTasks:
                              "local_batch": self.local_batch}
         if self.model_memory_gb is not None:
             d["model_memory_gb"] = self.model_memory_gb
+        if self.chunk:
+            d["chunk"] = dict(self.chunk)
         return d
 
 

@@ -175,7 +175,8 @@ _Row: Any = _Row8 | _Row10
 _PoolJobModel = _model_of(PoolJobTasks, _Open, **{
     k: _pool(k) for k in ("tasks_per_round", "rounds", "iterations_per_task",
                           "last_round_iterations", "local_batch")},
-    model_memory_gb=_pool("model_memory_gb", float) | None)
+    model_memory_gb=_pool("model_memory_gb", float) | None,
+    chunk=dict[str, _pool("local_batch")] | None)  # type: ignore[misc]
 _RunModel = _model_of(TaskRun, _Open, aliases={"rows": "tasks"}, defaults={"rows": ...},
                       rows=list[_Row], repeat=_pool("repeat"),
                       period_s=_pool("period_s", float) | None,

@@ -56,6 +56,20 @@ _KNOWN = ("format", "columns", "switch_s", "jobs", "total_tasks", "stored_rows",
           "gpus")
 
 
+def _chunk(v: Any, src: str, where: str) -> dict[str, int] | None:
+    """A job's ``chunk`` (GPU type -> samples per executor iteration), or None."""
+    if v is None:
+        return None
+    out: dict[str, int] = {}
+    for t, n in _mapping(v, src, f"{where}.chunk").items():
+        if not isinstance(t, str) or not t or len(t) > 64:
+            raise InputError(src, "GPU type names must be non-empty strings",
+                             f"{where}.chunk")
+        _num(n, "local_batch", src, f"{where}.chunk.{t}")
+        out[t] = int(n)
+    return out
+
+
 def parse_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> PoolTasks:
     """The typed ``tasks`` section of a plan with jobs ``plan_jobs``; InputError (one
     line: file, field, what is valid) unless it is well-formed and bounded."""
@@ -77,7 +91,8 @@ def parse_pool_tasks(tasks: Any, src: str, plan_jobs: set[str]) -> PoolTasks:
         shape[str(name)] = (int(d["rounds"]), int(d["tasks_per_round"]))
         typed_jobs[str(name)] = PoolJobTasks(
             int(d["tasks_per_round"]), int(d["rounds"]), int(d["iterations_per_task"]),
-            int(d["last_round_iterations"]), int(d["local_batch"]), d.get("model_memory_gb"))
+            int(d["last_round_iterations"]), int(d["local_batch"]), d.get("model_memory_gb"),
+            _chunk(d.get("chunk"), src, where))
     gpus = _list(t.get("gpus"), src, "tasks.gpus")
     if len(gpus) > limits.MAX_TOTAL_GPUS:
         raise InputError(src, f"{len(gpus)} GPUs; the limit is {limits.MAX_TOTAL_GPUS}",
