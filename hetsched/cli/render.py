@@ -274,6 +274,10 @@ def pool_summary_table(plan: Plan) -> Table:
                                             else f"{its[0]}..{its[-1]} (per job)")
                     + ("; one optimizer step per round: that many global batches a step"
                        if its[-1] > 1 else ""))
+    fused = sorted(n for v in tasks.jobs.values() for n in (v.chunk or {}).values())
+    if fused:
+        tab.add_row("fused passes", f"a pass trains up to {fused[-1]:,} samples of several "
+                                    "steps' slices (the job's chunk per GPU type)")
     mem = tasks.memory
     if mem is not None:
         tab.add_row("memory plan", f"{mem.warm_starts:,} warm starts, "

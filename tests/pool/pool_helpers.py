@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from hetsched.core.plan import Plan
+from hetsched.core.pool_tasks import fused_steps
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job, Node
 from hetsched.core.throughput import ProfileRow, ThroughputTable
@@ -55,6 +56,14 @@ def instances(draw: Any, max_jobs: int = 5, max_iters: int = 12,
     return PlanningProblem(jobs, cluster, ThroughputTable(rows, "<random>"))
 
 
+def _iteration(p: PlanningProblem, pp: PoolProblem, i: int, t: int, b: int) -> float:
+    """One executor pass of job i on type t at b samples: the profile's step (line, or
+    curve where profiled so) less the optimizer's share, at least 5% of the step."""
+    cv = p.curves[i][t] if p.curves[i] is not None else None
+    step = p.a[i, t] + p.c[i, t] * b if cv is None else float(np.interp(b, cv[0], cv[1]))
+    return max(step - float(pp.optimizer_s[i, t]), 0.05 * step)
+
+
 def check_plan(pp: PoolProblem, plan: Plan, tol: float = 1e-4) -> float:
     """Assert every Hare_Sched constraint on the plan's task rows; return the recomputed objective."""
     p = pp.base
@@ -76,12 +85,16 @@ def check_plan(pp: PoolProblem, plan: Plan, tol: float = 1e-4) -> float:
             assert start >= prev_end - tol, f"overlap on {g.node}/{g.gpu}"
             prev_end = end
             assert start >= p.arrival[i] - tol, "task before arrival"
-            if own:  # the task's own batch and iterations: its step time on the profile
-                b, n = own
+            if own:  # the task's own batch and iterations: its step time on the profile,
+                b, n = own  # its steps in passes of m slices (the plan's chunk)
                 assert 1 <= b <= p.cap[i, t] and p.allowed[i, t], "batch off the GPU's cap"
-                cv = p.curves[i][t] if p.curves[i] is not None else None
-                step = p.a[i, t] + p.c[i, t] * b if cv is None else np.interp(b, cv[0], cv[1])
-                want = n * (step + pp.task_overhead_s[i, t] / pp.N[i])
+                chunk = (tasks.jobs[job].chunk or {}).get(g.gpu_type)
+                assert chunk is None or chunk <= p.cap[i, t], "chunk above the GPU's cap"
+                m = fused_steps(chunk, b, n)
+                want = (n // m) * _iteration(p, pp, i, t, m * b) + n * (
+                    pp.task_overhead_s[i, t] / pp.N[i])
+                if n % m:
+                    want += _iteration(p, pp, i, t, (n % m) * b)
             else:
                 n = pp.last[i] if r == pp.R[i] - 1 else pp.N[i]
                 want = n * pp.t_it[i, t]

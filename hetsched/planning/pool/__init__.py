@@ -46,12 +46,15 @@ def __getattr__(name: str) -> Any:
 def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, Any] | None = None,
               *, task_iterations: int | None = None,
               reporter: BaseReporter | None = None, space_plan: Plan | None = None,
-              restart_cost_s: float | None = None) -> Plan:
+              restart_cost_s: float | None = None, fuse: bool = True) -> Plan:
     """Plan ``problem`` in pool mode with ``policy`` (a registered pool policy or ``auto``).
 
     ``space_plan``: the best space plan of ``problem`` when the caller has it (``--mode
     auto``); else, where a policy asks for it (``hare``'s ``space``), it is planned here
-    (space mode's auto, with ``restart_cost_s``; None: the default).
+    (space mode's auto, with ``restart_cost_s``; None: the default). ``fuse=False``: one
+    step's slice per executor pass (the model before fused passes, for comparisons; a
+    plan so made runs as planned only by an executor told no ``chunk``, which its plan
+    file then does not carry).
     """
     from hetsched.planning import registry
 
@@ -68,7 +71,7 @@ def plan_pool(problem: PlanningProblem, policy: str = "auto", params: dict[str, 
         cls = registry.resolve(policy, "pool", rep)
         names = (cls.name,)
         pols = {cls.name: cls.build(params)}
-    pp = PoolProblem(problem, task_iterations=task_iterations)
+    pp = PoolProblem(problem, task_iterations=task_iterations, fuse=fuse)
     if space_plan is None and problem.estimates.bound is None:
         # pool mode alone: its plans have their own bounds (union_bound.py, with the
         # joint LP on pool rates), so the space seed's joint LP would only be reported

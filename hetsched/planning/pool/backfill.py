@@ -198,14 +198,16 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
     (slowest step plus the worker set's sync, one per round of N iterations; the node
     layout taken as it is now)."""
     from hetsched.planning.pool.parallelism import sync_s
-    from hetsched.planning.pool.uneven import gpu_nodes, iteration_at
+    from hetsched.planning.pool.uneven import fused_iterations_s, gpu_nodes
 
     nodes = gpu_nodes(pp)
+    n = int(pp.N[j])
 
     def it(gs: list[int], b: list[int]) -> float:
         g = np.array(gs, dtype=np.int64)
         typ = pp.gpu_type[g]
-        step = iteration_at(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64))
+        step = fused_iterations_s(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64),
+                                  np.full(len(g), n)) / n
         sync = sync_s(pp.base, j, typ.tolist(), len(g), len(set(nodes[g].tolist())) == 1)
         return float(step.max()) + sync / float(pp.N[j])
 

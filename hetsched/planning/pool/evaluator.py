@@ -236,9 +236,12 @@ def _job_shapes(pp: PoolProblem, s: TaskSchedule) -> dict[str, PoolJobTasks]:
     batch of any of its rounds and its last round's iterations (the rows say the rest)."""
     names = [j.name for j in pp.base.jobs]
     mem = [round(float(m), 6) for m in pp.mem_gb]
+    types = pp.base.types
+    chunk = [{types[t]: int(c) for t, c in enumerate(pp.chunk[i].tolist()) if c > 1} or None
+             for i in range(pp.S)]
     if s.batch is None or s.iters is None:
         return {names[i]: PoolJobTasks(int(pp.P[i]), int(pp.R[i]), int(pp.N[i]),
-                                       int(pp.last[i]), int(pp.slice_b[i]), mem[i])
+                                       int(pp.last[i]), int(pp.slice_b[i]), mem[i], chunk[i])
                 for i in range(pp.S)}
     job, rnd, task = (np.asarray(x, dtype=np.int64) for x in (s.job, s.rnd, s.task))
     batch, iters = np.asarray(s.batch, dtype=np.int64), np.asarray(s.iters, dtype=np.int64)
@@ -248,7 +251,7 @@ def _job_shapes(pp: PoolProblem, s: TaskSchedule) -> dict[str, PoolJobTasks]:
         r, k, b, it = rnd[m], task[m], batch[m], iters[m]
         last = int(r.max())
         out[names[i]] = PoolJobTasks(int(k.max()) + 1, last + 1, int(it.max()),
-                                     int(it[r == last][0]), int(b.max()), mem[i])
+                                     int(it[r == last][0]), int(b.max()), mem[i], chunk[i])
     return out
 
 
@@ -265,14 +268,19 @@ def to_plan(pp: PoolProblem, s: TaskSchedule, ev: Evaluation, lower_bound_s: flo
     jobs: list[JobPlan] = []
     first = np.full(pp.S, np.inf)
     np.minimum.at(first, np.asarray(s.job), np.asarray(s.start, dtype=float))
-    used: list[set[int]] = [set() for _ in range(pp.S)]
-    for j, g in zip(np.asarray(s.job).tolist(), np.asarray(s.gpu).tolist(), strict=True):
-        used[j].add(g)
+    # each job's GPUs and, for uneven tasks, its largest local batch on each: one key
+    # per (job, GPU) pair, reduced with numpy (a plan may have millions of tasks)
+    key = np.asarray(s.job, dtype=np.int64) * pp.K + np.asarray(s.gpu, dtype=np.int64)
+    pairs, inv = np.unique(key, return_inverse=True)
+    used: list[list[int]] = [[] for _ in range(pp.S)]
+    for k in pairs.tolist():
+        used[k // pp.K].append(k % pp.K)
     own: dict[tuple[int, int], int] = {}
-    if s.batch is not None:  # uneven tasks: each GPU's largest local batch for the job
-        for j, g, b in zip(np.asarray(s.job).tolist(), np.asarray(s.gpu).tolist(),
-                           np.asarray(s.batch).tolist(), strict=True):
-            own[(j, g)] = max(own.get((j, g), 0), int(b))
+    if s.batch is not None:
+        top = np.zeros(len(pairs), dtype=np.int64)
+        np.maximum.at(top, np.asarray(inv).reshape(-1), np.asarray(s.batch, dtype=np.int64))
+        own = {(k // pp.K, k % pp.K): b for k, b in zip(pairs.tolist(), top.tolist(),
+                                                       strict=True)}
     for i, job in enumerate(p.jobs):
         ws = [Worker(gpus[g].node, gpus[g].gpu_type, gpus[g].index,
                      own.get((i, g), int(pp.slice_b[i]))) for g in sorted(used[i])]

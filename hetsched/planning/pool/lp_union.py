@@ -18,7 +18,10 @@ configurations whose speeds hold for every plan pool mode may keep:
   start-up). So on ``x`` GPUs at once (``x_t`` of type t, any number from 1 to
   the job's cap: tasks of a round may run in turn on fewer GPUs) the job
   progresses at most ``R(x) = max sum_g b_g / c_g(b_g)`` subject to
-  ``sum_g b_g <= B``.
+  ``sum_g b_g <= B``. Where tasks may run fused passes (``fusion.py``: a pass
+  holds several steps' slices, up to the cap), a GPU's progress is bounded by
+  its peak ``max_b b / c_t(b)`` over every batch up to its cap instead, and
+  ``R(x)`` by the sum of those peaks.
 - **An upper bound on R(x) without solving it** (weak duality): for every
   ``lambda >= 0``, ``R(x) <= lambda B + sum_t x_t h_t(lambda)`` with
   ``h_t(lambda) = max(0, max_b b (1 / c_t(b) - lambda))`` (the share a task
@@ -57,10 +60,13 @@ MAX_BOXES = 5_000
 def rate_bound(problem: PlanningProblem, pp: PoolProblem, i: int, X: np.ndarray) -> np.ndarray:
     """(len(X),) an upper bound on job i's samples per second on each count vector of
     ``X`` at once (module docstring); 0 where a vector holds no GPU."""
-    from hetsched.planning.pool.union_bound import iteration_grid
+    from hetsched.planning.pool.union_bound import fused, iteration_grid, seconds_per_sample
 
     p = problem
     B = int(p.B[i])
+    if fused(pp):  # a GPU's pass may hold several steps' slices: its peak rate alone
+        peak = np.where(p.allowed[i], 1.0 / seconds_per_sample(p, pp, i), 0.0)
+        return np.where(X.sum(axis=1) > 0, X.astype(float) @ peak, 0.0)
     cap = np.where(p.allowed[i], np.minimum(p.cap[i], B), 0).astype(int)
     if cap.max() < 1:
         return np.zeros(len(X))

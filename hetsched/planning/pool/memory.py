@@ -48,6 +48,13 @@ def plan_gpu_memory(seq: Sequence[int], mem_gb: Sequence[float], capacity_gb: fl
     warm: list[bool] = []
     n = len(seq)
     for idx, j in enumerate(seq):
+        if 0 < idx < n - 1 and seq[idx - 1] == j == seq[idx + 1] and keep[-1]:
+            # inside a run of one job's tasks, its model kept: the step before decided the
+            # same resident set with the same next model, so this one changes nothing
+            warm.append(True)
+            keep.append(True)
+            evict_others.append([])
+            continue
         warm.append(j in resident)
         resident.pop(j, None)
         resident[j] = None  # most recent

@@ -74,14 +74,32 @@ def _fastest_counts(p: PlanningProblem, i: int, kmax: int) -> np.ndarray:
     return N
 
 
-def _compute_and_sync(p: PlanningProblem, i: int, kmax: int) -> tuple[np.ndarray, np.ndarray]:
+#: (chunk, optimizer share), each (S, T): tasks run in fused passes (pool/fusion.py)
+Fused = tuple[np.ndarray, np.ndarray]
+
+
+def _fused_compute(p: PlanningProblem, i: int, N: np.ndarray, fused: Fused) -> np.ndarray:
+    """Per step, job i's equal slices on the GPUs of each row of N, in fused passes: the
+    slowest used type's pass over its slices' steps (inf where a slice exceeds a cap)."""
+    from hetsched.planning.pool.fusion import pool_iteration_times
+
+    chunk, opt = fused
+    b = np.ceil(float(p.B[i]) / N.sum(axis=1))[:, None]
+    m = np.maximum(1, chunk[i][None, :] // b)
+    per = pool_iteration_times(p.step_times(i, m * b), opt[i][None, :]) / m
+    per = np.where(b > p.cap[i][None, :], np.inf, per)
+    return np.where(N > 0, per, 0.0).max(axis=1)
+
+
+def _compute_and_sync(p: PlanningProblem, i: int, kmax: int, fused: Fused | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """(compute, sync) seconds per iteration of job i on its k fastest pool GPUs, row k-1
-    for k = 1..kmax (fewer rows when the job may use fewer GPUs): balanced slices, and
-    one synchronisation of k workers."""
+    for k = 1..kmax (fewer rows when the job may use fewer GPUs): balanced slices (with
+    ``fused``: equal slices in fused passes), and one synchronisation of k workers."""
     N = _fastest_counts(p, i, kmax)
     if not len(N):
         return np.zeros(0), np.zeros(0)
-    comp = p.compute_time(i, N)
+    comp = p.compute_time(i, N) if fused is None else _fused_compute(p, i, N, fused)
     single_node = sum(1 for nd in p.cluster.nodes if nd.usable) == 1
     sync = np.array([sync_s(p, i, [t for t in range(p.T) if N[k - 1, t]], k, single_node)
                      for k in range(1, len(N) + 1)])
@@ -93,8 +111,8 @@ TaskIters = Callable[[int, np.ndarray], np.ndarray]
 
 
 def iteration_times(p: PlanningProblem, i: int, kmax: int, task_iters: TaskIters | None = None,
-                    memo: dict[tuple, tuple[int, np.ndarray, np.ndarray]] | None = None
-                    ) -> np.ndarray:
+                    memo: dict[tuple, tuple[int, np.ndarray, np.ndarray]] | None = None,
+                    fused: Fused | None = None) -> np.ndarray:
     """``T[k]`` = job i's iteration time alone on its k fastest pool GPUs, k = 0..kmax (T[0] = inf).
 
     Compute with balanced slices (the space-mode water-filling) plus pool
@@ -105,12 +123,12 @@ def iteration_times(p: PlanningProblem, i: int, kmax: int, task_iters: TaskIters
     ``memo``: compute and sync shared by jobs of one model (``p.model_key``), whose
     GPU order and step times are the same; only their task sizes differ.
     """
-    key = p.model_key(i)
+    key = p.model_key(i) if fused is None else (p.model_key(i), fused[1][i].tobytes())
     hit = memo.get(key) if memo is not None else None
     if hit is not None and (hit[0] >= kmax or len(hit[1]) < hit[0]):
         comp, sync = hit[1][:kmax], hit[2][:kmax]
     else:
-        comp, sync = _compute_and_sync(p, i, kmax)
+        comp, sync = _compute_and_sync(p, i, kmax, fused)
         if memo is not None:
             memo[key] = (kmax, comp, sync)
     out = np.full(kmax + 1, math.inf)
@@ -122,7 +140,7 @@ def iteration_times(p: PlanningProblem, i: int, kmax: int, task_iters: TaskIters
 
 
 def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
-                       task_iters: TaskIters | None = None
+                       task_iters: TaskIters | None = None, fused: Fused | None = None
                        ) -> tuple[np.ndarray, dict[str, str]]:
     """Tasks per round for every job (module docstring).
 
@@ -149,7 +167,7 @@ def choose_parallelism(p: PlanningProblem, floor: np.ndarray, fixed: np.ndarray,
         if hi <= cur:
             return -1.0, cur
         if i not in T or len(T[i]) <= hi:
-            T[i] = iteration_times(p, i, hi, task_iters, memo)
+            T[i] = iteration_times(p, i, hi, task_iters, memo, fused)
         Ti = T[i]
         ks = np.arange(cur + 1, hi + 1)
         ok = (Ti[ks] * MIN_SPEEDUP <= Ti[cur]) & (Ti[1] / (ks * Ti[ks]) >= MIN_EFFICIENCY)

@@ -11,7 +11,10 @@ job's arrival (4).
 
 Task granularity. Real jobs run 10^4-10^6 iterations, so a task stands for
 ``N_i`` iterations of its slice (``--task-iterations``): its compute time on
-GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model). A task
+GPU type t is ``N_i * (a_it + c_it * b_i)`` (the affine model), where the
+executor trains one slice a pass; it trains ``m`` steps' slices a pass where
+the job's chunk on that type holds them (:mod:`.fusion`), so the task takes
+``N_i / m`` passes of ``m b_i`` samples: ``t_it`` is that per step. A task
 accumulates its iterations' gradients and exchanges them once, as the executor
 does (one push, one optimizer step per round, one pull: docs/executor.md), so
 its synchronisation time is one exchange, ``s_task``: the comm model's time of
@@ -61,6 +64,12 @@ from hetsched.core.memory import (
 )
 from hetsched.core.problem import PlanningProblem
 from hetsched.errors import InputError, PlanningError
+from hetsched.planning.pool.fusion import (  # MIN_ITERATION_SHARE: re-exported
+    MIN_ITERATION_SHARE,
+    chunk_sizes,
+    fused_compute,
+    pool_iteration_times,
+)
 from hetsched.planning.pool.parallelism import sync_s
 
 #: Hare's measured task switch is <= 6 ms (paper Table 3); we plan for 5 ms.
@@ -69,23 +78,16 @@ DEFAULT_SWITCH_S = 0.005
 SWITCH_SHARE = 0.01
 #: the default task size never makes a job longer than this many rounds
 DEFAULT_MAX_ROUNDS = 200
+#: at most this many passes of (task size, fused step) before the task size holds
+FUSE_ROUNDS = 8
 #: refuse instances that would expand to more tasks than this (memory, time)
 MAX_TASKS = 2_000_000
-#: a pool iteration is never planned below this share of its profiled step (an
-#: optimizer share measured at other batches may exceed the fitted step at a small one)
-MIN_ITERATION_SHARE = 0.05
-
-
-def pool_iteration_times(steps: np.ndarray, optimizer_s: np.ndarray) -> np.ndarray:
-    """A pool task's iteration from the profiled step: the step less the optimizer's
-    share (the coordinator steps the optimizer, once per round), at least
-    :data:`MIN_ITERATION_SHARE` of the step."""
-    return np.maximum(steps - optimizer_s, MIN_ITERATION_SHARE * steps)
 
 #: GPU memory per type and the model-state estimate live in core.memory (one table
-#: for pool mode and Harmony's groups); re-exported here for existing callers
+#: for pool mode and Harmony's groups), the pool iteration's floor in .fusion;
+#: re-exported here for existing callers
 __all_memory__ = (DEFAULT_GPU_MEMORY_GB, FALLBACK_GPU_MEMORY_GB, FALLBACK_MODEL_GB,
-                  MODEL_STATE_FACTOR)
+                  MODEL_STATE_FACTOR, MIN_ITERATION_SHARE)
 
 
 @dataclass
@@ -104,6 +106,8 @@ class PoolProblem:
     switch_s: float = DEFAULT_SWITCH_S
     #: choose P for jobs without requested_gpus; False: P = min_gpus (the old rule)
     choose_parallelism: bool = True
+    #: tasks train several steps' slices a pass (:mod:`.fusion`); False: one slice a pass
+    fuse: bool = True
     P: np.ndarray = field(init=False)  # (S,) tasks per round
     #: job name -> why its P stayed below what the pool could give it
     parallelism_notes: dict[str, str] = field(init=False)
@@ -113,6 +117,8 @@ class PoolProblem:
     last: np.ndarray = field(init=False)  # (S,) iterations of the last round
     total_iters: np.ndarray = field(init=False)  # (S,) iterations of the job
     t_it: np.ndarray = field(init=False)  # (S, T) compute s/iteration of one task; inf = not allowed
+    #: (S, T) most samples one executor pass trains (:mod:`.fusion`); 0: a slice a pass
+    chunk: np.ndarray = field(init=False)
     #: (S, T) the executor's measured overhead per task (added to t_it as overhead / N)
     task_overhead_s: np.ndarray = field(init=False)
     #: (S, T) the optimizer step's share of a profiled step (0 where not profiled)
@@ -143,12 +149,17 @@ class PoolProblem:
             P = max(P, math.ceil(int(p.B[i]) / capmax))
             floor[i] = min(P, int(p.B[i]))  # every task trains at least one sample
         self.parallelism_notes = {}
+        self.optimizer_s = np.array([[fit.optimizer_s if (fit := p.table.get(j.workload, t))
+                                      else 0.0 for t in p.types] for j in p.jobs]).reshape(S, T)
+        self.chunk = chunk_sizes(p, self.optimizer_s, p.allowed) if self.fuse \
+            else np.zeros((S, T), dtype=np.int64)
         fixed = np.array([j.requested_gpus is not None for j in p.jobs], dtype=bool)
         if self.choose_parallelism and not fixed.all():
             from hetsched.planning.pool.parallelism import choose_parallelism
 
-            floor, self.parallelism_notes = choose_parallelism(p, floor, fixed,
-                                                               self._task_iterations)
+            floor, self.parallelism_notes = choose_parallelism(
+                p, floor, fixed, self._task_iterations,
+                (self.chunk, self.optimizer_s) if self.fuse else None)
         for i, job in enumerate(p.jobs):
             P = int(floor[i])
             b = math.ceil(int(p.B[i]) / P)
@@ -161,9 +172,8 @@ class PoolProblem:
         # the space planner's step model, piecewise where the line is poor
         steps = np.vstack([p.step_times(i, np.repeat(bcol[i], T)) for i in range(S)]) if S \
             else p.a + p.c * bcol
-        self.optimizer_s = np.array([[fit.optimizer_s if (fit := p.table.get(j.workload, t))
-                                      else 0.0 for t in p.types] for j in p.jobs]).reshape(S, T)
         self.t_it = np.where(self.ok, pool_iteration_times(steps, self.optimizer_s), np.inf)
+        self.chunk = np.where(self.ok, self.chunk, 0)
         single_node = sum(1 for n in p.cluster.nodes if n.usable) == 1
         self.s_task = np.zeros((S, T))
         for i in range(S):
@@ -171,9 +181,19 @@ class PoolProblem:
                 self.s_task[i, t] = sync_s(p, i, [t], int(self.P[i]), single_node) \
                     if self.ok[i, t] else np.inf
         self.total_iters = np.maximum(1, np.ceil(p.iters - 1e-9)).astype(np.int64)
-        fastest = np.where(self.ok, self.t_it, np.inf).min(axis=1)
-        self.N = np.array([self._task_iterations(i, float(fastest[i])) for i in range(S)],
-                          dtype=np.int64)
+        unfused = self.t_it
+        self.N = np.zeros(S, dtype=np.int64)
+        for _ in range(FUSE_ROUNDS if self.fuse else 1):
+            # N from the (fused) step, the step fused at that N, until N holds: a larger N
+            # fuses more steps a pass, so the step only falls and N only grows
+            fastest = np.where(self.ok, self.t_it, np.inf).min(axis=1)
+            n = np.array([self._task_iterations(i, float(fastest[i])) for i in range(S)],
+                         dtype=np.int64)
+            if (n == self.N).all():
+                break
+            self.N = n
+            if self.fuse:
+                self.t_it = self._fused_t_it(unfused)
         self._executor_costs()
         self.R = -(-self.total_iters // self.N)
         self.last = self.total_iters - (self.R - 1) * self.N
@@ -187,6 +207,23 @@ class PoolProblem:
         self.gpu_type = np.array([tindex[g.gpu_type] for g in gpus], dtype=int)
         self.gpu_mem_gb = gpu_memory_gb(p.cluster)
         self.mem_gb = np.array([job_state_gb(j) for j in p.jobs], dtype=float)
+
+    def _fused_t_it(self, unfused: np.ndarray) -> np.ndarray:
+        """(S, T) a full round's task compute per step, its steps in fused passes
+        (:mod:`.fusion`); never above ``unfused``, the step a slice at a time."""
+        p = self.base
+        out = unfused.copy()
+        typ = np.arange(p.T)
+        for i in range(p.S):
+            def one(_j: np.ndarray, t: np.ndarray, b: np.ndarray, i: int = i) -> np.ndarray:
+                grid = np.repeat(b.astype(float)[:, None], p.T, axis=1)  # each row's b on
+                steps = p.step_times(i, grid)[np.arange(len(b)), t]  # every type; its own
+                return pool_iteration_times(steps, self.optimizer_s[i][t])
+            n = int(self.N[i])
+            tc = fused_compute(one, typ, typ, np.full(p.T, int(self.slice_b[i])),
+                               np.full(p.T, n), self.chunk[i]) / n
+            out[i] = np.where(self.ok[i], np.minimum(tc, unfused[i]), np.inf)
+        return out
 
     def _task_iterations(self, i: int, step_s: Any) -> Any:
         """Iterations of job i's task whose iteration takes ``step_s`` on its fastest type:

@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from hetsched.planning.pool.fusion import fused_compute
 from hetsched.planning.pool.parallelism import sync_s
 from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
 
@@ -144,11 +145,23 @@ def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, np.asarray(inv).reshape(-1)
 
 
+def fused_iterations_s(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray,
+                       iters: np.ndarray) -> np.ndarray:
+    """Seconds of each task's iterations (job, GPU type, local batch, iterations) run in
+    fused passes (:mod:`.fusion`, the job's chunk on that type)."""
+    def one(j: np.ndarray, t: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return iteration_at(pp, j, t, b)
+
+    return fused_compute(one, job, typ, batch, iters, pp.chunk[job, typ])
+
+
 def task_compute_s(pp: PoolProblem, job: np.ndarray, typ: np.ndarray, batch: np.ndarray,
                    iters: np.ndarray) -> np.ndarray:
     """Compute seconds of each uneven task (job, GPU type, local batch, iterations): its
-    iterations at the executor's step, plus the measured per-task overhead's share."""
-    return iters * (iteration_at(pp, job, typ, batch) + pp.task_overhead_s[job, typ] / pp.N[job])
+    iterations at the executor's step in fused passes, plus the measured per-task
+    overhead's share."""
+    return fused_iterations_s(pp, job, typ, batch, iters) \
+        + iters * pp.task_overhead_s[job, typ] / pp.N[job]
 
 
 def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.ndarray,
@@ -175,4 +188,4 @@ def uneven_times(pp: PoolProblem, job: np.ndarray, gpu: np.ndarray, batch: np.nd
 
 
 __all__ = ["step_at", "iteration_at", "gpu_nodes", "rounds_of", "check_shapes",
-           "unique_rows", "task_compute_s", "uneven_times"]
+           "unique_rows", "fused_iterations_s", "task_compute_s", "uneven_times"]

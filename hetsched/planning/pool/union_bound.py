@@ -9,7 +9,10 @@ communication, the optimizer's share taken off, as a pool iteration is timed):
 
 1. **Each job alone** (:func:`alone_bound`): its fastest conceivable step on
    its allowed GPUs up to its cap, less the largest optimizer share of its
-   types, times its iterations.
+   types, times its iterations. Where tasks may run fused passes (several
+   steps' slices at once, ``fusion.py``), a step is no longer a job's least
+   unit: its samples over its best ``min(hi, B)`` GPUs at their peak samples a
+   second instead.
 2. **The pooled speed** (:func:`pooled_task_bound`): the cluster as one
    machine of priced GPU capacity (``pooled_bound.py``'s argument). A GPU of
    type t processes a sample in at least ``u_t`` seconds, the least pool
@@ -40,6 +43,8 @@ def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     model, GPU range and optimizer share have one step: computed once."""
     from hetsched.planning.bounds import best_iteration_time
 
+    if fused(pp):
+        return _alone_fused(problem, pp)
     best: dict[tuple, float] = {}
     total = 0.0
     for i in range(problem.S):
@@ -49,6 +54,29 @@ def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
         if key not in best:
             best[key] = max(0.0, best_iteration_time(problem, i) - opt)
         total += float(problem.weight[i]) * float(problem.iters[i]) * best[key]
+    return total
+
+
+def fused(pp: PoolProblem) -> bool:
+    """Whether some task may train several steps' slices a pass (pool/fusion.py): then a
+    GPU's progress is bounded by its best samples a second at any batch up to its cap,
+    not by a step's share of the global batch."""
+    return bool((pp.chunk > 1).any())
+
+
+def _alone_fused(problem: PlanningProblem, pp: PoolProblem) -> float:
+    """Each job alone with fused passes: its samples over its best ``min(hi, B)`` GPUs at
+    their peak samples a second together (a round has at most B tasks)."""
+    total = 0.0
+    memo: dict[tuple, float] = {}
+    for i in range(problem.S):
+        key = (problem.model_key(i), int(problem.hi[i]), pp.optimizer_s[i].tobytes())
+        if key not in memo:
+            rate = 1.0 / seconds_per_sample(problem, pp, i)
+            k = int(min(problem.hi[i], problem.B[i]))
+            top = np.sort(np.repeat(rate, problem.n_type))[::-1][:k]
+            memo[key] = float(problem.B[i]) / max(float(top.sum()), 1e-300)
+        total += float(problem.weight[i]) * float(problem.iters[i]) * memo[key]
     return total
 
 
@@ -127,5 +155,5 @@ def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[
     return max(parts.values()), parts
 
 
-__all__ = ["alone_bound", "iteration_grid", "pooled_task_bound", "seconds_per_sample",
+__all__ = ["alone_bound", "fused", "iteration_grid", "pooled_task_bound", "seconds_per_sample",
            "union_bound"]
