@@ -72,9 +72,13 @@ def test_emulated_speeds_make_tasks_take_the_modelled_time(tmp_path: Path,
     res = run_threads(str(plan), {"seed": 0, "on_task": seen.append})
     assert all(isinstance(r, dict) for r in res), res
     speed = {"v100": 2.0, "k80": 0.5}
-    for r in seen:
-        counts = xp.jobs[r["job"]].task_counts(r["round"], r["task"])
-        want = sum((0.02 + 0.005 * n) / speed[r["gpu_type"]] for n in counts if n)
+    for r in seen:  # one emulated pass per group of steps the plan's chunk fuses
+        job = xp.jobs[r["job"]]
+        counts = job.task_counts(r["round"], r["task"])
+        passes = [sum(counts[k] for k in g)
+                  for g in job.passes(r["round"], r["task"], r["gpu_type"])]
+        assert r["iterations"] == len(passes) and r["samples"] == sum(counts)
+        want = sum((0.02 + 0.005 * n) / speed[r["gpu_type"]] for n in passes if n)
         assert want <= r["compute_s"] < want + 0.25, (r, want)
 
 

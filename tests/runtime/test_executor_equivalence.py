@@ -65,6 +65,13 @@ def test_interleaved_on_two_executors_equals_single_process(tmp_path: Path) -> N
             for g in tasks["gpus"]]
     assert len(seqs) == 2 and all(len(set(s)) >= 2 for s in seqs), seqs  # really interleaved
     assert {j["tasks_per_round"] for j in tasks["jobs"].values()} >= {2, 3}
+    # the tasks train two steps' slices a pass (the plan's chunk: 16 samples, slices of
+    # 3-4), so the same gradient must come of fewer, larger passes
+    from hetsched.io.plan_json import load_plan
+
+    xp = exec_plan(load_plan(plan))
+    assert all(j.chunk for j in xp.jobs.values())
+    assert all(len(g) == 2 for j in xp.jobs.values() for g in j.passes(0, 0, "v100"))
     ck = tmp_path / "ck"
     codes = run_local(str(plan), {"checkpoint_dir": str(ck), "report_dir": str(tmp_path / "r"),
                                   "device": "cpu", "seed": SEED, "threads": 1})

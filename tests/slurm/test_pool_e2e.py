@@ -152,7 +152,9 @@ def test_pool_plan_runs_every_task_and_meets_its_prediction(
     for (w, g, b), r in rows.items():
         assert w == "mlp"
         assert r["step_time_s"] == pytest.approx((a + c * b) / EMULATE_SPEED[g], rel=0.25)
-    assert ("mlp", "a100", 16) in rows or ("mlp", "v100", 16) in rows
+    # at the batch a pass trained: several steps' slices of 16 (the plan's chunk: fused
+    # passes), not one slice
+    assert rows and max(b for _, _, b in rows) > 16, rows
 
 
 def _executor_pids(pid: str) -> dict[int, int]:

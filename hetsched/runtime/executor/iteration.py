@@ -40,6 +40,12 @@ def task_indices(job: ExecJob, seed: int, rnd: int, task: int, k: int) -> np.nda
     return perm[lo:lo + counts[task]].copy()  # the cached order stays read-only
 
 
+def pass_indices(job: ExecJob, seed: int, rnd: int, task: int, steps: range) -> np.ndarray:
+    """Sample indices of one pass of task ``task`` in round ``rnd``: its slices of
+    ``steps`` (consecutive steps of the round, :meth:`ExecJob.passes`), in order."""
+    return np.concatenate([task_indices(job, seed, rnd, task, k) for k in steps])
+
+
 def iteration(model: Any, loss_fn: Any, data: Any, idx: np.ndarray, dev: torch.device,
               scale: float) -> None:
     """One iteration of a pool task: gather the slice, copy it to the device, forward, and

@@ -10,16 +10,19 @@ is split in proportion (:func:`hetsched.runtime.sampler.split_counts`).
 A plan whose task rows carry their own ``local_batch`` and ``iterations``
 (uneven tasks, e.g. a space plan's workers) gives each round its own slices
 (its tasks' local batches, in task order) and iterations: ``ExecJob.layout``.
+A task trains its steps' slices in passes of several steps where the plan's
+``chunk`` allows (:meth:`ExecJob.passes`).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from hetsched.core.plan import Plan
-from hetsched.core.pool_tasks import TASKS_FORMAT
+from hetsched.core.pool_tasks import TASKS_FORMAT, fused_steps, step_groups
 from hetsched.core.spec import Job
 from hetsched.errors import InputError
 from hetsched.runtime.sampler import split_counts
@@ -47,6 +50,8 @@ class ExecJob:
     #: uneven tasks: per round (iterations, local batch of each task in task order);
     #: None: every round has ``tasks_per_round`` equal slices
     layout: tuple[tuple[int, tuple[int, ...]], ...] | None = None
+    #: GPU type -> most samples one pass trains (the plan's ``chunk``); absent: a slice
+    chunk: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def global_batch(self) -> int:
@@ -98,6 +103,14 @@ class ExecJob:
             _, n = self.step_samples(first + k)
             out.append(split_counts(n, slices)[task])
         return out
+
+    def passes(self, r: int, task: int, gpu_type: str) -> list[range]:
+        """Round ``r``'s steps as task ``task`` on a GPU of ``gpu_type`` trains them: in
+        passes of ``fused_steps`` consecutive steps' slices (``core.pool_tasks``, the
+        rule the planner timed the task with)."""
+        n = self.round_iterations(r)
+        b = self.slice_batch if self.layout is None else self.layout[r][1][task]
+        return step_groups(n, fused_steps(self.chunk.get(gpu_type.lower()), b, n))
 
     def round_samples(self, r: int) -> int:
         first = self.round_step(r)
@@ -183,7 +196,8 @@ def exec_plan(plan: Plan, source: str = "plan") -> ExecPlan:
             raise InputError(source, "the plan has no spec for this job", f"job {name!r}")
         jobs[name] = ExecJob(name, spec, d.tasks_per_round, d.rounds, d.iterations_per_task,
                              d.last_round_iterations, d.local_batch,
-                             float(d.model_memory_gb or 0.0))
+                             float(d.model_memory_gb or 0.0),
+                             chunk={t.lower(): int(n) for t, n in (d.chunk or {}).items()})
     own: dict[str, dict[tuple[int, int], tuple[int, int]]] = {}
     for g in tasks.gpus:
         for r in g.rows():

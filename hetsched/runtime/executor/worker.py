@@ -8,7 +8,8 @@ For each task (job i, round r, task t) of the sequence:
 3. run the task's N iterations: iteration k trains slice t of global batch
    ``r*N + k`` with the mean loss scaled by slice / (samples of the whole
    round), gradients accumulating, so the P tasks' contributions sum to the
-   gradient of the mean loss over the round's samples;
+   gradient of the mean loss over the round's samples (several steps' slices
+   a pass where the plan's ``chunk`` allows: :meth:`ExecJob.passes`);
 4. ``put`` the contribution (the server applies the round's one step when
    all P arrived);
 5. clean up as the plan's memory plan says (keep or evict the model, evict
@@ -30,7 +31,7 @@ import torch
 from hetsched.io.reports import ReportWriter
 from hetsched.runtime.emulate import Emulation
 from hetsched.runtime.executor import protocol, shm
-from hetsched.runtime.executor.iteration import iteration, task_indices
+from hetsched.runtime.executor.iteration import iteration, pass_indices
 from hetsched.runtime.executor.plan import ExecGpu, ExecJob, ExecPlan, ExecTask
 from hetsched.runtime.executor.protocol import PoolFailed
 from hetsched.runtime.executor.slots import JobSlot, scrub_free_memory
@@ -44,11 +45,9 @@ class ExecOptions:
     average: bool = False  # WRONG aggregation kept for the equivalence test: plain averaging
     emulation: Emulation | None = None
     on_task: Callable[[dict[str, Any]], None] | None = None  # test hook after each task
-    #: opens another authenticated connection to the coordinator: with it parameters
-    #: are pulled ahead and gradients pushed in the background (see Executor)
+    #: another authenticated connection to the coordinator: pulls ahead, pushes behind
     connect: Callable[[str], protocol.Channel] | None = None
-    #: ``auto``: parameters and gradients through shared memory when the coordinator is
-    #: on this node and offers it (:mod:`.shm`); ``tcp``: every byte over TCP
+    #: ``auto``: shared memory (:mod:`.shm`) where the coordinator offers it; ``tcp``: TCP
     transport: str = "auto"
 
 
@@ -120,8 +119,7 @@ class Executor:
         if "shm" in reply:
             self._attach(reply["shm"])
         todo = [t for t in self.gpu.tasks if t.round >= int(done.get(t.job, 0))]
-        t_start = time.perf_counter()
-        self.last_compute_end = t_start
+        self.last_compute_end = t_start = time.perf_counter()
         try:
             self._open_side()
             pulled = self._pull(todo[0], None) if todo else None
@@ -351,17 +349,19 @@ class Executor:
         """Run the task's iterations: (seconds, samples, iterations, perf_counter at start)."""
         counts = job.task_counts(t.round, t.task)
         total = job.round_samples(t.round)
+        passes = job.passes(t.round, t.task, self.gpu.gpu_type)
         dev = self.opts.device
         model, loss_fn = slot.model, self.loss[t.job]
         model.train()
         t0 = time.perf_counter()
-        for k, n in enumerate(counts):
+        for k, steps in enumerate(passes):
             tk = time.perf_counter()
-            slot.collect = k == len(counts) - 1
+            slot.collect = k == len(passes) - 1
+            n = sum(counts[s] for s in steps)
             if n == 0:
                 continue
-            idx = task_indices(job, self.opts.seed, t.round, t.task, k)
-            scale = 1.0 / (job.tasks_in(t.round) * len(counts)) if self.opts.average \
+            idx = pass_indices(job, self.opts.seed, t.round, t.task, steps)
+            scale = len(steps) / (job.tasks_in(t.round) * len(counts)) if self.opts.average \
                 else n / total
             iteration(model, loss_fn, self.data[t.job], idx, dev, scale)
             if k == 0:
@@ -370,7 +370,7 @@ class Executor:
                 self.opts.emulation.pad(n, tk)
         slot.collect = False
         slot.finish_gradients()
-        return time.perf_counter() - t0, sum(counts), len(counts), t0
+        return time.perf_counter() - t0, sum(counts), len(passes), t0
 
     def _make_room(self, job: str, slot: JobSlot, version: int) -> float:
         """After an out-of-memory error: evict every other job, reload this one."""
