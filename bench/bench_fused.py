@@ -17,7 +17,8 @@ Instances: bench_pool's A (30 jobs of Gavel's 0e4a51 trace on 15 GPUs, 8 V100,
 4 P100, 3 K80) with arrivals and all at 0, and B (100 jobs on 160 GPUs, the
 same mix); Gavel's small_test and medium_test with free sizes on 12 V100 + 12
 P100 + 12 K80 (the Gavel replay's cluster), and artifact_evaluation and
-small_test with each job pinned to its trace's GPU count (the replay's
+small_test and the first 50 jobs of the three MSR traces (those a 12-GPU type
+can hold) with each job pinned to its trace's GPU count (the replay's
 ``--pool --pinned``); the bundled example.
 """
 
@@ -100,6 +101,8 @@ def main() -> None:
                   ("Gavel medium_test (19)", lambda: gavel("medium_test.trace")),
                   ("pinned: artifact_evaluation", lambda: pinned("artifact_evaluation.trace")),
                   ("pinned: small_test", lambda: pinned("small_test.trace"))]
+        cases += [(f"pinned: {t} (first 50)", lambda t=t: pinned(f"{t}.trace"))
+                  for t in ("msr-seed0-2869ce", "msr-seed0-ee9e8c", "msr-seed0-0e4a51")]
     print("| instance | idle GPU share (while a job waits) | one slice a pass / space | "
           "**fused / space** | fused's start | bound / space (fused) | pool part (s) |")
     print("|---|---:|---:|---:|---|---:|---:|")
