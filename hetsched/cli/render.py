@@ -274,9 +274,9 @@ def pool_summary_table(plan: Plan) -> Table:
                                             else f"{its[0]}..{its[-1]} (per job)")
                     + ("; one optimizer step per round: that many global batches a step"
                        if its[-1] > 1 else ""))
-    fused = sorted(n for v in tasks.jobs.values() for n in (v.chunk or {}).values())
+    fused = max((n for v in tasks.jobs.values() for n in (v.chunk or {}).values()), default=0)
     if fused:
-        tab.add_row("fused passes", f"a pass trains up to {fused[-1]:,} samples of several "
+        tab.add_row("fused passes", f"a pass trains up to {fused:,} samples of several "
                                     "steps' slices (the job's chunk per GPU type)")
     mem = tasks.memory
     if mem is not None:

@@ -209,7 +209,7 @@ def _faster(pp: PoolProblem, j: int, old: list[int], new: list[int], shares_old:
         step = fused_iterations_s(pp, np.full(len(g), j), typ, np.array(b, dtype=np.int64),
                                   np.full(len(g), n)) / n
         sync = sync_s(pp.base, j, typ.tolist(), len(g), len(set(nodes[g].tolist())) == 1)
-        return float(step.max()) + sync / float(pp.N[j])
+        return float(step.max()) + sync / n
 
     return it(new, shares_new) < it(old, shares_old) * (1 - 1e-6)
 

@@ -38,13 +38,19 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
 
 
-def alone_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
+def alone_bound(problem: PlanningProblem, pp: PoolProblem, u: np.ndarray | None = None
+                ) -> float:
     """Each job alone on the cluster, computing only (module docstring, 1). Jobs of one
-    model, GPU range and optimizer share have one step: computed once."""
+    model, GPU range and optimizer share have one step: computed once. ``u``: the jobs'
+    :func:`peak_seconds_per_sample`, where the caller has them."""
     from hetsched.planning.bounds import best_iteration_time
 
     if fused(pp):
-        return _alone_fused(problem, pp)
+        u = peak_seconds_per_sample(problem, pp) if u is None else u
+        k = np.minimum(problem.hi, problem.B).astype(int)  # a round has at most B tasks
+        return float(sum(float(problem.weight[i]) * float(problem.iters[i] * problem.B[i])
+                         / fastest_rate(problem, 1.0 / u[i], int(k[i]))
+                         for i in range(problem.S)))
     best: dict[tuple, float] = {}
     total = 0.0
     for i in range(problem.S):
@@ -64,20 +70,10 @@ def fused(pp: PoolProblem) -> bool:
     return bool((pp.chunk > 1).any())
 
 
-def _alone_fused(problem: PlanningProblem, pp: PoolProblem) -> float:
-    """Each job alone with fused passes: its samples over its best ``min(hi, B)`` GPUs at
-    their peak samples a second together (a round has at most B tasks)."""
-    total = 0.0
-    memo: dict[tuple, float] = {}
-    for i in range(problem.S):
-        key = (problem.model_key(i), int(problem.hi[i]), pp.optimizer_s[i].tobytes())
-        if key not in memo:
-            rate = 1.0 / seconds_per_sample(problem, pp, i)
-            k = int(min(problem.hi[i], problem.B[i]))
-            top = np.sort(np.repeat(rate, problem.n_type))[::-1][:k]
-            memo[key] = float(problem.B[i]) / max(float(top.sum()), 1e-300)
-        total += float(problem.weight[i]) * float(problem.iters[i]) * memo[key]
-    return total
+def fastest_rate(problem: PlanningProblem, rate: np.ndarray, k: int) -> float:
+    """Samples a second of a job's ``k`` fastest GPUs together, each at ``rate`` (T,) of
+    its type (never 0: a floor keeps the quotients finite)."""
+    return max(float(np.sort(np.repeat(rate, problem.n_type))[::-1][:k].sum()), 1e-300)
 
 
 def iteration_grid(problem: PlanningProblem, pp: PoolProblem, i: int, cap: np.ndarray
@@ -106,19 +102,27 @@ def pooled_task_bound(problem: PlanningProblem, pp: PoolProblem) -> float:
     return _pooled(problem, pp)[0]
 
 
-def _pooled(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, np.ndarray | None]:
-    """:func:`pooled_task_bound` and, where it ran, each job's estimated completion (where
-    the joint LP's time grid should be fine)."""
-    from hetsched.planning.pooled_bound import pooled_bound, price_family
-
-    S, T = problem.S, problem.T
-    u = np.full((S, T), np.inf)
+def peak_seconds_per_sample(problem: PlanningProblem, pp: PoolProblem) -> np.ndarray:
+    """(S, T) :func:`seconds_per_sample` of every job; jobs of one model and optimizer
+    share are searched once."""
+    u = np.full((problem.S, problem.T), np.inf)
     memo: dict[tuple, np.ndarray] = {}
-    for i in range(S):
+    for i in range(problem.S):
         key = (problem.model_key(i), pp.optimizer_s[i].tobytes())
         if key not in memo:
             memo[key] = seconds_per_sample(problem, pp, i)
         u[i] = memo[key]
+    return u
+
+
+def _pooled(problem: PlanningProblem, pp: PoolProblem, u: np.ndarray | None = None
+            ) -> tuple[float, np.ndarray | None]:
+    """:func:`pooled_task_bound` and, where it ran, each job's estimated completion (where
+    the joint LP's time grid should be fine); ``u`` as :func:`alone_bound` takes it."""
+    from hetsched.planning.pooled_bound import pooled_bound, price_family
+
+    S, T = problem.S, problem.T
+    u = peak_seconds_per_sample(problem, pp) if u is None else u
     counted = np.array([j.elastic is None for j in problem.jobs], dtype=bool)
     rate = 1.0 / u  # samples/s at the peak; 0 where the job may not run (u = inf)
     if not counted.any() or rate.max() <= 0:
@@ -130,8 +134,7 @@ def _pooled(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, np.ndarra
     work = problem.iters * problem.B  # samples each job processes, in all
     P = np.zeros(S)
     for i in np.flatnonzero(counted).tolist():
-        per_gpu = np.sort(np.repeat(rate[i], problem.n_type))[::-1][:int(problem.hi[i])]
-        P[i] = float(work[i]) / max(float(per_gpu.sum()), 1e-300)
+        P[i] = float(work[i]) / fastest_rate(problem, rate[i], int(problem.hi[i]))
     e = np.zeros((len(prices), S))
     for k, pi in enumerate(prices):
         priced = np.where(problem.allowed & np.isfinite(u), pi[None, :] * u, np.inf).min(axis=1)
@@ -147,13 +150,14 @@ def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[
     (``lp_union.py``), with each value (``lp`` only where the LP ran)."""
     from hetsched.planning.pool.lp_union import pool_lp_bound
 
-    pooled, comp = _pooled(problem, pp)
-    parts = {"alone": alone_bound(problem, pp), "pooled": pooled}
+    u = peak_seconds_per_sample(problem, pp)  # both bounds read each job's peaks
+    pooled, comp = _pooled(problem, pp, u)
+    parts = {"alone": alone_bound(problem, pp, u), "pooled": pooled}
     lp = pool_lp_bound(problem, pp, hint=comp)
     if lp is not None:
         parts["lp"] = float(lp["weighted_jct_s"])
     return max(parts.values()), parts
 
 
-__all__ = ["alone_bound", "fused", "iteration_grid", "pooled_task_bound", "seconds_per_sample",
-           "union_bound"]
+__all__ = ["alone_bound", "fastest_rate", "fused", "iteration_grid", "peak_seconds_per_sample",
+           "pooled_task_bound", "seconds_per_sample", "union_bound"]
