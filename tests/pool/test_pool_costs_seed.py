@@ -33,7 +33,7 @@ def _sync_bound(n_jobs: int = 3) -> PlanningProblem:
 
 def test_the_pool_costs_problem_divides_the_sync_by_the_rounds_iterations() -> None:
     p = _sync_bound()
-    pp = PoolProblem(p)
+    pp = PoolProblem(p, fuse=False)  # the step as profiled (fused passes: the tests below)
     q = space_seed.pool_costs_problem(p, pp)
     counts = np.array([[1], [2], [4]])
     # the three jobs are one model to space mode: one divisor, the fewest iterations per
@@ -93,3 +93,65 @@ def test_above_its_job_limit_the_pool_costs_seed_is_not_planned(
     assert "pool_costs_tasks_s" not in d["params"]
     assert d["params"]["order"] != "space-pool-costs"
     assert d == _plan(p, monkeypatch, seed=False)
+
+
+def _small_batch(n_jobs: int) -> PlanningProblem:
+    """Jobs of 8 samples a step whose pass has a large fixed cost, on 4 GPUs: split over
+    several GPUs a step is mostly that cost, fused into passes of 80 it is not."""
+    rows = [ProfileRow("w", "v100", b, 0.008 + 0.0003 * b, 0.0) for b in (1, 16, 80)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=8 * 4000, epochs=1, global_batch=8)
+            for k in range(n_jobs)]
+    return PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 4),)),
+                           ThroughputTable(rows, "<small batch>"))
+
+
+def test_the_pool_costs_problem_steps_as_fused_passes_take_them() -> None:
+    """The copy's step at a local batch is the round's steps in fused passes
+    (fusion.fused_compute over N): exact at its knots, never above a step a pass, and with
+    no pass's fixed cost up to the chunk."""
+    from hetsched.planning.pool.fusion import fused_compute, pool_iteration_times
+
+    p = _small_batch(3)
+    pp = PoolProblem(p)
+    q = space_seed.pool_costs_problem(p, pp)
+    v, n, ch = p.types.index("v100"), int(pp.N.min()), int(pp.chunk[0, 0])
+    assert ch == 80 and n > 1
+    knots, steps = q.curves[0][v]
+    assert knots.tolist() == sorted({1.0, float(max(1, ch // n)), 80.0})
+
+    def one(_j: np.ndarray, _t: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return pool_iteration_times(0.008 + 0.0003 * b.astype(float), 0.0)
+
+    for b, s in zip(knots.astype(int).tolist(), steps.tolist(), strict=True):
+        want = fused_compute(one, np.zeros(1, np.int64), np.zeros(1, np.int64),
+                             np.array([b]), np.array([n]), np.array([ch]))[0] / n
+        assert s == pytest.approx(want)
+    b = np.arange(1, 81, dtype=float)
+    fused = q.step_times(0, b[:, None])[:, v]
+    assert (fused <= p.step_times(0, b[:, None])[:, v] + 1e-12).all()
+    # at the chunk a GPU runs at its peak: 80 samples in one pass
+    assert float(q.per_gpu_rate(0)[v]) == pytest.approx(80 / (0.008 + 0.0003 * 80))
+    # a round of one step fuses nothing: the step as profiled
+    assert space_seed.fused_steps_curve(p, pp, 0, v, 1) is None
+
+
+def test_the_space_plan_on_fused_costs_gives_small_batch_jobs_the_gpus_they_would_use(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Space mode on a step a pass sees a job of 8 samples gain little from a second GPU
+    (the fixed cost stays); on fused passes it gains nearly all. The task plan of the
+    space plan on the fused costs is far lower, and so is the plan kept."""
+    p = _small_batch(3)
+    fused = plan_pool(p, "hare")
+    orig = space_seed.pool_costs_problem
+    monkeypatch.setattr(space_seed, "pool_costs_problem",
+                        lambda q, pp: orig(q, PoolProblem(q, fuse=False)))
+    plain = plan_pool(p, "hare")
+    assert fused.params["order"] == "space-pool-costs"
+    assert fused.params["pool_costs_tasks_s"] < 0.5 * plain.params["pool_costs_tasks_s"]
+    assert fused.weighted_jct_s < plain.weighted_jct_s
+    assert fused.weighted_jct_s <= fused.params["pool_costs_tasks_s"] + 1e-6
+    from hetsched.io.plan_json import plan_from_dict
+
+    again = plan_from_dict(fused.to_dict(), "<plan>")
+    assert check_plan(PoolProblem(p), again) == pytest.approx(fused.weighted_jct_s,
+                                                              rel=1e-6, abs=1e-4)

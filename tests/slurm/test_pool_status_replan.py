@@ -123,8 +123,10 @@ def test_progress_counts_rounds_tasks_and_measured_jct(tmp_path: Path) -> None:
         assert by[name].measured_jct_s == pytest.approx(
             next(j["jct_s"] for j in body["jobs"] if j["name"] == name), abs=1e-3)
     assert not by[b].done and by[b].rounds_done == 1 and by[b].measured_jct_s is None
-    assert by[b].tasks_done == meta[b]["tasks_per_round"]
-    assert by[b].tasks == meta[b]["rounds"] * meta[b]["tasks_per_round"]
+    # the plan's own rows count the tasks (a round of uneven tasks may hold fewer)
+    rows = [r for g in body["tasks"]["gpus"] for r in expand_runs(g["runs"]) if r[0] == b]
+    assert by[b].tasks_done == sum(1 for r in rows if int(r[1]) == 0)
+    assert by[b].tasks == len(rows)
     assert by[b].elapsed_s == pytest.approx(1.0)
     assert prog.measured_weighted_jct_s is None  # not every job is done
     line = by[b].line()
@@ -180,18 +182,26 @@ def test_renumbered_replan_keeps_rounds_and_loads(tmp_path: Path) -> None:
         assert j.iterations == pytest.approx(total - done[j.name] * m.iterations_per_task)
     new = make_plan(jobs, _cluster(), ThroughputTable(emulated_rows()), policy="hare",
                     mode="pool", task_iterations=5)
+    assert new.tasks is not None
+    ahead = {name: m.rounds for name, m in new.tasks.jobs.items()}
     renumber(new, done)
     body = new.to_dict()
+    own_new = round_iterations(new.tasks)
     for name, m in body["tasks"]["jobs"].items():
-        assert m["rounds"] == meta[name].rounds  # the job's whole life
+        # the job's whole life: its completed rounds, then the new plan's (which may
+        # split the rest into other rounds than the old plan did: uneven tasks)
+        assert m["rounds"] == done[name] + ahead[name]
         rows = [r for g in body["tasks"]["gpus"] for r in expand_runs(g["runs"])
                 if r[0] == name]
         assert sorted({int(r[1]) for r in rows}) == list(range(done[name], m["rounds"]))
+        # ... and from the resume point on exactly the iterations that were left
+        spec = next(j for j in jobs if j.name == name)
+        assert iterations_left(new, own_new, name, done[name]) == pytest.approx(spec.iterations)
     # the executor reads it: every job's rounds from its resume point on
     exec_plan = pytest.importorskip("hetsched.runtime.executor.plan").exec_plan
     xp = exec_plan(plan_from_dict(body, "replanned"))
     for name, j in xp.jobs.items():
-        assert j.rounds == meta[name].rounds and j.iterations == 5
+        assert j.rounds == body["tasks"]["jobs"][name]["rounds"] and j.iterations == 5
         assert min(t.round for g in xp.gpus.values() for t in g.tasks if t.job == name) \
             == done[name]
 

@@ -150,10 +150,11 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
     A space plan is a pool plan whose GPUs each run one job's work back to back: plan
     it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
     Up to ``POOL_COSTS_MAX_JOBS`` jobs space mode is also planned on the pool's costs
-    (no restart cost, the pool's synchronisation), and the lower of the two task plans
-    is improved. Planning them, and making them task plans and improving one, needs
-    nothing of Hare's own orders, so it runs beside them in forked processes where the
-    machine has more than one core (``plan_workers``); the result is the same either way.
+    (no restart cost, the pool's synchronisation, its fused steps), and the lower of the
+    two task plans is improved. Planning them, and making them task plans and improving
+    one, needs nothing of Hare's own orders, so it runs beside them in forked processes
+    where the machine has more than one core (``plan_workers``); the result is the same
+    either way.
     """
     from hetsched.planning.pool import space_seed
     from hetsched.planning.select import Background, default_workers

@@ -42,6 +42,18 @@ def pool_iteration_times(steps: np.ndarray, optimizer_s: np.ndarray) -> np.ndarr
     return np.maximum(steps - optimizer_s, MIN_ITERATION_SHARE * steps)
 
 
+def pass_times(p: PlanningProblem, i: int, optimizer_s: np.ndarray
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """Job i's pass seconds as :func:`fused_compute` asks for them: ``(job, typ, batch)``
+    rows (``job`` unused: always i) to the pool iteration at ``batch`` on type ``typ``
+    (``optimizer_s``: the job's row)."""
+    def one(_job: np.ndarray, typ: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        grid = np.repeat(batch.astype(float)[:, None], p.T, axis=1)  # each row's batch
+        steps = p.step_times(i, grid)[np.arange(len(batch)), typ]  # on its own type
+        return pool_iteration_times(steps, optimizer_s[typ])
+    return one
+
+
 def chunk_sizes(p: PlanningProblem, optimizer_s: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """(S, T) each job's chunk per GPU type (0 where it may not run); jobs of one model
     and optimizer share are searched once."""
@@ -100,4 +112,5 @@ def fused_compute(iteration: Callable[[np.ndarray, np.ndarray, np.ndarray], np.n
     return out
 
 
-__all__ = ["MIN_ITERATION_SHARE", "pool_iteration_times", "chunk_sizes", "fused_compute"]
+__all__ = ["MIN_ITERATION_SHARE", "pool_iteration_times", "pass_times", "chunk_sizes",
+           "fused_compute"]

@@ -68,6 +68,7 @@ from hetsched.planning.pool.fusion import (  # MIN_ITERATION_SHARE: re-exported
     MIN_ITERATION_SHARE,
     chunk_sizes,
     fused_compute,
+    pass_times,
     pool_iteration_times,
 )
 from hetsched.planning.pool.parallelism import sync_s
@@ -215,12 +216,8 @@ class PoolProblem:
         out = unfused.copy()
         typ = np.arange(p.T)
         for i in range(p.S):
-            def one(_j: np.ndarray, t: np.ndarray, b: np.ndarray, i: int = i) -> np.ndarray:
-                grid = np.repeat(b.astype(float)[:, None], p.T, axis=1)  # each row's b on
-                steps = p.step_times(i, grid)[np.arange(len(b)), t]  # every type; its own
-                return pool_iteration_times(steps, self.optimizer_s[i][t])
             n = int(self.N[i])
-            tc = fused_compute(one, typ, typ, np.full(p.T, int(self.slice_b[i])),
+            tc = fused_compute(pass_times(p, i, self.optimizer_s[i]), typ, typ, np.full(p.T, int(self.slice_b[i])),
                                np.full(p.T, n), self.chunk[i]) / n
             out[i] = np.where(self.ok[i], np.minimum(tc, unfused[i]), np.inf)
         return out

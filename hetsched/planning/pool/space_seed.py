@@ -15,10 +15,14 @@ Space mode plans on its own costs: a job synchronises every iteration and pays a
 restart when its GPUs change. A pool job pays neither: its tasks exchange gradients
 once per round of ``N`` iterations, and it moves between GPUs at a task switch. So
 the space planners, which size jobs by the step plus that synchronisation, leave
-GPUs idle that a pool job would use. Pool mode therefore also plans space mode on
-the pool's costs (:func:`pool_costs_problem`: the synchronisation divided by the
-round's iterations, no restart cost), makes that plan a task plan, improves it the
-same way, and starts from whichever improved plan is lower. The space plan on its
+GPUs idle that a pool job would use. And a pool task trains its round's steps in
+fused passes (:mod:`.fusion`), so a small slice does not pay a pass's fixed cost
+each step: a GPU more for a small-batch job gains nearly its whole speed, where
+space mode sees it gain little. Pool mode therefore also plans space mode on the
+pool's costs (:func:`pool_costs_problem`: the synchronisation divided by the round's
+iterations, the step as fused passes take it, no restart cost), makes that plan a
+task plan, improves it the same way, and starts from whichever improved plan is
+lower. The space plan on its
 own costs stays the guarantee: the plan kept is never above its task plan.
 """
 
@@ -112,22 +116,68 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
 
 
 def pool_costs_problem(problem: PlanningProblem, pp: PoolProblem) -> PlanningProblem:
-    """``problem`` with the pool model's synchronisation: one exchange per round of
-    ``N_i`` iterations, so a space planner charges ``sync / N`` per iteration.
+    """``problem`` with the pool model's costs: one exchange per round of ``N_i``
+    iterations (a space planner charges ``sync / N`` per iteration) and, where the pool
+    fuses steps (:mod:`.fusion`), each GPU's step at a local batch as the round's
+    steps take it in fused passes (:func:`fused_steps_curve`).
 
     Jobs that space mode cannot tell apart (one ``model_key``) keep one model: each is
-    charged the sync over the fewest iterations per round among them (conservative for
-    the others), so the planners' per-model tables stay shared. The arrays the costs
-    are read from (``sync``, ``model_mb``, ``calibrated``) are the copy's own; the rest
-    is shared, read-only, with ``problem``."""
+    charged over the fewest iterations per round among them (conservative for the
+    others), so the planners' per-model tables stay shared. The arrays the costs are
+    read from (``sync``, ``model_mb``, ``calibrated``, the step's line and curves) are
+    the copy's own; the rest is shared, read-only, with ``problem``."""
+    from hetsched.core.estimates import Estimates
+
     keys = [problem.model_key(i) for i in range(problem.S)]
     per: dict[tuple, int] = {}
     for key, n_i in zip(keys, pp.N.tolist(), strict=True):
         per[key] = min(per.get(key, int(n_i)), int(n_i))
-    n = np.array([max(1, per[key]) for key in keys], dtype=float)
+    n = np.array([max(1, per[key]) for key in keys], dtype=np.int64)
     q = problem.scaled(sync=1.0 / n)
+    if pp.fuse:
+        q.a, q.c = q.a.copy(), q.c.copy()
+        q.curves = [None if row is None else list(row) for row in q.curves]
+        memo: dict[tuple, list[tuple[np.ndarray, np.ndarray] | None]] = {}
+        for i in range(q.S):
+            key = (keys[i], int(n[i]), pp.ok[i].tobytes(), pp.chunk[i].tobytes(),
+                   pp.optimizer_s[i].tobytes())
+            if key not in memo:
+                memo[key] = [fused_steps_curve(problem, pp, i, t, int(n[i]))
+                             for t in range(q.T)]
+            for t, cv in enumerate(memo[key]):
+                if cv is None:
+                    continue
+                row = q.curves[i] or [None] * q.T
+                row[t], q.curves[i] = cv, row
+                # the line through the cap's step (the curve is what the planners read)
+                q.a[i, t], q.c[i, t] = 0.0, float(cv[1][-1] / cv[0][-1])
+        q.estimates = Estimates.of(q)
     q.estimates.joint_lp = False  # a seed: its bound is never reported
     return q
+
+
+def fused_steps_curve(problem: PlanningProblem, pp: PoolProblem, i: int, t: int, n: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Job i's step on one GPU of type t as a pool round of ``n`` steps takes it, fused
+    (:func:`~.fusion.fused_compute` over ``n``), as a piecewise-linear curve of the local
+    batch: exact at its knots (1, ``chunk // n``, the chunk, the profile's knots above the
+    chunk and the cap). Below ``chunk // n`` all ``n`` slices share a pass; up to the
+    chunk a pass holds ``chunk // b`` of them, so the step is about ``b`` times the
+    chunk's time per sample (no pass's fixed cost). None: nothing fuses there (the pool
+    may not run the job on t, its chunk is one sample, or a round is one step)."""
+    from hetsched.planning.pool.fusion import fused_compute, pass_times
+
+    ch, cap = int(pp.chunk[i, t]), int(problem.cap[i, t])
+    if not pp.ok[i, t] or ch <= 1 or n <= 1:
+        return None
+    row = problem.curves[i]
+    cv = row[t] if row is not None else None
+    above = [] if cv is None else [float(k) for k in cv[0] if ch < k < cap]
+    knots = np.unique(np.array([1.0, max(1, ch // n), float(ch), *above, float(cap)]))
+    k = len(knots)
+    step = fused_compute(pass_times(problem, i, pp.optimizer_s[i]), np.zeros(k, np.int64), np.full(k, t), knots.astype(np.int64),
+                         np.full(k, n), np.full(k, ch)) / n
+    return knots, np.maximum.accumulate(step)
 
 
 def round_starts(pp: PoolProblem, plan: Plan) -> list[np.ndarray]:
@@ -167,4 +217,5 @@ def space_seed(pp: PoolProblem, plan: Plan) -> TaskSchedule:
 
 
 __all__ = ["round_starts", "space_seed", "SpaceWork", "space_work", "pool_costs_problem",
-           "POOL_COSTS_SEED", "POOL_COSTS_MAX_JOBS"]
+           "POOL_COSTS_SEED", "POOL_COSTS_MAX_JOBS",
+           "fused_steps_curve"]
