@@ -175,19 +175,23 @@ def cpu_threads(ranks_on_node: int | None = None, env: Mapping[str, str] | None 
     affinity spans the job's CPUs on the node (``SLURM_CPUS_ON_NODE``; no per-task
     binding, or none at all), those CPUs are split between the ranks; two ranks each
     taking all of them ran 4-9x slower a step on the testbed, where a rank's thread
-    spun while the other's held the core. A task bound to cores of its own keeps them.
+    spun while the other's held the core. A task bound to cores of its own (fewer than
+    the machine has) keeps them. A node that claims more CPUs than the machine has
+    (the testbed's, or an oversubscribed one) leaves the task every core: its ranks
+    split those.
     """
     env = os.environ if env is None else env
+    machine = os.cpu_count() or 1
     try:
         allowed = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        allowed = os.cpu_count() or 1
+        allowed = machine
     ranks = max(1, ranks_on_node if ranks_on_node is not None else step_tasks_here(env) or 1)
     on_node = env.get("SLURM_CPUS_ON_NODE", "")
     cpus = int(on_node) if on_node.isdigit() and int(on_node) > 0 else None
     if cpus is not None and allowed >= cpus:
         n = max(1, cpus // ranks)  # the job's CPUs here, shared by its ranks here
-    elif cpus is not None:
+    elif cpus is not None and allowed < machine:
         n = allowed  # bound to its own cores
     else:
         n = max(1, allowed // ranks) if allowed > 1 else 1

@@ -166,5 +166,12 @@ def test_ranks_of_a_slurm_step_share_the_jobs_cpus_on_their_node(monkeypatch) ->
     assert cpu_threads(None, {**a100, "SLURM_CPUS_ON_NODE": "2"}) == 1
     assert cpu_threads(None, {**a100, "OMP_NUM_THREADS": "2"}) == 2
     assert cpu_threads(None, {}) == 16  # outside Slurm: the cores it may use
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(3)))
     assert cpu_threads(None, a100) == 3  # bound to 3 cores of its own
+    # the testbed: every node claims 8 CPUs on a machine of 2, and a task may use both;
+    # its node's ranks split the machine's cores (each taking both spun 4-9x slower)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert cpu_threads(None, a100) == 1 and cpu_threads(None, t4) == 2
+    assert cpu_threads(None, {**a100, "SLURM_STEP_TASKS_PER_NODE": "4,1"}) == 1
