@@ -149,9 +149,9 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
 
     A space plan is a pool plan whose GPUs each run one job's work back to back: plan
     it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
-    Up to ``POOL_COSTS_MAX_JOBS`` jobs space mode is also planned on the pool's costs
-    (no restart cost, the pool's synchronisation, its fused steps), and the lower of the
-    two task plans is improved. Planning them, and making them task plans and improving
+    Up to ``POOL_COSTS_MAX_JOBS`` jobs space mode, and Smith's rule on the whole cluster
+    (smith_seed.py), are also planned on the pool's costs (no restart cost, the pool's
+    synchronisation, its fused steps), and the lowest of the task plans is improved. Planning them, and making them task plans and improving
     one, needs nothing of Hare's own orders, so it runs beside them in forked processes
     where the machine has more than one core (``plan_workers``); the result is the same
     either way.
@@ -171,8 +171,11 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
 
     improve = any(getattr(pol, "improves_space", False) for pol in pols.values())
 
-    def plan_pool_costs() -> Plan | None:  # space mode on the pool's costs (space_seed.py)
-        return _space_plan(space_seed.pool_costs_problem(problem, pp), 0.0)
+    def plan_pool_costs() -> dict[str, Plan | None]:  # on the pool's costs (space_seed.py)
+        from hetsched.planning.pool.smith_seed import smith_plan
+
+        q = space_seed.pool_costs_problem(problem, pp)
+        return {"space-pool-costs": _space_plan(q, 0.0), "smith-pool-costs": smith_plan(q)}
 
     costs = plan_pool_costs if space_seed.POOL_COSTS_SEED \
         and problem.S <= space_seed.POOL_COSTS_MAX_JOBS else None

@@ -22,12 +22,14 @@ space mode sees it gain little. Pool mode therefore also plans space mode on the
 pool's costs (:func:`pool_costs_problem`: the synchronisation divided by the round's
 iterations, the step as fused passes take it, no restart cost), makes that plan a
 task plan, improves it the same way, and starts from whichever improved plan is
-lower. The space plan on its
+lower. On those costs it also plans Smith's rule on the whole cluster
+(:mod:`.smith_seed`), and the lowest of the task plans is the one improved. The space plan on its
 own costs stays the guarantee: the plan kept is never above its task plan.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,11 +57,14 @@ class SpaceWork:
     #: the exact task plan's total weighted JCT, before the improvement
     tasks_s: float | None = None
     improved: Improved | None = None
-    #: which space plan ``improved`` starts from: "space" (space mode's own plan) or
+    #: which space plan ``improved`` starts from: "space" (space mode's own plan),
     #: "space-pool-costs" (space mode planned on the pool's costs, :func:`pool_costs_problem`)
+    #: or "smith-pool-costs" (Smith's rule on the whole cluster there, :mod:`.smith_seed`)
     improved_from: str = "space"
     #: the exact task plan of the space plan on the pool's costs (None: not planned)
     pool_costs_tasks_s: float | None = None
+    #: the exact task plan of Smith's rule on the pool's costs (None: not planned)
+    smith_tasks_s: float | None = None
 
 
 #: whether pool mode also plans space mode on the pool's costs (benchmarks switch it off
@@ -71,16 +76,31 @@ POOL_COSTS_SEED = True
 POOL_COSTS_MAX_JOBS = 200
 
 
+#: a space plan on the pool's costs whose task plan would hold more tasks than this is not
+#: made one: making, timing and improving a task plan costs about 10 us a task (Smith's
+#: plan at 200 jobs on 720 GPUs: 3.0 million tasks, 11 s to make them alone, and it lost)
+SEED_MAX_TASKS = 2_000_000
+
+
+def task_count(pp: PoolProblem, plan: Plan) -> int:
+    """The tasks :func:`~.from_space.space_tasks` would make of ``plan`` (each segment's
+    rounds of ``N_i`` iterations times its workers), without making them."""
+    index = {job.name: i for i, job in enumerate(pp.base.jobs)}
+    return int(sum(math.ceil(s.iterations / float(pp.N[index[jp.name]])) * len(s.workers)
+                   for jp in plan.jobs if jp.name in index
+                   for s in jp.segments if s.iterations > 0))
+
+
 def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: bool,
-               plan_pool_costs: Callable[[], Plan | None] | None = None,
+               plan_pool_costs: Callable[[], dict[str, Plan | None]] | None = None,
                workers: int = 1) -> SpaceWork:
     """Plan space mode (``plan_it``), then turn its plan into the seed and the exact task
     plan, improved (``improve``): everything of the space plans that Hare uses, in one
     deterministic function, which plan_pool runs beside Hare's own orders.
 
-    With ``plan_pool_costs`` (space mode on the pool's costs, planned beside
+    With ``plan_pool_costs`` (space plans on the pool's costs by label, planned beside
     ``plan_it`` in a forked process where ``workers`` > 1), the improvement starts from
-    the lower of the two exact task plans: improving one takes as long as planning it,
+    the lowest of the exact task plans: improving one takes as long as planning it,
     and the seeds differ by far more than an improvement moves either."""
     from hetsched.planning.pool.evaluator import evaluate
     from hetsched.planning.pool.from_space import space_tasks
@@ -101,13 +121,19 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
             return out
         from hetsched.planning.pool.backfill import improve as improve_plan
 
-        start = exact[0]
-        alt_plan = other.result() if other is not None else None
-        alt = space_tasks(pp, alt_plan) if alt_plan is not None else None
-        if alt is not None:
-            out.pool_costs_tasks_s = evaluate(pp, alt[0]).objective
-            if out.pool_costs_tasks_s < out.tasks_s:
-                start, out.improved_from = alt[0], "space-pool-costs"
+        start, low = exact[0], out.tasks_s
+        for label, alt_plan in (other.result() if other is not None else {}).items():
+            alt = space_tasks(pp, alt_plan) if alt_plan is not None \
+                and task_count(pp, alt_plan) <= SEED_MAX_TASKS else None
+            if alt is None:
+                continue
+            v = evaluate(pp, alt[0]).objective
+            if label == "smith-pool-costs":
+                out.smith_tasks_s = v
+            else:
+                out.pool_costs_tasks_s = v
+            if v < low:
+                start, low, out.improved_from = alt[0], v, label
         out.improved = improve_plan(pp, start)
         return out
     finally:
@@ -218,4 +244,4 @@ def space_seed(pp: PoolProblem, plan: Plan) -> TaskSchedule:
 
 __all__ = ["round_starts", "space_seed", "SpaceWork", "space_work", "pool_costs_problem",
            "POOL_COSTS_SEED", "POOL_COSTS_MAX_JOBS",
-           "fused_steps_curve"]
+           "fused_steps_curve", "SEED_MAX_TASKS", "task_count"]

@@ -1,0 +1,111 @@
+"""Smith's rule on the whole cluster: a space plan for pool mode to start from.
+
+On the pool's costs (:func:`.space_seed.pool_costs_problem`) a job pays one
+synchronisation per round and no pass's fixed cost per step (fused passes), so
+its step falls nearly in proportion to the GPUs it gets: jobs are close to
+perfectly divisible work. For divisible jobs on one machine, running them one
+at a time on all of it, in order of weighted processing time (Smith's rule,
+preempting at arrivals), minimises the total weighted completion time; the
+space planners instead give every admitted job some GPUs at each event (HAS's
+and exhaustive's search starts there), which on these costs only stretches
+every job.
+
+:class:`WholeClusterSmith` is that order as a space policy: at each event the
+jobs, by remaining iterations times their step on every GPU they may use,
+over their weight, each take the free GPUs that shorten its step (fastest type
+first, up to what its batch can use); what the first cannot use goes to the
+next. It runs on the pool's costs only (on space mode's own costs the
+intercepts make it a poor plan), so it is not a registered policy. Pool mode
+turns its plan into a task plan and starts from it where that is the lowest
+(:func:`.space_seed.space_work`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.core.plan import Plan
+from hetsched.core.problem import PlanningProblem
+from hetsched.planning.space.policies.base import Policy, Snapshot
+
+#: a job takes more GPUs of a type only while they add at least this share of their own
+#: samples a second each (so a job on a pool's costs, nearly divisible, takes most of the
+#: cluster; one whose synchronisation grows with its GPUs stops where it stops paying)
+EFFICIENCY = 0.5
+
+
+class WholeClusterSmith(Policy):
+    """Smith's rule over the whole cluster, re-decided at every event (module docstring)."""
+
+    name = "whole-cluster-smith"
+    summary = "jobs by weighted time alone on every GPU; each takes what shortens its step"
+    paper = "Smith's rule (WSPT) for divisible jobs; pool mode's seed on its own costs"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._order: dict[int, list[int]] = {}
+
+    def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
+        p = problem
+        key = np.full(len(snap.jobs), np.inf)
+        for r, i in enumerate(snap.jobs.tolist()):
+            n = self._take(p, i, p.n_type)
+            if n.sum():
+                key[r] = float(snap.remaining[r]) * p.iter_time1(i, _tup(n)) \
+                    / max(float(p.weight[i]), 1e-12)
+        X = np.zeros((len(snap.jobs), p.T), dtype=int)
+        free = snap.free.copy()
+        for r in np.argsort(key, kind="stable").tolist():
+            if not np.isfinite(key[r]):
+                continue
+            n = self._take(p, int(snap.jobs[r]), free)
+            X[r] = n
+            free = free - n
+        return X
+
+    def _take(self, p: PlanningProblem, i: int, free: np.ndarray) -> np.ndarray:
+        """Job i's counts from ``free``: each type, fastest first, wholly where that
+        shortens its step (or while the job cannot run yet: fewer than its least GPUs,
+        or its batch not held), up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
+        if i not in self._order:
+            rate = p.per_gpu_rate(i)
+            self._order[i] = [t for t in np.argsort(-rate, kind="stable").tolist()
+                              if p.allowed[i, t]]
+        n = np.zeros(p.T, dtype=int)
+        best, left, lo = np.inf, int(min(p.hi[i], p.B[i])), int(p.lo[i])
+        rate = p.per_gpu_rate(i)
+        B = float(p.B[i])
+        for t in self._order[i]:
+            c = min(int(free[t]), left)
+            while c > 0:
+                m = n.copy()
+                m[t] = c
+                step = p.iter_time1(i, _tup(m)) if m.sum() >= lo else np.inf
+                if not np.isfinite(best):  # not running yet: take them all
+                    n, best, left = m, step, left - c
+                    break
+                # the most GPUs of t that each add at least EFFICIENCY of their own speed
+                if B / step - B / best >= EFFICIENCY * c * float(rate[t]):
+                    n, best, left = m, step, left - c
+                    break
+                c //= 2
+        return n if np.isfinite(best) else np.zeros(p.T, dtype=int)
+
+
+def _tup(n: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in n)
+
+
+def smith_plan(q: PlanningProblem) -> Plan | None:
+    """The space plan of :class:`WholeClusterSmith` on ``q`` (the pool's costs: no
+    restart cost), or None where it cannot plan every job."""
+    from hetsched.errors import PlanningError
+    from hetsched.planning.space.evaluator import simulate
+
+    try:
+        return simulate(q, WholeClusterSmith(), static=False, restart_cost_s=0.0)
+    except PlanningError:
+        return None
+
+
+__all__ = ["EFFICIENCY", "WholeClusterSmith", "smith_plan"]

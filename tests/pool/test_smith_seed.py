@@ -1,0 +1,108 @@
+"""Smith's rule on the whole cluster: on the pool's costs jobs are nearly divisible
+work, so one at a time on every GPU, in order of weighted time, is the plan to start
+from (planning/pool/smith_seed.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pool_helpers import check_plan
+
+from hetsched.core.problem import PlanningProblem
+from hetsched.core.spec import Cluster, Job, Node
+from hetsched.core.throughput import ProfileRow, ThroughputTable
+from hetsched.planning.planner import plan_problem
+from hetsched.planning.pool import plan_pool, space_seed
+from hetsched.planning.pool.problem import PoolProblem
+from hetsched.planning.pool.smith_seed import smith_plan
+
+
+def _divisible(weights: tuple[float, ...], iters: tuple[int, ...], gpus: int = 4,
+               requested: int | None = None) -> PlanningProblem:
+    """Jobs whose step is proportional to the local batch (no intercept, no sync): a
+    step on k GPUs takes 1/k of one GPU's."""
+    rows = [ProfileRow("w", "v100", b, 0.001 * b, 0.0) for b in (8, 64)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=64 * n, epochs=1, global_batch=64,
+                weight=w, requested_gpus=requested)
+            for k, (w, n) in enumerate(zip(weights, iters, strict=True))]
+    return PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", gpus),)),
+                           ThroughputTable(rows, "<divisible>"))
+
+
+def test_divisible_jobs_run_one_at_a_time_on_every_gpu_in_smiths_order() -> None:
+    p = _divisible(weights=(1.0, 3.0, 1.0), iters=(400, 600, 100))
+    plan = smith_plan(p)
+    assert plan is not None
+    # times alone on all 4 GPUs: 400, 600 and 100 steps of 0.064 / 4 s
+    alone = {f"j{k}": n * 0.064 / 4 for k, n in enumerate((400, 600, 100))}
+    # Smith's rule, time alone over weight, least first: j2 1.6, j1 9.6 / 3 = 3.2, j0 6.4
+    order = sorted(alone, key=lambda j: alone[j] / {"j0": 1.0, "j1": 3.0, "j2": 1.0}[j])
+    assert order == ["j2", "j1", "j0"]
+    end, want = 0.0, 0.0
+    for name in order:
+        jp = next(j for j in plan.jobs if j.name == name)
+        assert all(len(s.workers) == 4 for s in jp.segments)  # every GPU
+        end += alone[name]
+        assert jp.end_s == pytest.approx(end)
+        want += jp.spec.weight * end
+    assert plan.weighted_jct_s == pytest.approx(want)
+    # and it is what the space planners do not find: each gives jobs some GPUs at once
+    assert plan.weighted_jct_s <= plan_problem(p, "auto", restart_cost_s=0.0).weighted_jct_s
+
+
+def test_a_job_gets_no_fewer_gpus_than_its_least_and_no_more_than_it_may_use() -> None:
+    p = _divisible(weights=(1.0, 1.0), iters=(100, 300), requested=2)
+    p.lo[:] = p.hi[:] = 2  # pinned to two GPUs each (Gavel's setting)
+    plan = smith_plan(p)
+    assert plan is not None
+    assert {len(s.workers) for j in plan.jobs for s in j.segments} == {2}
+
+
+def test_pool_mode_starts_from_it_where_its_task_plan_is_the_lowest() -> None:
+    """Small-batch jobs whose passes fuse: on the pool's costs a job's step falls nearly in
+    proportion to its GPUs, so Smith's whole-cluster plan is below the space planners'."""
+    rows = [ProfileRow("w", "v100", b, 0.008 + 0.0003 * b, 0.0) for b in (1, 16, 80)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=8 * 4000 * (k + 1), epochs=1,
+                global_batch=8, weight=1.0 + k) for k in range(3)]
+    p = PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 4),)),
+                        ThroughputTable(rows, "<small batch>"))
+    plan = plan_pool(p, "hare")
+    params = plan.params
+    assert params["order"] == "smith-pool-costs"
+    assert plan.weighted_jct_s <= params["smith_tasks_s"] + 1e-6
+    assert params["smith_tasks_s"] < params["pool_costs_tasks_s"]
+    assert plan.lower_bound_s <= plan.weighted_jct_s
+    from hetsched.io.plan_json import plan_from_dict
+
+    again = plan_from_dict(plan.to_dict(), "<plan>")
+    assert check_plan(PoolProblem(p), again) == pytest.approx(plan.weighted_jct_s,
+                                                              rel=1e-6, abs=1e-4)
+    # the plan the seed gives, on the pool's own costs
+    q = space_seed.pool_costs_problem(p, PoolProblem(p))
+    s = smith_plan(q)
+    assert s is not None and all(
+        len(seg.workers) == 4 for j in s.jobs for seg in j.segments)
+    assert np.isfinite(s.weighted_jct_s)
+
+
+def test_a_seed_of_too_many_tasks_is_not_made_a_task_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making, timing and improving a task plan costs per task: a seed on the pool's costs
+    whose task plan would exceed SEED_MAX_TASKS is left out (counted without making it)."""
+    from hetsched.planning.pool.from_space import space_tasks
+
+    rows = [ProfileRow("w", "v100", b, 0.008 + 0.0003 * b, 0.0) for b in (1, 16, 80)]
+    jobs = [Job(name=f"j{k}", workload="w", dataset_size=8 * 4000 * (k + 1), epochs=1,
+                global_batch=8, weight=1.0 + k) for k in range(3)]
+    p = PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 4),)),
+                        ThroughputTable(rows, "<small batch>"))
+    pp = PoolProblem(p)
+    s = smith_plan(space_seed.pool_costs_problem(p, pp))
+    assert s is not None
+    made = space_tasks(pp, s)
+    assert made is not None
+    assert space_seed.task_count(pp, s) == pytest.approx(len(made[0].job), rel=0.05)
+    monkeypatch.setattr(space_seed, "SEED_MAX_TASKS", space_seed.task_count(pp, s) - 1)
+    plan = plan_pool(p, "hare")
+    assert "smith_tasks_s" not in plan.params
+    assert plan.params["order"] != "smith-pool-costs"
