@@ -106,3 +106,18 @@ def test_a_seed_of_too_many_tasks_is_not_made_a_task_plan(
     plan = plan_pool(p, "hare")
     assert "smith_tasks_s" not in plan.params
     assert plan.params["order"] != "smith-pool-costs"
+
+
+def test_improving_more_seeds_never_keeps_a_higher_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every seed within IMPROVE_WITHIN of the lowest is improved and the lowest improved
+    plan kept: improving all of them is never above improving only the lowest."""
+    from pool_helpers import tiny_instance
+
+    monkeypatch.setenv("HETSCHED_PLAN_WORKERS", "1")
+    for p in (tiny_instance(3), tiny_instance(4), _divisible((1.0, 2.0, 1.0), (300, 100, 50))):
+        monkeypatch.setattr(space_seed, "IMPROVE_WITHIN", 0.0)
+        lowest = plan_pool(p, "hare")
+        monkeypatch.setattr(space_seed, "IMPROVE_WITHIN", 10.0)
+        every = plan_pool(p, "hare")
+        assert every.weighted_jct_s <= lowest.weighted_jct_s + 1e-9
+        assert every.lower_bound_s <= every.weighted_jct_s

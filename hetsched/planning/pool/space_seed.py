@@ -82,6 +82,12 @@ POOL_COSTS_MAX_JOBS = 200
 SEED_MAX_TASKS = 2_000_000
 
 
+#: the seeds' task plans improved: the lowest and every one within this share above it
+#: (one a little above may end lower: Smith's on Gavel's small_test, 6% above space
+#: mode's on the pool's costs before the improvement, is 7% below it after)
+IMPROVE_WITHIN = 0.10
+
+
 def task_count(pp: PoolProblem, plan: Plan) -> int:
     """The tasks :func:`~.from_space.space_tasks` would make of ``plan`` (each segment's
     rounds of ``N_i`` iterations times its workers), without making them."""
@@ -121,7 +127,7 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
             return out
         from hetsched.planning.pool.backfill import improve as improve_plan
 
-        start, low = exact[0], out.tasks_s
+        starts = [("space", exact[0], out.tasks_s)]
         for label, alt_plan in (other.result() if other is not None else {}).items():
             alt = space_tasks(pp, alt_plan) if alt_plan is not None \
                 and task_count(pp, alt_plan) <= SEED_MAX_TASKS else None
@@ -132,9 +138,13 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
                 out.smith_tasks_s = v
             else:
                 out.pool_costs_tasks_s = v
-            if v < low:
-                start, low, out.improved_from = alt[0], v, label
-        out.improved = improve_plan(pp, start)
+            starts.append((label, alt[0], v))
+        low = min(v for _, _, v in starts)
+        for label, sched, v in starts:  # the lowest, and any within IMPROVE_WITHIN of it
+            if v <= low * (1.0 + IMPROVE_WITHIN):
+                im = improve_plan(pp, sched)
+                if out.improved is None or im.objective < out.improved.objective:
+                    out.improved, out.improved_from = im, label
         return out
     finally:
         if other is not None:
@@ -244,4 +254,4 @@ def space_seed(pp: PoolProblem, plan: Plan) -> TaskSchedule:
 
 __all__ = ["round_starts", "space_seed", "SpaceWork", "space_work", "pool_costs_problem",
            "POOL_COSTS_SEED", "POOL_COSTS_MAX_JOBS",
-           "fused_steps_curve", "SEED_MAX_TASKS", "task_count"]
+           "fused_steps_curve", "SEED_MAX_TASKS", "task_count", "IMPROVE_WITHIN"]
