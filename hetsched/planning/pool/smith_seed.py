@@ -3,21 +3,22 @@
 On the pool's costs (:func:`.space_seed.pool_costs_problem`) a job pays one
 synchronisation per round and no pass's fixed cost per step (fused passes), so
 its step falls nearly in proportion to the GPUs it gets: jobs are close to
-perfectly divisible work. For divisible jobs on one machine, running them one
-at a time on all of it, in order of weighted processing time (Smith's rule,
-preempting at arrivals), minimises the total weighted completion time; the
-space planners instead give every admitted job some GPUs at each event (HAS's
-and exhaustive's search starts there), which on these costs only stretches
-every job.
+perfectly divisible work. For divisible jobs that arrive together, running
+them one at a time on the whole cluster, in order of weighted processing time
+(Smith's rule), minimises the total weighted completion time (GPU types that
+rank jobs differently, and arrivals, make it a heuristic: re-deciding at each
+arrival is the usual one). The space planners instead give every admitted job
+some GPUs at each event (HAS's and exhaustive's search starts there), which on
+these costs only stretches every job.
 
 :class:`WholeClusterSmith` is that order as a space policy: at each event the
 jobs, by remaining iterations times their step on every GPU they may use,
-over their weight, each take the free GPUs that shorten its step (fastest type
-first, up to what its batch can use); what the first cannot use goes to the
-next. It runs on the pool's costs only (on space mode's own costs the
-intercepts make it a poor plan), so it is not a registered policy. Pool mode
-turns its plan into a task plan and starts from it where that is the lowest
-(:func:`.space_seed.space_work`).
+over their weight, each take, fastest type first, the free GPUs that each add
+at least :data:`EFFICIENCY` of their own speed (up to what its batch can use);
+what the first cannot use goes to the next. It runs on the pool's costs only
+(on space mode's own costs the intercepts make it a poor plan), so it is not a
+registered policy. Pool mode turns its plan into a task plan and starts from
+it where that is among the lowest (:func:`.space_seed.space_work`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class WholeClusterSmith(Policy):
 
     def __init__(self) -> None:
         super().__init__()
-        self._order: dict[int, list[int]] = {}
+        #: job -> (its types, fastest first; one GPU's samples a second per type)
+        self._rates: dict[int, tuple[list[int], np.ndarray]] = {}
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
@@ -64,18 +66,19 @@ class WholeClusterSmith(Policy):
         return X
 
     def _take(self, p: PlanningProblem, i: int, free: np.ndarray) -> np.ndarray:
-        """Job i's counts from ``free``: each type, fastest first, wholly where that
-        shortens its step (or while the job cannot run yet: fewer than its least GPUs,
-        or its batch not held), up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
-        if i not in self._order:
+        """Job i's counts from ``free``: each type, fastest first, the most of its free
+        GPUs (halving) that each add :data:`EFFICIENCY` of their speed, or all of them
+        while the job cannot run yet (fewer than its least GPUs, or its batch not
+        held); up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
+        if i not in self._rates:
             rate = p.per_gpu_rate(i)
-            self._order[i] = [t for t in np.argsort(-rate, kind="stable").tolist()
-                              if p.allowed[i, t]]
+            self._rates[i] = ([t for t in np.argsort(-rate, kind="stable").tolist()
+                               if p.allowed[i, t]], rate)
+        order, rate = self._rates[i]
         n = np.zeros(p.T, dtype=int)
         best, left, lo = np.inf, int(min(p.hi[i], p.B[i])), int(p.lo[i])
-        rate = p.per_gpu_rate(i)
         B = float(p.B[i])
-        for t in self._order[i]:
+        for t in order:
             c = min(int(free[t]), left)
             while c > 0:
                 m = n.copy()

@@ -23,8 +23,9 @@ pool's costs (:func:`pool_costs_problem`: the synchronisation divided by the rou
 iterations, the step as fused passes take it, no restart cost), makes that plan a
 task plan, improves it the same way, and starts from whichever improved plan is
 lower. On those costs it also plans Smith's rule on the whole cluster
-(:mod:`.smith_seed`), and the lowest of the task plans is the one improved. The space plan on its
-own costs stays the guarantee: the plan kept is never above its task plan.
+(:mod:`.smith_seed`); the task plans within :data:`IMPROVE_WITHIN` of the lowest are
+improved. The space plan on its own costs stays the guarantee: the plan kept is
+never above its task plan.
 """
 
 from __future__ import annotations
@@ -105,9 +106,10 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
     deterministic function, which plan_pool runs beside Hare's own orders.
 
     With ``plan_pool_costs`` (space plans on the pool's costs by label, planned beside
-    ``plan_it`` in a forked process where ``workers`` > 1), the improvement starts from
-    the lowest of the exact task plans: improving one takes as long as planning it,
-    and the seeds differ by far more than an improvement moves either."""
+    ``plan_it`` in a forked process where ``workers`` > 1), the exact task plans within
+    :data:`IMPROVE_WITHIN` of the lowest are improved and the lowest improved kept:
+    improving one takes as long as planning it, and the seeds mostly differ by far
+    more than an improvement moves either."""
     from hetsched.planning.pool.evaluator import evaluate
     from hetsched.planning.pool.from_space import space_tasks
     from hetsched.planning.select import Background
