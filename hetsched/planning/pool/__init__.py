@@ -151,8 +151,9 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
     it, seed Hare with it, keep it when time sharing does not beat it (space_seed.py).
     Up to ``POOL_COSTS_MAX_JOBS`` jobs space mode, and Smith's rule on the whole cluster
     (smith_seed.py), are also planned on the pool's costs (no restart cost, the pool's
-    synchronisation, its fused steps), and the lowest of the task plans is improved. Planning them, and making them task plans and improving
-    one, needs nothing of Hare's own orders, so it runs beside them in forked processes
+    synchronisation, its fused steps), and the task plans within ``IMPROVE_WITHIN`` of
+    the lowest are improved. Planning them, and making them task plans and improving
+    them, needs nothing of Hare's own orders, so it runs beside them in forked processes
     where the machine has more than one core (``plan_workers``); the result is the same
     either way.
     """

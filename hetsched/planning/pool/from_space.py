@@ -61,6 +61,14 @@ def space_tasks(pp: PoolProblem, plan: Plan) -> tuple[TaskSchedule, np.ndarray] 
 
     Of the three ways to make segments' iterations whole (:data:`ROUNDINGS`), the one
     the evaluator times lowest."""
+    got = timed_space_tasks(pp, plan)
+    return None if got is None else (got[0], got[1])
+
+
+def timed_space_tasks(pp: PoolProblem, plan: Plan
+                      ) -> tuple[TaskSchedule, np.ndarray, float] | None:
+    """:func:`space_tasks` with the evaluator's weighted JCT of the task plan (it times
+    each rounding to choose one)."""
     from hetsched.planning.pool.evaluator import evaluate
 
     best: tuple[TaskSchedule, np.ndarray] | None = None
@@ -72,7 +80,7 @@ def space_tasks(pp: PoolProblem, plan: Plan) -> tuple[TaskSchedule, np.ndarray] 
         v = evaluate(pp, got[0]).objective
         if v < best_v:
             best, best_v = got, v
-    return best
+    return None if best is None else (best[0], best[1], best_v)
 
 
 def _space_tasks(pp: PoolProblem, plan: Plan, how: str
@@ -179,4 +187,4 @@ def _place(pp: PoolProblem, order: np.ndarray, job: np.ndarray, rnd: np.ndarray,
     return np.array(start, dtype=float)
 
 
-__all__ = ["space_tasks", "retime"]
+__all__ = ["space_tasks", "timed_space_tasks", "retime"]

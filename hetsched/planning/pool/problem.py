@@ -217,8 +217,9 @@ class PoolProblem:
         typ = np.arange(p.T)
         for i in range(p.S):
             n = int(self.N[i])
-            tc = fused_compute(pass_times(p, i, self.optimizer_s[i]), typ, typ, np.full(p.T, int(self.slice_b[i])),
-                               np.full(p.T, n), self.chunk[i]) / n
+            tc = fused_compute(pass_times(p, i, self.optimizer_s[i]), typ, typ,
+                               np.full(p.T, int(self.slice_b[i])), np.full(p.T, n),
+                               self.chunk[i]) / n
             out[i] = np.where(self.ok[i], np.minimum(tc, unfused[i]), np.inf)
         return out
 

@@ -46,15 +46,19 @@ class WholeClusterSmith(Policy):
         super().__init__()
         #: job -> (its types, fastest first; one GPU's samples a second per type)
         self._rates: dict[int, tuple[list[int], np.ndarray]] = {}
+        #: job -> its step on what it takes of the whole cluster, over its weight (inf:
+        #: it cannot run); the same at every event
+        self._alone: dict[int, float] = {}
 
     def allocate(self, problem: PlanningProblem, snap: Snapshot) -> np.ndarray:
         p = problem
         key = np.full(len(snap.jobs), np.inf)
         for r, i in enumerate(snap.jobs.tolist()):
-            n = self._take(p, i, p.n_type)
-            if n.sum():
-                key[r] = float(snap.remaining[r]) * p.iter_time1(i, _tup(n)) \
-                    / max(float(p.weight[i]), 1e-12)
+            if i not in self._alone:
+                n = self._take(p, i, p.n_type)
+                self._alone[i] = p.iter_time1(i, _tup(n)) / max(float(p.weight[i]), 1e-12) \
+                    if n.sum() else np.inf
+            key[r] = float(snap.remaining[r]) * self._alone[i]
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
         free = snap.free.copy()
         for r in np.argsort(key, kind="stable").tolist():

@@ -110,8 +110,7 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
     :data:`IMPROVE_WITHIN` of the lowest are improved and the lowest improved kept:
     improving one takes as long as planning it, and the seeds mostly differ by far
     more than an improvement moves either."""
-    from hetsched.planning.pool.evaluator import evaluate
-    from hetsched.planning.pool.from_space import space_tasks
+    from hetsched.planning.pool.from_space import timed_space_tasks
     from hetsched.planning.select import Background
 
     other = Background(plan_pool_costs, workers) \
@@ -121,21 +120,21 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
         if plan is None:
             return SpaceWork(None)
         out = SpaceWork(plan, seed=space_seed(pp, plan))
-        exact = space_tasks(pp, plan)
+        exact = timed_space_tasks(pp, plan)
         if exact is None:
             return out
-        out.tasks_s = evaluate(pp, exact[0]).objective
+        out.tasks_s = exact[2]
         if not improve:
             return out
         from hetsched.planning.pool.backfill import improve as improve_plan
 
         starts = [("space", exact[0], out.tasks_s)]
         for label, alt_plan in (other.result() if other is not None else {}).items():
-            alt = space_tasks(pp, alt_plan) if alt_plan is not None \
+            alt = timed_space_tasks(pp, alt_plan) if alt_plan is not None \
                 and task_count(pp, alt_plan) <= SEED_MAX_TASKS else None
             if alt is None:
                 continue
-            v = evaluate(pp, alt[0]).objective
+            v = alt[2]
             if label == "smith-pool-costs":
                 out.smith_tasks_s = v
             else:
@@ -213,8 +212,9 @@ def fused_steps_curve(problem: PlanningProblem, pp: PoolProblem, i: int, t: int,
     above = [] if cv is None else [float(k) for k in cv[0] if ch < k < cap]
     knots = np.unique(np.array([1.0, max(1, ch // n), float(ch), *above, float(cap)]))
     k = len(knots)
-    step = fused_compute(pass_times(problem, i, pp.optimizer_s[i]), np.zeros(k, np.int64), np.full(k, t), knots.astype(np.int64),
-                         np.full(k, n), np.full(k, ch)) / n
+    step = fused_compute(pass_times(problem, i, pp.optimizer_s[i]), np.zeros(k, np.int64),
+                         np.full(k, t), knots.astype(np.int64), np.full(k, n),
+                         np.full(k, ch)) / n
     return knots, np.maximum.accumulate(step)
 
 
