@@ -121,3 +121,24 @@ def test_improving_more_seeds_never_keeps_a_higher_plan(monkeypatch: pytest.Monk
         every = plan_pool(p, "hare")
         assert every.weighted_jct_s <= lowest.weighted_jct_s + 1e-9
         assert every.lower_bound_s <= every.weighted_jct_s
+
+
+def test_smiths_plan_is_the_lowest_over_its_grid_of_shares() -> None:
+    """No one share of its own speed a GPU must add wins everywhere: smith_plan keeps the
+    lowest plan over EFFICIENCIES, and on the bundled example that is not the middle one."""
+    from pool_helpers import tiny_instance
+    from test_pool_units import example_problem
+
+    from hetsched.planning.pool.smith_seed import EFFICIENCIES, WholeClusterSmith
+    from hetsched.planning.space.evaluator import simulate
+
+    for p in (example_problem(), tiny_instance(3), _divisible((1.0, 2.0), (300, 100))):
+        q = space_seed.pool_costs_problem(p, PoolProblem(p))
+        each = [simulate(q, WholeClusterSmith(e), static=False, restart_cost_s=0.0)
+                .weighted_jct_s for e in EFFICIENCIES]
+        best = smith_plan(q)
+        assert best is not None
+        assert best.weighted_jct_s == min(each)
+        assert best.params["efficiency"] == EFFICIENCIES[int(np.argmin(each))]
+        if p.S == 6:  # the example: 0.65 is lowest, 15% below one half (measured)
+            assert best.weighted_jct_s < 0.9 * each[EFFICIENCIES.index(0.5)]

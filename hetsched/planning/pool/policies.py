@@ -110,7 +110,8 @@ class Hare(PoolPolicy):
                        "space_tasks_s": round(work.tasks_s, 6),
                        **({"pool_costs_tasks_s": round(work.pool_costs_tasks_s, 6)}
                           if work.pool_costs_tasks_s is not None else {}),
-                       **({"smith_tasks_s": round(work.smith_tasks_s, 6)}
+                       **({"smith_tasks_s": round(work.smith_tasks_s, 6),
+                           "smith_efficiency": work.smith_efficiency}
                           if work.smith_tasks_s is not None else {}),
                        "backfill_tries": im.tries, "backfill_moves": im.accepted,
                        "reinserted_jobs": im.reinserted,

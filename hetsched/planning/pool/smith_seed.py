@@ -14,10 +14,11 @@ these costs only stretches every job.
 :class:`WholeClusterSmith` is that order as a space policy: at each event the
 jobs, by remaining iterations times their step on every GPU they may use,
 over their weight, each take, fastest type first, the free GPUs that each add
-at least :data:`EFFICIENCY` of their own speed (up to what its batch can use);
-what the first cannot use goes to the next. It runs on the pool's costs only
-(on space mode's own costs the intercepts make it a poor plan), so it is not a
-registered policy. Pool mode turns its plan into a task plan and starts from
+at least a share of their own speed (up to what its batch can use); what the
+first cannot use goes to the next. Which share is best depends on the jobs, so
+:func:`smith_plan` keeps the lowest plan over a fixed grid of shares. It runs on
+the pool's costs only (on space mode's own costs the intercepts make it a poor
+plan), so it is not a registered policy. Pool mode turns its plan into a task plan and starts from
 it where that is among the lowest (:func:`.space_seed.space_work`).
 """
 
@@ -31,8 +32,11 @@ from hetsched.planning.space.policies.base import Policy, Snapshot
 
 #: a job takes more GPUs of a type only while they add at least this share of their own
 #: samples a second each (so a job on a pool's costs, nearly divisible, takes most of the
-#: cluster; one whose synchronisation grows with its GPUs stops where it stops paying)
-EFFICIENCY = 0.5
+#: cluster; one whose synchronisation grows with its GPUs stops where it stops paying).
+#: No one share wins everywhere (a job that stops early leaves GPUs to the next one), so
+#: :func:`smith_plan` simulates each of these and keeps the lowest plan: a fixed grid, so
+#: the same input gives the same plan
+EFFICIENCIES = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
 
 
 class WholeClusterSmith(Policy):
@@ -42,8 +46,10 @@ class WholeClusterSmith(Policy):
     summary = "jobs by weighted time alone on every GPU; each takes what shortens its step"
     paper = "Smith's rule (WSPT) for divisible jobs; pool mode's seed on its own costs"
 
-    def __init__(self) -> None:
+    def __init__(self, efficiency: float = 0.5) -> None:
         super().__init__()
+        #: the least share of its own samples a second each GPU a job takes must add
+        self.efficiency = float(efficiency)
         #: job -> (its types, fastest first; one GPU's samples a second per type)
         self._rates: dict[int, tuple[list[int], np.ndarray]] = {}
         #: job -> its step on what it takes of the whole cluster, over its weight (inf:
@@ -71,7 +77,7 @@ class WholeClusterSmith(Policy):
 
     def _take(self, p: PlanningProblem, i: int, free: np.ndarray) -> np.ndarray:
         """Job i's counts from ``free``: each type, fastest first, the most of its free
-        GPUs (halving) that each add :data:`EFFICIENCY` of their speed, or all of them
+        GPUs (halving) that each add ``efficiency`` of their speed, or all of them
         while the job cannot run yet (fewer than its least GPUs, or its batch not
         held); up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
         if i not in self._rates:
@@ -91,8 +97,8 @@ class WholeClusterSmith(Policy):
                 if not np.isfinite(best):  # not running yet: take them all
                     n, best, left = m, step, left - c
                     break
-                # the most GPUs of t that each add at least EFFICIENCY of their own speed
-                if B / step - B / best >= EFFICIENCY * c * float(rate[t]):
+                # the most GPUs of t that each add at least `efficiency` of their own speed
+                if B / step - B / best >= self.efficiency * c * float(rate[t]):
                     n, best, left = m, step, left - c
                     break
                 c //= 2
@@ -104,15 +110,25 @@ def _tup(n: np.ndarray) -> tuple[int, ...]:
 
 
 def smith_plan(q: PlanningProblem) -> Plan | None:
-    """The space plan of :class:`WholeClusterSmith` on ``q`` (the pool's costs: no
-    restart cost), or None where it cannot plan every job."""
+    """The lowest space plan of :class:`WholeClusterSmith` on ``q`` (the pool's costs:
+    no restart cost) over :data:`EFFICIENCIES` (the first of equals), or None where it
+    cannot plan every job. ``params["efficiency"]`` says which share made it."""
     from hetsched.errors import PlanningError
     from hetsched.planning.space.evaluator import simulate
+    from hetsched.planning.space.scorer import Evaluator
 
-    try:
-        return simulate(q, WholeClusterSmith(), static=False, restart_cost_s=0.0)
-    except PlanningError:
-        return None
+    best: Plan | None = None
+    ev = Evaluator(q)  # the placements' timings, shared by the grid's runs
+    for eff in EFFICIENCIES:
+        try:
+            plan = simulate(q, WholeClusterSmith(eff), static=False, restart_cost_s=0.0,
+                            evaluator=ev)
+        except PlanningError:
+            return None
+        if best is None or plan.weighted_jct_s < best.weighted_jct_s:
+            plan.params["efficiency"] = eff
+            best = plan
+    return best
 
 
-__all__ = ["EFFICIENCY", "WholeClusterSmith", "smith_plan"]
+__all__ = ["EFFICIENCIES", "WholeClusterSmith", "smith_plan"]

@@ -66,6 +66,9 @@ class SpaceWork:
     pool_costs_tasks_s: float | None = None
     #: the exact task plan of Smith's rule on the pool's costs (None: not planned)
     smith_tasks_s: float | None = None
+    #: the share of its own speed each GPU had to add in Smith's lowest plan
+    #: (:data:`.smith_seed.EFFICIENCIES`)
+    smith_efficiency: float | None = None
 
 
 #: whether pool mode also plans space mode on the pool's costs (benchmarks switch it off
@@ -132,11 +135,12 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
         for label, alt_plan in (other.result() if other is not None else {}).items():
             alt = timed_space_tasks(pp, alt_plan) if alt_plan is not None \
                 and task_count(pp, alt_plan) <= SEED_MAX_TASKS else None
-            if alt is None:
+            if alt is None or alt_plan is None:
                 continue
             v = alt[2]
             if label == "smith-pool-costs":
                 out.smith_tasks_s = v
+                out.smith_efficiency = alt_plan.params.get("efficiency")
             else:
                 out.pool_costs_tasks_s = v
             starts.append((label, alt[0], v))

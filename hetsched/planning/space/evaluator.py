@@ -74,7 +74,8 @@ def _validate(problem: PlanningProblem, policy: Policy, snap: Snapshot, X: np.nd
 def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
              restart_cost_s: float = DEFAULT_RESTART_COST_S, reporter: BaseReporter | None = None,
              predicted: PlanningProblem | None = None,
-             work_limit: float | None = None, stat_efficiency: bool = True) -> Plan:
+             work_limit: float | None = None, stat_efficiency: bool = True,
+             evaluator: Evaluator | None = None) -> Plan:
     """Run ``policy`` over the timeline of reset events and return the evaluated Plan.
 
     ``predicted`` (same jobs and cluster, other step times) is what the policy
@@ -86,13 +87,14 @@ def simulate(problem: PlanningProblem, policy: Policy, *, static: bool = False,
     (``policy.event_work`` per event plus what the policy adds to ``work_s``),
     so the same input stops at the same event on a quiet and on a busy machine;
     the plan carries the count (``plan.work``: counted seconds, active jobs per
-    event). ``stat_efficiency=False`` counts an
-    elastic job's progress in plain samples (ONES's assumption) instead of
-    efficient samples.
+    event). ``stat_efficiency=False`` counts an elastic job's progress in plain
+    samples (ONES's assumption) instead of efficient samples. ``evaluator``: an
+    :class:`Evaluator` of ``problem`` (same ``stat_efficiency``) whose cached
+    timings several runs on one problem share; a new one where None.
     """
     started_clock = time.perf_counter()
     p = problem
-    ev = Evaluator(p, stat_efficiency)
+    ev = evaluator if evaluator is not None else Evaluator(p, stat_efficiency)
     pp = predicted if predicted is not None else p
     pev = Evaluator(pp, stat_efficiency) if predicted is not None else ev
     placer = Placer(ev)
