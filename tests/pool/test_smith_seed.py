@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from pool_helpers import check_plan
 
+from hetsched.core.plan import Plan
 from hetsched.core.problem import PlanningProblem
 from hetsched.core.spec import Cluster, Job, Node
 from hetsched.core.throughput import ProfileRow, ThroughputTable
@@ -140,5 +141,33 @@ def test_smiths_plan_is_the_lowest_over_its_grid_of_shares() -> None:
         assert best is not None
         assert best.weighted_jct_s == min(each)
         assert best.params["efficiency"] == EFFICIENCIES[int(np.argmin(each))]
-        if p.S == 6:  # the example: 0.65 is lowest, 15% below one half (measured)
+        if p.S == 6:  # the example: 0.7 and 0.65 lowest, 15% below one half (measured)
             assert best.weighted_jct_s < 0.9 * each[EFFICIENCIES.index(0.5)]
+
+
+def test_smiths_grid_keeps_only_plans_that_fit_and_stops_where_the_first_does_not() -> None:
+    """Pool mode makes no task plan of a seed over SEED_MAX_TASKS: smith_plan keeps the
+    lowest plan that ``fits`` accepts, and where the highest share's plan (about the
+    fewest tasks) does not fit, simulates no other."""
+    from test_pool_units import example_problem
+
+    from hetsched.planning.pool.smith_seed import EFFICIENCIES
+
+    p = example_problem()
+    pp = PoolProblem(p)
+    q = space_seed.pool_costs_problem(p, pp)
+    free = smith_plan(q)
+    assert free is not None
+    seen: list[int] = []
+
+    def fits(plan: Plan) -> bool:
+        seen.append(space_seed.task_count(pp, plan))
+        return plan.weighted_jct_s > free.weighted_jct_s  # every plan but the lowest
+
+    kept = smith_plan(q, fits)
+    assert kept is not None and len(seen) == len(EFFICIENCIES)
+    assert kept.weighted_jct_s > free.weighted_jct_s
+    assert kept.params["efficiency"] != free.params["efficiency"]
+    seen.clear()
+    assert smith_plan(q, lambda plan: seen.append(1) is not None) is None
+    assert seen == [1]  # the highest share's plan did not fit: no other simulated

@@ -176,7 +176,8 @@ def _seed_space(problem: PlanningProblem, pp: PoolProblem, pols: dict[str, Any],
         from hetsched.planning.pool.smith_seed import smith_plan
 
         q = space_seed.pool_costs_problem(problem, pp)
-        return {"space-pool-costs": _space_plan(q, 0.0), "smith-pool-costs": smith_plan(q)}
+        return {"space-pool-costs": _space_plan(q, 0.0), "smith-pool-costs": smith_plan(
+            q, lambda plan: space_seed.task_count(pp, plan) <= space_seed.SEED_MAX_TASKS)}
 
     costs = plan_pool_costs if space_seed.POOL_COSTS_SEED \
         and problem.S <= space_seed.POOL_COSTS_MAX_JOBS else None

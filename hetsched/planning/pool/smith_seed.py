@@ -16,13 +16,16 @@ jobs, by remaining iterations times their step on every GPU they may use,
 over their weight, each take, fastest type first, the free GPUs that each add
 at least a share of their own speed (up to what its batch can use); what the
 first cannot use goes to the next. Which share is best depends on the jobs, so
-:func:`smith_plan` keeps the lowest plan over a fixed grid of shares. It runs on
-the pool's costs only (on space mode's own costs the intercepts make it a poor
-plan), so it is not a registered policy. Pool mode turns its plan into a task plan and starts from
+:func:`smith_plan` keeps the lowest plan over a fixed grid of shares (of those
+whose task plan pool mode would make). It runs on the pool's costs only (on
+space mode's own costs the intercepts make it a poor plan), so it is not a
+registered policy. Pool mode turns its plan into a task plan and starts from
 it where that is among the lowest (:func:`.space_seed.space_work`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -33,10 +36,11 @@ from hetsched.planning.space.policies.base import Policy, Snapshot
 #: a job takes more GPUs of a type only while they add at least this share of their own
 #: samples a second each (so a job on a pool's costs, nearly divisible, takes most of the
 #: cluster; one whose synchronisation grows with its GPUs stops where it stops paying).
-#: No one share wins everywhere (a job that stops early leaves GPUs to the next one), so
-#: :func:`smith_plan` simulates each of these and keeps the lowest plan: a fixed grid, so
-#: the same input gives the same plan
-EFFICIENCIES = (0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
+#: No one share wins everywhere, and the plan moves in steps as the share crosses what
+#: one job's next GPUs add (a job that stops early leaves GPUs to the next), so
+#: :func:`smith_plan` simulates every share of this fixed grid, 1.0 down to 0.2 by 0.05,
+#: and keeps the lowest plan: the same input gives the same plan
+EFFICIENCIES = tuple(round(1.0 - 0.05 * k, 2) for k in range(17))
 
 
 class WholeClusterSmith(Policy):
@@ -109,22 +113,32 @@ def _tup(n: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in n)
 
 
-def smith_plan(q: PlanningProblem) -> Plan | None:
+def smith_plan(q: PlanningProblem, fits: Callable[[Plan], bool] | None = None
+               ) -> Plan | None:
     """The lowest space plan of :class:`WholeClusterSmith` on ``q`` (the pool's costs:
-    no restart cost) over :data:`EFFICIENCIES` (the first of equals), or None where it
-    cannot plan every job. ``params["efficiency"]`` says which share made it."""
+    no restart cost) over :data:`EFFICIENCIES` (the first of equals) among those that
+    ``fits`` accepts, or None where it cannot plan every job or none fits.
+    ``params["efficiency"]`` says which share made it.
+
+    The grid runs from the highest share down: there each job takes the fewest GPUs,
+    so its plan has about the fewest tasks of the grid; where ``fits`` (pool mode: at
+    most ``SEED_MAX_TASKS`` tasks) refuses that one, the rest are not simulated."""
     from hetsched.errors import PlanningError
     from hetsched.planning.space.evaluator import simulate
     from hetsched.planning.space.scorer import Evaluator
 
     best: Plan | None = None
     ev = Evaluator(q)  # the placements' timings, shared by the grid's runs
-    for eff in EFFICIENCIES:
+    for k, eff in enumerate(EFFICIENCIES):
         try:
             plan = simulate(q, WholeClusterSmith(eff), static=False, restart_cost_s=0.0,
                             evaluator=ev)
         except PlanningError:
             return None
+        if fits is not None and not fits(plan):
+            if k == 0:
+                return None
+            continue
         if best is None or plan.weighted_jct_s < best.weighted_jct_s:
             plan.params["efficiency"] = eff
             best = plan
