@@ -169,5 +169,10 @@ def test_smiths_grid_keeps_only_plans_that_fit_and_stops_where_the_first_does_no
     assert kept.weighted_jct_s > free.weighted_jct_s
     assert kept.params["efficiency"] != free.params["efficiency"]
     seen.clear()
-    assert smith_plan(q, lambda plan: seen.append(1) is not None) is None
-    assert seen == [1]  # the highest share's plan did not fit: no other simulated
+
+    def none_fits(plan: Plan) -> bool:
+        seen.append(space_seed.task_count(pp, plan))
+        return False
+
+    assert smith_plan(q, none_fits) is None
+    assert len(seen) == 1  # the highest share's plan did not fit: no other simulated
