@@ -124,25 +124,49 @@ def test_improving_more_seeds_never_keeps_a_higher_plan(monkeypatch: pytest.Monk
         assert every.lower_bound_s <= every.weighted_jct_s
 
 
-def test_smiths_plan_is_the_lowest_over_its_grid_of_shares() -> None:
-    """No one share of its own speed a GPU must add wins everywhere: smith_plan keeps the
-    lowest plan over EFFICIENCIES, and on the bundled example that is not the middle one."""
+def test_smiths_plan_is_the_lowest_over_its_grid_of_shares_and_type_orders() -> None:
+    """No one share of its own speed a GPU must add, nor one order of the types, wins
+    everywhere: smith_plan keeps the lowest plan over TYPE_ORDERS x EFFICIENCIES, and
+    on the bundled example that is not at the middle share."""
     from pool_helpers import tiny_instance
     from test_pool_units import example_problem
 
-    from hetsched.planning.pool.smith_seed import EFFICIENCIES, WholeClusterSmith
+    from hetsched.planning.pool.smith_seed import EFFICIENCIES, TYPE_ORDERS, WholeClusterSmith
     from hetsched.planning.space.evaluator import simulate
 
+    grid = [(e, o) for o in TYPE_ORDERS for e in EFFICIENCIES]
     for p in (example_problem(), tiny_instance(3), _divisible((1.0, 2.0), (300, 100))):
         q = space_seed.pool_costs_problem(p, PoolProblem(p))
-        each = [simulate(q, WholeClusterSmith(e), static=False, restart_cost_s=0.0)
-                .weighted_jct_s for e in EFFICIENCIES]
+        each = [simulate(q, WholeClusterSmith(e, o), static=False, restart_cost_s=0.0)
+                .weighted_jct_s for e, o in grid]
         best = smith_plan(q)
         assert best is not None
         assert best.weighted_jct_s == min(each)
-        assert best.params["efficiency"] == EFFICIENCIES[int(np.argmin(each))]
+        assert (best.params["efficiency"], best.params["types"]) == grid[int(np.argmin(each))]
         if p.S == 6:  # the example: 0.7 and 0.65 lowest, 15% below one half (measured)
-            assert best.weighted_jct_s < 0.9 * each[EFFICIENCIES.index(0.5)]
+            assert best.weighted_jct_s < 0.9 * each[grid.index((0.5, "fastest"))]
+
+
+def test_a_job_takes_first_the_type_where_it_has_an_advantage() -> None:
+    """Two jobs, both fastest on the fast type; the second runs nearly as fast on the
+    slow one, the first does not. By advantage, the second takes the slow GPUs first and
+    leaves the fast ones to the first; fastest first, both want the fast ones."""
+    from hetsched.planning.pool.smith_seed import WholeClusterSmith
+
+    rows = [ProfileRow("a", "v100", b, 0.001 * b, 0.0) for b in (8, 64)]
+    rows += [ProfileRow("a", "k80", b, 0.010 * b, 0.0) for b in (8, 64)]
+    rows += [ProfileRow("b", "v100", b, 0.001 * b, 0.0) for b in (8, 64)]
+    rows += [ProfileRow("b", "k80", b, 0.0012 * b, 0.0) for b in (8, 64)]
+    jobs = [Job(name=w, workload=w, dataset_size=64 * 100, epochs=1, global_batch=64)
+            for w in ("a", "b")]
+    p = PlanningProblem(jobs, Cluster(nodes=(Node("v100-1", "v100", 2), Node("k80-1", "k80", 2))),
+                        ThroughputTable(rows, "<advantage>"))
+    v100, k80 = p.types.index("v100"), p.types.index("k80")
+    for types, first in (("fastest", v100), ("advantage", k80)):
+        assert WholeClusterSmith(0.5, types)._order(p, 1, p.per_gpu_rate(1))[0] == first
+    assert WholeClusterSmith(0.5, "advantage")._order(p, 0, p.per_gpu_rate(0))[0] == v100
+    with pytest.raises(ValueError, match="types"):
+        WholeClusterSmith(0.5, "slowest")
 
 
 def test_smiths_grid_keeps_only_plans_that_fit_and_stops_where_the_first_does_not() -> None:
@@ -165,7 +189,7 @@ def test_smiths_grid_keeps_only_plans_that_fit_and_stops_where_the_first_does_no
         return plan.weighted_jct_s > free.weighted_jct_s  # every plan but the lowest
 
     kept = smith_plan(q, fits)
-    assert kept is not None and len(seen) == len(EFFICIENCIES)
+    assert kept is not None and len(seen) == 2 * len(EFFICIENCIES)
     assert kept.weighted_jct_s > free.weighted_jct_s
     assert kept.params["efficiency"] != free.params["efficiency"]
     seen.clear()

@@ -111,7 +111,8 @@ class Hare(PoolPolicy):
                        **({"pool_costs_tasks_s": round(work.pool_costs_tasks_s, 6)}
                           if work.pool_costs_tasks_s is not None else {}),
                        **({"smith_tasks_s": round(work.smith_tasks_s, 6),
-                           "smith_efficiency": work.smith_efficiency}
+                           "smith_efficiency": work.smith_efficiency,
+                           "smith_types": work.smith_types}
                           if work.smith_tasks_s is not None else {}),
                        "backfill_tries": im.tries, "backfill_moves": im.accepted,
                        "reinserted_jobs": im.reinserted,

@@ -13,10 +13,11 @@ these costs only stretches every job.
 
 :class:`WholeClusterSmith` is that order as a space policy: at each event the
 jobs, by remaining iterations times their step on every GPU they may use,
-over their weight, each take, fastest type first, the free GPUs that each add
-at least a share of their own speed (up to what its batch can use); what the
-first cannot use goes to the next. Which share is best depends on the jobs, so
-:func:`smith_plan` keeps the lowest plan over a fixed grid of shares (of those
+over their weight, each take, fastest type first (or the types where it has an
+advantage over the other jobs first), the free GPUs that each add at least a
+share of their own speed (up to what its batch can use); what the first cannot
+use goes to the next. Which share and type order are best depends on the jobs,
+so :func:`smith_plan` keeps the lowest plan over a fixed grid of both (of those
 whose task plan pool mode would make). It runs on the pool's costs only (on
 space mode's own costs the intercepts make it a poor plan), so it is not a
 registered policy. Pool mode turns its plan into a task plan and starts from
@@ -41,6 +42,11 @@ from hetsched.planning.space.policies.base import Policy, Snapshot
 #: :func:`smith_plan` simulates every share of this fixed grid, 1.0 down to 0.2 by 0.05,
 #: and keeps the lowest plan: the same input gives the same plan
 EFFICIENCIES = tuple(round(1.0 - 0.05 * k, 2) for k in range(17))
+#: which types a job takes first: its fastest, or those where its speed relative to its
+#: fastest is highest against the other jobs' ("advantage": a job nearly as fast on a
+#: slow type as on its best leaves the best to jobs that need it); :func:`smith_plan`
+#: tries both at every share
+TYPE_ORDERS = ("fastest", "advantage")
 
 
 class WholeClusterSmith(Policy):
@@ -50,12 +56,18 @@ class WholeClusterSmith(Policy):
     summary = "jobs by weighted time alone on every GPU; each takes what shortens its step"
     paper = "Smith's rule (WSPT) for divisible jobs; pool mode's seed on its own costs"
 
-    def __init__(self, efficiency: float = 0.5) -> None:
+    def __init__(self, efficiency: float = 0.5, types: str = "fastest") -> None:
         super().__init__()
+        if types not in TYPE_ORDERS:
+            raise ValueError(f"types: {types!r}; valid: {', '.join(TYPE_ORDERS)}")
         #: the least share of its own samples a second each GPU a job takes must add
         self.efficiency = float(efficiency)
-        #: job -> (its types, fastest first; one GPU's samples a second per type)
+        #: which of its types a job takes first (:data:`TYPE_ORDERS`)
+        self.types = types
+        #: job -> (its types in the order it takes them; one GPU's samples a second per type)
         self._rates: dict[int, tuple[list[int], np.ndarray]] = {}
+        #: (T,) the jobs' mean speed on each type relative to their fastest ("advantage")
+        self._demand: np.ndarray | None = None
         #: job -> its step on what it takes of the whole cluster, over its weight (inf:
         #: it cannot run); the same at every event
         self._alone: dict[int, float] = {}
@@ -80,14 +92,13 @@ class WholeClusterSmith(Policy):
         return X
 
     def _take(self, p: PlanningProblem, i: int, free: np.ndarray) -> np.ndarray:
-        """Job i's counts from ``free``: each type, fastest first, the most of its free
-        GPUs (halving) that each add ``efficiency`` of their speed, or all of them
-        while the job cannot run yet (fewer than its least GPUs, or its batch not
-        held); up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
+        """Job i's counts from ``free``: each type in its order (:meth:`_order`), the
+        most of its free GPUs (halving) that each add ``efficiency`` of their speed, or
+        all of them while the job cannot run yet (fewer than its least GPUs, or its
+        batch not held); up to ``min(hi, B)`` GPUs; zeros where nothing runs it."""
         if i not in self._rates:
             rate = p.per_gpu_rate(i)
-            self._rates[i] = ([t for t in np.argsort(-rate, kind="stable").tolist()
-                               if p.allowed[i, t]], rate)
+            self._rates[i] = (self._order(p, i, rate), rate)
         order, rate = self._rates[i]
         n = np.zeros(p.T, dtype=int)
         best, left, lo = np.inf, int(min(p.hi[i], p.B[i])), int(p.lo[i])
@@ -109,6 +120,22 @@ class WholeClusterSmith(Policy):
         return n if np.isfinite(best) else np.zeros(p.T, dtype=int)
 
 
+    def _order(self, p: PlanningProblem, i: int, rate: np.ndarray) -> list[int]:
+        """Job i's allowed types, fastest first, or ("advantage") by its speed on each
+        relative to its fastest over the jobs' mean of that ratio: a type the job runs
+        nearly as fast as its best while the others do not comes first."""
+        key = rate
+        if self.types == "advantage":
+            if self._demand is None:
+                rel = np.array([r / max(float(r.max()), 1e-300)
+                                for r in (p.per_gpu_rate(j) for j in range(p.S))])
+                self._demand = np.array([float(rel[p.allowed[:, t], t].mean())
+                                         if p.allowed[:, t].any() else 1.0
+                                         for t in range(p.T)])
+            key = rate / max(float(rate.max()), 1e-300) / np.maximum(self._demand, 1e-300)
+        return [t for t in np.argsort(-key, kind="stable").tolist() if p.allowed[i, t]]
+
+
 def _tup(n: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in n)
 
@@ -116,23 +143,23 @@ def _tup(n: np.ndarray) -> tuple[int, ...]:
 def smith_plan(q: PlanningProblem, fits: Callable[[Plan], bool] | None = None
                ) -> Plan | None:
     """The lowest space plan of :class:`WholeClusterSmith` on ``q`` (the pool's costs:
-    no restart cost) over :data:`EFFICIENCIES` (the first of equals) among those that
-    ``fits`` accepts, or None where it cannot plan every job or none fits.
-    ``params["efficiency"]`` says which share made it.
+    no restart cost) over :data:`TYPE_ORDERS` x :data:`EFFICIENCIES` (the first of
+    equals) among those that ``fits`` accepts, or None where it cannot plan every job
+    or none fits. ``params["efficiency"]`` and ``params["types"]`` say which made it.
 
-    The grid runs from the highest share down: there each job takes the fewest GPUs,
-    so its plan has about the fewest tasks of the grid; where ``fits`` (pool mode: at
-    most ``SEED_MAX_TASKS`` tasks) refuses that one, the rest are not simulated."""
+    Each grid runs from the highest share down: there each job takes the fewest GPUs,
+    so the first plan has about the fewest tasks of the grid; where ``fits`` (pool
+    mode: at most ``SEED_MAX_TASKS`` tasks) refuses that one, no other is simulated."""
     from hetsched.errors import PlanningError
     from hetsched.planning.space.evaluator import simulate
     from hetsched.planning.space.scorer import Evaluator
 
     best: Plan | None = None
     ev = Evaluator(q)  # the placements' timings, shared by the grid's runs
-    for k, eff in enumerate(EFFICIENCIES):
+    for k, (eff, types) in enumerate((e, o) for o in TYPE_ORDERS for e in EFFICIENCIES):
         try:
-            plan = simulate(q, WholeClusterSmith(eff), static=False, restart_cost_s=0.0,
-                            evaluator=ev)
+            plan = simulate(q, WholeClusterSmith(eff, types), static=False,
+                            restart_cost_s=0.0, evaluator=ev)
         except PlanningError:
             return None
         if fits is not None and not fits(plan):
@@ -140,9 +167,9 @@ def smith_plan(q: PlanningProblem, fits: Callable[[Plan], bool] | None = None
                 return None
             continue
         if best is None or plan.weighted_jct_s < best.weighted_jct_s:
-            plan.params["efficiency"] = eff
+            plan.params.update(efficiency=eff, types=types)
             best = plan
     return best
 
 
-__all__ = ["EFFICIENCIES", "WholeClusterSmith", "smith_plan"]
+__all__ = ["EFFICIENCIES", "TYPE_ORDERS", "WholeClusterSmith", "smith_plan"]

@@ -67,8 +67,10 @@ class SpaceWork:
     #: the exact task plan of Smith's rule on the pool's costs (None: not planned)
     smith_tasks_s: float | None = None
     #: the share of its own speed each GPU had to add in Smith's lowest plan
-    #: (:data:`.smith_seed.EFFICIENCIES`)
+    #: (:data:`.smith_seed.EFFICIENCIES`), and which types its jobs took first
+    #: (:data:`.smith_seed.TYPE_ORDERS`)
     smith_efficiency: float | None = None
+    smith_types: str | None = None
 
 
 #: whether pool mode also plans space mode on the pool's costs (benchmarks switch it off
@@ -141,6 +143,7 @@ def space_work(pp: PoolProblem, plan_it: Callable[[], Plan | None], improve: boo
             if label == "smith-pool-costs":
                 out.smith_tasks_s = v
                 out.smith_efficiency = alt_plan.params.get("efficiency")
+                out.smith_types = alt_plan.params.get("types")
             else:
                 out.pool_costs_tasks_s = v
             starts.append((label, alt[0], v))
