@@ -84,6 +84,8 @@ class WholeClusterSmith(Policy):
         X = np.zeros((len(snap.jobs), p.T), dtype=int)
         free = snap.free.copy()
         for r in np.argsort(key, kind="stable").tolist():
+            if not free.any():  # the rest get no GPU (and inf keys sort last)
+                break
             if not np.isfinite(key[r]):
                 continue
             n = self._take(p, int(snap.jobs[r]), free)
@@ -118,7 +120,6 @@ class WholeClusterSmith(Policy):
                     break
                 c //= 2
         return n if np.isfinite(best) else np.zeros(p.T, dtype=int)
-
 
     def _order(self, p: PlanningProblem, i: int, rate: np.ndarray) -> list[int]:
         """Job i's allowed types, fastest first, or ("advantage") by its speed on each
