@@ -28,7 +28,8 @@ could fit in one node.
 4. *The joint LP* (lp_bound.py): a time-indexed relaxation over every job's
    configurations that sees jobs competing for the same GPU types; solved
    up to ``LP_MAX_JOBS`` jobs within its size limit, and usually by far the
-   tightest.
+   tightest. The pooled machine's inequalities join it as cuts
+   (lp_pooled_cuts.py), so where it runs it is never below 3.
 
 The reported bound is the largest valid one; ``lower_bound_info`` says which
 (``alone``, ``fluid``, ``pooled`` or ``lp``), and the plan carries it as
@@ -57,6 +58,7 @@ from hetsched.core.estimates import Bound
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.lp_bound import MAX_LATTICE_POINTS, lp_lower_bound
 from hetsched.planning.lp_configs import pareto_configs
+from hetsched.planning.lp_pooled_cuts import PooledInputs
 from hetsched.planning.pooled_bound import pooled_bound, price_family
 
 LATTICE_MAX = 60_000  # count vectors per job for the exact minima
@@ -148,7 +150,8 @@ def lower_bound(p: PlanningProblem) -> float:
                                       sb.E_pool, p.n_type.astype(float), sb.pool_prices)
     vals["pooled"] = pooled
     if p.S <= LP_MAX_JOBS and p.estimates.joint_lp:
-        lp = lp_lower_bound(p, sb.lattices, confs=sb.confs, hint=completion)
+        lp = lp_lower_bound(p, sb.lattices, confs=sb.confs, hint=completion,
+                            pooled=PooledInputs(sb.P, sb.E_pool, sb.pool_prices))
         if lp is not None:
             vals["lp"] = float(lp["weighted_jct_s"])
     p.estimates.extra["lower_bounds"] = vals

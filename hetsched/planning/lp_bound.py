@@ -65,7 +65,8 @@ import numpy as np
 from hetsched.core.problem import PlanningProblem
 from hetsched.planning.lp_configs import class_of, job_classes, merge_configs, pareto_configs
 from hetsched.planning.lp_grid import activity_grid, columns, windows
-from hetsched.planning.solver import SparseRows, highs_lp
+from hetsched.planning.lp_pooled_cuts import PooledCuts, PooledInputs
+from hetsched.planning.solver import SparseRows, add_rows, highs_lp
 
 MAX_VARS = 45_000  # LP columns; the time grid is coarsened to fit, else no LP bound
 #: and at most this many per job (few jobs: a finer grid no longer pays for its cuts)
@@ -100,12 +101,14 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
                    n_intervals: int = INTERVALS,
                    time_limit_s: float | None = None,
                    confs: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
-                   hint: np.ndarray | None = None) -> dict[str, Any] | None:
+                   hint: np.ndarray | None = None,
+                   pooled: PooledInputs | None = None) -> dict[str, Any] | None:
     """The LP bound (module docstring) or ``None`` when the LP would be too large or fails.
 
     ``lattices[i]`` holds job i's count vectors (``bounds._lattice``), ``None`` when too many;
     ``confs[i]``, if given, job i's Pareto configurations (:func:`pareto_configs`);
-    ``hint``, if given, estimated completion times where the grid should be fine.
+    ``hint``, if given, estimated completion times where the grid should be fine;
+    ``pooled``, if given, the pooled bound's inputs: its inequalities join as cuts.
     Returns ``{"weighted_jct_s", "intervals", "configs", "columns", "rounds", "time_s",
     "completion_s"}`` (``completion_s``: each job's completion time at the last solve).
     """
@@ -150,7 +153,11 @@ def lp_lower_bound(p: PlanningProblem, lattices: list[np.ndarray | None],
     w = p.weight.astype(float)[reps] * mult
     lp = _build(p.n_type, merged, Pmin, (bnd - t0) / scale, (a - t0) / scale, scale, first,
                 last, w, mult)
-    value, rounds = _solve_rounds(lp, w, (a - t0) / scale, merged, scale, time_limit_s)
+    cuts = None if pooled is None else PooledCuts.of(pooled, p.n_type, reps, mult, a,
+                                                     p.weight[reps], t0, scale)
+    for terms, lower in cuts.chains() if cuts is not None else []:  # before the first solve
+        _add_row(lp, [(lp.C[c], v) for c, v in terms], lower)
+    value, rounds = _solve_rounds(lp, w, (a - t0) / scale, merged, scale, time_limit_s, cuts)
     if not math.isfinite(value):
         return None
     return {"weighted_jct_s": max(0.0, value * (1.0 - SAFETY)), "intervals": len(bnd),
@@ -270,7 +277,7 @@ def _build(n_type: np.ndarray, confs: list[tuple[np.ndarray, np.ndarray]], Pmin:
 
 def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
                   confs: list[tuple[np.ndarray, np.ndarray]], scale: float,
-                  time_limit_s: float) -> tuple[float, int]:
+                  time_limit_s: float, cuts: PooledCuts | None = None) -> tuple[float, int]:
     """Solve, add violated cuts, re-solve from the last basis: a fixed number of rounds
     (deterministic). A solve past ``ITERATION_LIMIT`` simplex iterations is done again
     by the interior point method, which the later rounds keep."""
@@ -285,6 +292,7 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
     ipm = False
     while rounds < MAX_ROUNDS:
         rounds += 1
+        _flush_rows(lp)  # the cuts found since the last solve
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kIterationLimit and not ipm:
             ipm = True
@@ -297,10 +305,9 @@ def _solve_rounds(lp: _LP, w: np.ndarray, au: np.ndarray,
                                for i in range(len(lp.C))) * scale)
         if rounds == MAX_ROUNDS:
             break  # no cuts that no round would use
-        tails = _add_tail_cuts(lp, confs, scale)
-        if not (_add_interval_cuts(lp, confs, scale) or tails):
+        if not any([_add_tail_cuts(lp, confs, scale), _add_pooled(lp, cuts, lp.x[lp.C]),
+                    _add_interval_cuts(lp, confs, scale)]):  # every family, every round
             break
-        _flush_rows(lp)
     return value, rounds
 
 
@@ -316,17 +323,9 @@ def _add_row(lp: _LP, terms: list[tuple[int, float]], lower: float) -> None:
 
 def _flush_rows(lp: _LP) -> None:
     """Add the queued cuts to the live model in one call."""
-    import highspy
-
-    rows = lp.pending
-    if not rows.lo:
-        return
-    n = len(rows.lo)
-    starts = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])[:-1]]).astype(np.int32)
-    idx = np.array([c for r in rows.idx for c in r], dtype=np.int32)
-    val = np.array([v for r in rows.val for v in r], dtype=float)
-    lp.h.addRows(n, np.array(rows.lo), np.full(n, highspy.kHighsInf), len(idx), starts, idx, val)
-    lp.pending = SparseRows()
+    if lp.pending.lo:
+        add_rows(lp.h, lp.pending)
+        lp.pending = SparseRows()
 
 
 def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: float) -> bool:
@@ -353,6 +352,14 @@ def _add_tail_cuts(lp: _LP, confs: list[tuple[np.ndarray, np.ndarray]], scale: f
         _add_row(lp, _merge(terms), -q)
         added = True
     return added
+
+
+def _add_pooled(lp: _LP, cuts: PooledCuts | None, C: np.ndarray) -> bool:
+    """Queue the pooled machine's inequalities violated at completions ``C`` (scaled)."""
+    found = cuts.violated(C) if cuts is not None else []
+    for terms, lower in found:
+        _add_row(lp, [(lp.C[c], v) for c, v in terms], lower)
+    return bool(found)
 
 
 def _merge(terms: list[tuple[int, float]]) -> list[tuple[int, float]]:

@@ -24,7 +24,9 @@ bound with heterogeneous GPUs priced into one pool and release dates kept; it
 costs a sort per price, and with many jobs it is far stronger than a bound
 that looks at one job at a time. :func:`pooled_bound` tries a fixed family of
 prices (deterministic) and keeps the best, with its WSPT completion estimates
-(the LP's grid places boundaries among them).
+(the LP's grid places boundaries among them). The joint LP also takes the
+inequalities behind this bound as cuts (``lp_pooled_cuts.py``), so where it runs
+it is at least this bound.
 """
 
 from __future__ import annotations

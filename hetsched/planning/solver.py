@@ -106,6 +106,18 @@ class SparseRows:
         self.val.append([v for _, v in terms])
 
 
+def add_rows(h: Any, rows: SparseRows) -> None:
+    """Add ``rows`` to the live HiGHS model ``h`` in one call (its basis kept: warm)."""
+    import numpy as np
+
+    n = len(rows.lo)
+    starts = np.concatenate([[0], np.cumsum([len(r) for r in rows.idx])[:-1]]).astype(np.int32)
+    idx = np.array([c for r in rows.idx for c in r], dtype=np.int32)
+    val = np.array([v for r in rows.val for v in r], dtype=float)
+    h.addRows(n, np.array(rows.lo, dtype=float), np.array(rows.hi, dtype=float), len(idx),
+              starts, idx, val)
+
+
 def highs_lp(rows: SparseRows, col_lo: list[float], cost: list[float]) -> Any:
     """A quiet HiGHS instance holding ``min cost.x`` over ``rows``, ``x >= col_lo``."""
     import highspy

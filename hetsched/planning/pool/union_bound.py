@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsched.core.problem import PlanningProblem
+from hetsched.planning.lp_pooled_cuts import PooledInputs
 from hetsched.planning.pool.problem import PoolProblem, pool_iteration_times
 
 
@@ -116,9 +117,10 @@ def peak_seconds_per_sample(problem: PlanningProblem, pp: PoolProblem) -> np.nda
 
 
 def _pooled(problem: PlanningProblem, pp: PoolProblem, u: np.ndarray | None = None
-            ) -> tuple[float, np.ndarray | None]:
+            ) -> tuple[float, np.ndarray | None, PooledInputs | None]:
     """:func:`pooled_task_bound` and, where it ran, each job's estimated completion (where
-    the joint LP's time grid should be fine); ``u`` as :func:`alone_bound` takes it."""
+    the joint LP's time grid should be fine) and its inputs (the LP's pooled cuts);
+    ``u`` as :func:`alone_bound` takes it."""
     from hetsched.planning.pooled_bound import pooled_bound, price_family
 
     S, T = problem.S, problem.T
@@ -126,7 +128,7 @@ def _pooled(problem: PlanningProblem, pp: PoolProblem, u: np.ndarray | None = No
     counted = np.array([j.elastic is None for j in problem.jobs], dtype=bool)
     rate = 1.0 / u  # samples/s at the peak; 0 where the job may not run (u = inf)
     if not counted.any() or rate.max() <= 0:
-        return 0.0, None
+        return 0.0, None, None
     rel = rate / np.maximum(rate.max(axis=1, keepdims=True), 1e-300)
     speed = np.array([float(rel[problem.allowed[:, t], t].mean()) if problem.allowed[:, t].any()
                       else 0.0 for t in range(T)])
@@ -141,7 +143,7 @@ def _pooled(problem: PlanningProblem, pp: PoolProblem, u: np.ndarray | None = No
         e[k] = np.where(counted & np.isfinite(priced), work * priced, 0.0)
     value, comp = pooled_bound(problem.weight.astype(float), problem.arrival.astype(float), P,
                                e, problem.n_type.astype(float), prices)
-    return float(value), comp
+    return float(value), comp, PooledInputs(P, e, prices)
 
 
 def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[str, float]]:
@@ -151,9 +153,9 @@ def union_bound(problem: PlanningProblem, pp: PoolProblem) -> tuple[float, dict[
     from hetsched.planning.pool.lp_union import pool_lp_bound
 
     u = peak_seconds_per_sample(problem, pp)  # both bounds read each job's peaks
-    pooled, comp = _pooled(problem, pp, u)
+    pooled, comp, inputs = _pooled(problem, pp, u)
     parts = {"alone": alone_bound(problem, pp, u), "pooled": pooled}
-    lp = pool_lp_bound(problem, pp, hint=comp)
+    lp = pool_lp_bound(problem, pp, hint=comp, pooled=inputs)
     if lp is not None:
         parts["lp"] = float(lp["weighted_jct_s"])
     return max(parts.values()), parts
