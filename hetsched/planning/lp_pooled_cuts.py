@@ -23,7 +23,7 @@ holds for the completion times of every schedule, on the LP's own ``C`` columns.
   at least that bound (``sum w_i (M_i^WSPT + P_i / 2 - a_i)``), so never below
   the pooled bound, and it adds what the pooled machine does not see: which GPU
   types the jobs contend for, and how fast each job can run at all. (Every
-  price's chain gave the same values to 0.1% for 2-4x the CPU at 200 jobs.)
+  price's chain gave the same values to 0.1% for 1.7-4.3x the CPU at 200 jobs.)
 * **Each round**, for each price, the prefixes in the order of ``C_i - P_i / 2`` at
   the LP's solution; the ``MAX_PER_PRICE`` most violated are added.
 
