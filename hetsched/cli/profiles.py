@@ -69,7 +69,9 @@ def profiles_export(state_path: str | None, out: str | None, workload: str | Non
 @click.argument("csv_file", type=click.Path())
 @state_option
 def profiles_import(csv_file: str, state_path: str | None) -> None:
-    """Add a throughput CSV's rows to the history (e.g. measurements from elsewhere)."""
+    """Add a throughput CSV's rows of one GPU's step to the history (e.g. measurements
+    from elsewhere). Rows of several GPUs or of co-located pairs are left out and counted:
+    the history keeps one GPU's step per batch; plan with --throughputs CSV to use them."""
     from hetsched.io.profiles import load_throughputs
     from hetsched.state.history import import_rows
     from hetsched.state.store import open_store
@@ -77,7 +79,12 @@ def profiles_import(csv_file: str, state_path: str | None) -> None:
     rows = load_throughputs(csv_file).all_rows()
     with open_store(state_path) as st:
         n = import_rows(st, rows, f"import:{Path(csv_file).name}")
-    click.echo(f"imported {n} rows")
+    pairs = sum(1 for r in rows if r.colocated_with is not None)
+    left = [f"{k} {what}" for k, what in ((len(rows) - n - pairs, "of several GPUs"),
+                                          (pairs, "of co-located pairs")) if k]
+    click.echo(f"imported {n} rows" + (f"; left out {' and '.join(left)} (the history keeps "
+                                       f"one GPU's step; plan with --throughputs "
+                                       f"{Path(csv_file).name} to use them)" if left else ""))
 
 
 @profiles.command("forget")

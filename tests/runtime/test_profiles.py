@@ -338,3 +338,48 @@ def test_a_probe_row_slower_than_a_larger_batch_is_left_out() -> None:
     assert plausible_rows(clean) == (clean, [])  # flat small batches and noise stay
     table = ThroughputTable(kept)
     assert table.fits[("mlp", "v100")].step_time(64) < 0.02  # not the 0.16 s of the mean
+
+
+def test_import_keeps_one_gpus_step_and_leaves_out_rows_of_several_gpus(tmp_path: Path) -> None:
+    """A probe ends with one whole-iteration row per scale at its largest batch (compute
+    and exchange, ``gpus`` 2 and 4). The history keeps one row per (workload, GPU type,
+    batch), so stored, the last of them replaced that batch's one-GPU step."""
+    from hetsched.state.history import one_gpu_step
+
+    single = _rows("mlp", "a100", 0.01, 0.001)  # b = 8, 16, 32: 0.018, 0.026, 0.042 s
+    several = [ProfileRow("mlp", "a100", 32, 0.042 + v, v, 64, gpus=k)
+               for k, v in ((2, 0.005), (4, 0.009))]
+    pair = [ProfileRow("mlp", "a100", 32, 0.07, colocated_with="cnn:16")]
+    rows = single + several + pair
+    with open_store(tmp_path / "s.db") as st:
+        assert import_rows(st, rows, "probe") == 3
+        steps = {r.local_batch: r.step_time_s for r in table_from_store(st).all_rows()}
+    assert steps == pytest.approx({8: 0.018, 16: 0.026, 32: 0.042})
+    assert [one_gpu_step(r) for r in rows] == [True] * 3 + [False] * 3
+
+
+def test_profiles_import_of_gavels_rows_says_what_it_left_out(tmp_path: Path) -> None:
+    """`hetsched profiles import` of the bundled Gavel CSV, then `export`: each step is
+    Gavel's one-GPU measurement (lm on a K80 at batch 5: 0.039238 s; its 8-GPU row,
+    0.104081 s, had replaced it), and the command says what it left out and why."""
+    import os
+    import subprocess
+
+    csv_file = Path(__file__).resolve().parents[2] / "examples" / "gavel_throughputs.csv"
+    env = {**os.environ, "HETSCHED_STATE": str(tmp_path / "s.db")}
+
+    def run(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "hetsched", "profiles", *args],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    said = run("import", str(csv_file))
+    assert said.strip() == (
+        "imported 72 rows; left out 168 of several GPUs and 1597 of co-located pairs (the "
+        "history keeps one GPU's step; plan with --throughputs gavel_throughputs.csv to use "
+        "them)")
+    exported = {tuple(line.split(",")[:3]): float(line.split(",")[3])
+                for line in run("export").splitlines()[1:]}
+    assert exported[("lm", "k80", "5")] == pytest.approx(0.039238)
+    assert len(exported) == 72

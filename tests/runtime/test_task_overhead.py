@@ -13,7 +13,8 @@ from hetsched.core.problem import PlanningProblem
 from hetsched.io.profiles import load_throughputs
 from hetsched.io.specs import load_cluster, load_jobs
 from hetsched.planning.pool.problem import PoolProblem
-from hetsched.state.history import import_rows, ingest_reports, table_from_store, task_overheads
+from hetsched.state.history import import_rows, ingest_reports, table_from_store
+from hetsched.state.overheads import task_overheads
 from hetsched.state.store import open_store
 
 EX = Path(__file__).resolve().parents[2] / "examples"
