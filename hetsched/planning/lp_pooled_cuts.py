@@ -133,24 +133,32 @@ class PooledCuts:
     def _members(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.a)), self.mult)
 
+    def _prefixes(self, q: np.ndarray, member: np.ndarray, key: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """The members with work on this price's machine in ascending ``key`` (ties by
+        index) and ``f`` of each prefix of them."""
+        idx = np.flatnonzero(q > 0)
+        idx = idx[np.lexsort((idx, key[idx]))]
+        return idx, asap_prefixes(q[idx], self.a[member[idx]])
+
     def chains(self) -> list[tuple[list[tuple[int, float]], float]]:
         """The chain of the price whose pooled bound is largest: the prefixes in ``w / q``
         order (module docstring). Its value is that bound, computed here from the chain
         (the greedy's mean busy times are ``f``'s increments over ``q``)."""
         member = self._members()
-        best: tuple[float, list[tuple[list[tuple[int, float]], float]]] = (-math.inf, [])
+        w = self.w[member]
+        best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
         for q_all in self.q:
             q = q_all[member]
-            idx = np.flatnonzero(q > 0)
-            ratio = self.w[member[idx]] / q[idx]
-            idx = idx[np.lexsort((idx, -ratio))]
-            f = asap_prefixes(q[idx], self.a[member[idx]])
+            idx, f = self._prefixes(q, member, -w / np.where(q > 0, q, 1.0))
             M = np.diff(f, prepend=0.0) / q[idx]
-            value = float((self.w[member[idx]] * (M + self.half[member[idx]])).sum())
-            if value > best[0]:
-                best = (value, [self._cut(q, member, idx[:k + 1], float(f[k]))
-                                for k in range(len(idx))])
-        return best[1]
+            value = float((w[idx] * (M + self.half[member[idx]])).sum())
+            if best is None or value > best[0]:
+                best = (value, q, idx, f)
+        if best is None:
+            return []
+        _, q, idx, f = best
+        return [self._cut(q, member, idx[:k + 1], float(f[k])) for k in range(len(idx))]
 
     def violated(self, C: np.ndarray) -> list[tuple[list[tuple[int, float]], float]]:
         """Cuts violated at the classes' completions ``C`` (scaled): each price's prefixes
@@ -160,9 +168,7 @@ class PooledCuts:
         out: list[tuple[list[tuple[int, float]], float]] = []
         for q_all in self.q:
             q = q_all[member]
-            idx = np.flatnonzero(q > 0)
-            idx = idx[np.lexsort((idx, v[idx]))]
-            f = asap_prefixes(q[idx], self.a[member[idx]])
+            idx, f = self._prefixes(q, member, v)
             lhs = np.cumsum(q[idx] * v[idx])
             gap = (f - lhs) / np.maximum(np.abs(f), 1e-12)
             top = [k for k in np.argsort(-gap, kind="stable")[:MAX_PER_PRICE]
